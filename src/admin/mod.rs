@@ -1,0 +1,87 @@
+//! The admin listener: llamatap's own endpoints, apart from the proxied ones.
+//!
+//! - `/healthz`: 200 while the process serves.
+//! - `/readyz`: 200 when the upstream's `/health` answered 200 at the last check, else 503.
+//! - `/metrics`: Prometheus exposition.
+//! - `/latency`: the latency page; `/latency.json`: its data.
+//!
+//! It binds to loopback by default; it never proxies anything.
+
+pub mod page;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::Response;
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+
+use crate::proxy::watch::UpstreamState;
+use crate::telemetry::Telemetry;
+
+/// The admin HTTP app.
+pub struct AdminApp {
+    telemetry: Arc<Telemetry>,
+    upstream: Arc<UpstreamState>,
+    jaeger_url: Option<String>,
+}
+
+impl AdminApp {
+    /// An admin app over shared telemetry and upstream state.
+    pub fn new(telemetry: Arc<Telemetry>, upstream: Arc<UpstreamState>, jaeger_url: Option<String>) -> Self {
+        AdminApp {
+            telemetry,
+            upstream,
+            jaeger_url,
+        }
+    }
+}
+
+fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
+    let mut r = Response::new(body);
+    *r.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    r.headers_mut()
+        .insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+    let len = r.body().len();
+    r.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+    r
+}
+
+#[async_trait]
+impl ServeHttp for AdminApp {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let path = session.req_header().uri.path().to_string();
+        match path.as_str() {
+            "/healthz" => reply(200, "text/plain; charset=utf-8", b"ok\n".to_vec()),
+            "/readyz" => {
+                if self.upstream.ready() {
+                    reply(200, "text/plain; charset=utf-8", b"ready\n".to_vec())
+                } else {
+                    reply(503, "text/plain; charset=utf-8", b"upstream not ready\n".to_vec())
+                }
+            }
+            "/metrics" => reply(
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.telemetry.metrics.render(),
+            ),
+            "/latency" | "/" => {
+                let recent = self.telemetry.recent.snapshot();
+                let html = page::render(&recent, self.jaeger_url.as_deref());
+                reply(200, "text/html; charset=utf-8", html.into_bytes())
+            }
+            "/latency.json" => {
+                let recent = self.telemetry.recent.snapshot();
+                reply(200, "application/json", page::json(&recent).into_bytes())
+            }
+            _ => reply(
+                404,
+                "application/json",
+                br#"{"error":{"message":"not found","type":"invalid_request_error","code":"not_found"}}"#.to_vec(),
+            ),
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Command-line flags and their environment variables.
+//!
+//! Flags only carry values; [`crate::config::Config::load`] decides precedence
+//! and validates. This module starts nothing.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::config::Overrides;
+
+/// llamatap: a drop-in proxy for llama-server that measures time to first token and first sentence.
+#[derive(Debug, Parser)]
+#[command(name = "llamatap", version, about)]
+pub struct Cli {
+    /// Config file (TOML). See conf/llamatap.example.toml.
+    #[arg(long, env = "LLAMATAP_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Validate a config file, print one line, and exit (non-zero when invalid).
+    #[arg(long, value_name = "PATH")]
+    pub check_config: Option<PathBuf>,
+    /// Proxy listener address [default: 0.0.0.0:8080].
+    #[arg(long, env = "LLAMATAP_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// llama-server base URL [default: http://127.0.0.1:8081].
+    #[arg(long, env = "LLAMATAP_UPSTREAM", value_name = "URL")]
+    pub upstream: Option<String>,
+    /// Admin listener for /healthz, /readyz, /metrics and /latency [default: 127.0.0.1:9090].
+    #[arg(long, env = "LLAMATAP_ADMIN_LISTEN", value_name = "ADDR")]
+    pub admin_listen: Option<String>,
+    /// OTLP endpoint for traces; tracing is off without one.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// OTLP transport: grpc or http (http/protobuf).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", value_name = "PROTOCOL")]
+    pub otlp_protocol: Option<String>,
+    /// Worker threads of the proxy [default: 2].
+    #[arg(long, env = "LLAMATAP_THREADS")]
+    pub threads: Option<usize>,
+    /// Seconds SIGTERM waits for in-flight requests [default: 10].
+    #[arg(long, env = "LLAMATAP_GRACE_PERIOD_SECONDS")]
+    pub grace_period_seconds: Option<u64>,
+    /// Take over the listening sockets of a running llamatap (zero-downtime upgrade; send it SIGQUIT).
+    #[arg(long)]
+    pub upgrade: bool,
+    /// Upgrade socket path, shared by old and new process.
+    #[arg(long, env = "LLAMATAP_UPGRADE_SOCK", default_value = "/tmp/llamatap_upgrade.sock")]
+    pub upgrade_sock: String,
+    /// PID file path.
+    #[arg(long, env = "LLAMATAP_PID_FILE", default_value = "/tmp/llamatap.pid")]
+    pub pid_file: String,
+}
+
+impl Cli {
+    /// The overrides these flags (and `OTEL_*` variables) carry.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            listen: self.listen.clone(),
+            upstream: self.upstream.clone(),
+            admin_listen: self.admin_listen.clone(),
+            otlp_endpoint: self.otlp_endpoint.clone(),
+            otlp_protocol: self.otlp_protocol.clone(),
+            service_name: std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()),
+            sample_ratio: sampler_ratio_from_env(),
+            threads: self.threads,
+            grace_period_seconds: self.grace_period_seconds,
+        }
+    }
+}
+
+/// Reads `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG` into a ratio.
+/// `always_on`/`parentbased_always_on` give 1.0, `always_off`/`parentbased_always_off` 0.0,
+/// `traceidratio`/`parentbased_traceidratio` the argument.
+fn sampler_ratio_from_env() -> Option<f64> {
+    let sampler = std::env::var("OTEL_TRACES_SAMPLER").ok()?;
+    match sampler.as_str() {
+        "always_on" | "parentbased_always_on" => Some(1.0),
+        "always_off" | "parentbased_always_off" => Some(0.0),
+        "traceidratio" | "parentbased_traceidratio" => std::env::var("OTEL_TRACES_SAMPLER_ARG")
+            .ok()
+            .and_then(|a| a.trim().parse().ok())
+            .or(Some(1.0)),
+        _ => None,
+    }
+}

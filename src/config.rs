@@ -1,0 +1,410 @@
+//! Configuration: the raw file shape (serde), command-line and environment
+//! overrides, and the validated [`Config`] the rest of the proxy reads.
+//!
+//! Precedence: command-line flag, then environment variable, then the file,
+//! then the built-in default. Validation always runs, and every failure is one
+//! line ([`ConfigError`]). This module reads no sockets and starts nothing.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[cfg(test)]
+mod tests;
+
+/// Default proxy listener.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+/// Default upstream: a local llama-server.
+pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8081";
+/// Default admin listener (loopback only).
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+
+/// A configuration problem, reported as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown or mistyped keys.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, flattened to one line.
+        message: String,
+    },
+    /// A value is out of range or malformed.
+    #[error("invalid value for {key}: {message}")]
+    Invalid {
+        /// The key, as written in the file.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The file as written: every key optional, unknown keys rejected.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Proxy listener address.
+    pub listen: Option<String>,
+    /// llama-server base URL.
+    pub upstream: Option<String>,
+    /// Admin listener address.
+    pub admin_listen: Option<String>,
+    /// Worker threads of the proxy service.
+    pub threads: Option<usize>,
+    /// Seconds SIGTERM waits for in-flight requests.
+    pub grace_period_seconds: Option<u64>,
+    /// Upstream connection settings.
+    #[serde(default)]
+    pub upstream_timeouts: RawTimeouts,
+    /// Telemetry settings.
+    #[serde(default)]
+    pub telemetry: RawTelemetry,
+    /// Model-label settings.
+    #[serde(default)]
+    pub models: RawModels,
+    /// Admin listener settings.
+    #[serde(default)]
+    pub admin: RawAdmin,
+}
+
+/// `[upstream_timeouts]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeouts {
+    /// TCP connect timeout, milliseconds.
+    pub connect_ms: Option<u64>,
+    /// Longest wait for any upstream byte (headers or body), seconds.
+    pub read_seconds: Option<u64>,
+    /// Longest wait to write to the upstream, seconds.
+    pub write_seconds: Option<u64>,
+    /// How long an idle pooled upstream connection is kept, milliseconds.
+    pub pool_idle_ms: Option<u64>,
+}
+
+/// `[telemetry]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    /// OTLP endpoint URL; empty or absent disables tracing.
+    pub otlp_endpoint: Option<String>,
+    /// `grpc` or `http`.
+    pub otlp_protocol: Option<String>,
+    /// `service.name` resource attribute.
+    pub service_name: Option<String>,
+    /// Fraction of new traces sampled, 0.0 to 1.0.
+    pub sample_ratio: Option<f64>,
+    /// Finished spans held for export before new ones are dropped.
+    pub export_queue_size: Option<usize>,
+    /// Record Prometheus metrics.
+    pub metrics: Option<bool>,
+    /// Put the first sentence's text on the `first_sentence` event.
+    pub capture_content: Option<bool>,
+    /// Largest SSE event the reader parses, bytes.
+    pub max_event_bytes: Option<usize>,
+    /// Largest request body prefix read for the model name, bytes.
+    pub max_inspect_bytes: Option<usize>,
+}
+
+/// `[models]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModels {
+    /// Extra model names allowed as metric labels.
+    pub aliases: Option<Vec<String>>,
+    /// How often the upstream's model list is re-read, seconds.
+    pub refresh_seconds: Option<u64>,
+}
+
+/// `[admin]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    /// Base URL of a Jaeger UI, for trace links on the latency page.
+    pub jaeger_url: Option<String>,
+    /// Requests kept for the latency page.
+    pub recent_requests: Option<usize>,
+}
+
+/// Overrides from flags and environment variables (clap fills these).
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--listen` / `LLAMATAP_LISTEN`.
+    pub listen: Option<String>,
+    /// `--upstream` / `LLAMATAP_UPSTREAM`.
+    pub upstream: Option<String>,
+    /// `--admin-listen` / `LLAMATAP_ADMIN_LISTEN`.
+    pub admin_listen: Option<String>,
+    /// `--otlp-endpoint` / `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub otlp_endpoint: Option<String>,
+    /// `--otlp-protocol` / `OTEL_EXPORTER_OTLP_PROTOCOL`.
+    pub otlp_protocol: Option<String>,
+    /// `OTEL_SERVICE_NAME`.
+    pub service_name: Option<String>,
+    /// `OTEL_TRACES_SAMPLER_ARG` (with a ratio sampler).
+    pub sample_ratio: Option<f64>,
+    /// `--threads` / `LLAMATAP_THREADS`.
+    pub threads: Option<usize>,
+    /// `--grace-period-seconds` / `LLAMATAP_GRACE_PERIOD_SECONDS`.
+    pub grace_period_seconds: Option<u64>,
+}
+
+/// Where llama-server lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// `host:port` to connect to.
+    pub address: String,
+    /// Host name or IP, for `server.address`.
+    pub host: String,
+    /// Port, for `server.port`.
+    pub port: u16,
+    /// Path prefix prepended to every request path (empty for none).
+    pub base_path: String,
+}
+
+/// OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (default port 4317).
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies (default port 4318).
+    HttpProtobuf,
+}
+
+/// Validated telemetry settings.
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    /// OTLP endpoint; `None` disables tracing entirely.
+    pub otlp_endpoint: Option<String>,
+    /// OTLP transport.
+    pub otlp_protocol: OtlpProtocol,
+    /// `service.name`.
+    pub service_name: String,
+    /// Ratio sampler for new traces (parents' decisions are respected).
+    pub sample_ratio: f64,
+    /// Bounded export queue, spans.
+    pub export_queue_size: usize,
+    /// Record Prometheus metrics.
+    pub metrics: bool,
+    /// Put first-sentence text into telemetry.
+    pub capture_content: bool,
+    /// SSE events above this size are skipped by the reader (still forwarded).
+    pub max_event_bytes: usize,
+    /// Request body prefix inspected for model and parameters.
+    pub max_inspect_bytes: usize,
+}
+
+/// The validated configuration: the single source of truth.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Proxy listener.
+    pub listen: SocketAddr,
+    /// Upstream llama-server.
+    pub upstream: Upstream,
+    /// Admin listener.
+    pub admin_listen: SocketAddr,
+    /// Worker threads of the proxy service.
+    pub threads: usize,
+    /// SIGTERM drain limit.
+    pub grace_period: Duration,
+    /// Upstream connect timeout.
+    pub connect_timeout: Duration,
+    /// Upstream read timeout (any byte).
+    pub read_timeout: Duration,
+    /// Upstream write timeout.
+    pub write_timeout: Duration,
+    /// Idle pooled upstream connections are closed after this.
+    pub pool_idle_timeout: Duration,
+    /// Telemetry.
+    pub telemetry: Telemetry,
+    /// Model names accepted as labels in addition to the upstream's list.
+    pub model_aliases: Vec<String>,
+    /// Model list refresh interval.
+    pub model_refresh: Duration,
+    /// Jaeger UI base URL for links.
+    pub jaeger_url: Option<String>,
+    /// Requests kept for the latency page.
+    pub recent_requests: usize,
+}
+
+impl Config {
+    /// Reads, overrides and validates. `path` may be `None` (defaults only).
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let raw = match path {
+            Some(p) => RawConfig::from_file(p)?,
+            None => RawConfig::default(),
+        };
+        Config::from_raw(raw, overrides)
+    }
+
+    /// Validates a raw config with overrides applied.
+    pub fn from_raw(raw: RawConfig, o: &Overrides) -> Result<Config, ConfigError> {
+        let listen = pick(&o.listen, &raw.listen, DEFAULT_LISTEN);
+        let upstream = pick(&o.upstream, &raw.upstream, DEFAULT_UPSTREAM);
+        let admin = pick(&o.admin_listen, &raw.admin_listen, DEFAULT_ADMIN_LISTEN);
+        let t = &raw.telemetry;
+        let endpoint = o
+            .otlp_endpoint
+            .clone()
+            .or_else(|| t.otlp_endpoint.clone())
+            .filter(|e| !e.trim().is_empty());
+        if let Some(e) = &endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(invalid("telemetry.otlp_endpoint", "must start with http:// or https://"));
+            }
+        }
+        let protocol = pick(&o.otlp_protocol, &t.otlp_protocol, "grpc");
+        let ratio = o.sample_ratio.or(t.sample_ratio).unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(invalid("telemetry.sample_ratio", "must be between 0.0 and 1.0"));
+        }
+        let threads = o.threads.or(raw.threads).unwrap_or(2);
+        if threads == 0 || threads > 256 {
+            return Err(invalid("threads", "must be between 1 and 256"));
+        }
+        let tm = &raw.upstream_timeouts;
+        let telemetry = Telemetry {
+            otlp_endpoint: endpoint,
+            otlp_protocol: parse_protocol(&protocol)?,
+            service_name: o
+                .service_name
+                .clone()
+                .or_else(|| t.service_name.clone())
+                .unwrap_or_else(|| "llamatap".to_string()),
+            sample_ratio: ratio,
+            export_queue_size: positive("telemetry.export_queue_size", t.export_queue_size, 4096)?,
+            metrics: t.metrics.unwrap_or(true),
+            capture_content: t.capture_content.unwrap_or(false),
+            max_event_bytes: positive("telemetry.max_event_bytes", t.max_event_bytes, 1 << 20)?,
+            max_inspect_bytes: positive("telemetry.max_inspect_bytes", t.max_inspect_bytes, 1 << 20)?,
+        };
+        Ok(Config {
+            listen: parse_addr("listen", &listen)?,
+            upstream: parse_upstream(&upstream)?,
+            admin_listen: parse_addr("admin_listen", &admin)?,
+            threads,
+            grace_period: Duration::from_secs(o.grace_period_seconds.or(raw.grace_period_seconds).unwrap_or(10)),
+            connect_timeout: Duration::from_millis(positive_u64("upstream_timeouts.connect_ms", tm.connect_ms, 5_000)?),
+            read_timeout: Duration::from_secs(positive_u64("upstream_timeouts.read_seconds", tm.read_seconds, 600)?),
+            write_timeout: Duration::from_secs(positive_u64("upstream_timeouts.write_seconds", tm.write_seconds, 60)?),
+            pool_idle_timeout: Duration::from_millis(positive_u64("upstream_timeouts.pool_idle_ms", tm.pool_idle_ms, 2_000)?),
+            telemetry,
+            model_aliases: raw.models.aliases.unwrap_or_default(),
+            model_refresh: Duration::from_secs(positive_u64("models.refresh_seconds", raw.models.refresh_seconds, 30)?),
+            jaeger_url: raw.admin.jaeger_url.filter(|u| !u.is_empty()),
+            recent_requests: positive("admin.recent_requests", raw.admin.recent_requests, 300)?,
+        })
+    }
+}
+
+impl RawConfig {
+    /// Reads and parses a TOML file.
+    pub fn from_file(path: &Path) -> Result<RawConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        RawConfig::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses TOML text; the error is flattened to one line.
+    pub fn from_toml(text: &str) -> Result<RawConfig, String> {
+        toml::from_str(text).map_err(|e| one_line(&e.to_string()))
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn pick(flag: &Option<String>, file: &Option<String>, default: &str) -> String {
+    flag.clone()
+        .or_else(|| file.clone())
+        .unwrap_or_else(|| default.to_string())
+}
+
+fn invalid(key: &'static str, message: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.to_string(),
+    }
+}
+
+fn positive(key: &'static str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => Err(invalid(key, "must be greater than zero")),
+        n => Ok(n),
+    }
+}
+
+fn positive_u64(key: &'static str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => Err(invalid(key, "must be greater than zero")),
+        n => Ok(n),
+    }
+}
+
+fn parse_protocol(s: &str) -> Result<OtlpProtocol, ConfigError> {
+    match s {
+        "grpc" => Ok(OtlpProtocol::Grpc),
+        "http" | "http/protobuf" => Ok(OtlpProtocol::HttpProtobuf),
+        other => Err(ConfigError::Invalid {
+            key: "telemetry.otlp_protocol",
+            message: format!("{other:?} is not one of grpc, http, http/protobuf"),
+        }),
+    }
+}
+
+fn parse_addr(key: &'static str, s: &str) -> Result<SocketAddr, ConfigError> {
+    s.parse().map_err(|_| ConfigError::Invalid {
+        key,
+        message: format!("{s:?} is not an IP:port address"),
+    })
+}
+
+/// Parses `http://host:port[/base]`.
+pub fn parse_upstream(s: &str) -> Result<Upstream, ConfigError> {
+    let err = |m: &str| ConfigError::Invalid {
+        key: "upstream",
+        message: format!("{s:?}: {m}"),
+    };
+    let rest = s
+        .strip_prefix("http://")
+        .ok_or_else(|| err("only http:// URLs are supported"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    if authority.is_empty() || authority.contains('@') || path.contains(['?', '#']) {
+        return Err(err("expected http://host:port[/path]"));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse::<u16>() {
+            Ok(port) if port > 0 => (h, port),
+            _ => return Err(err("bad port")),
+        },
+        _ => (authority, 80),
+    };
+    if host.is_empty() {
+        return Err(err("missing host"));
+    }
+    Ok(Upstream {
+        address: format!("{host}:{port}"),
+        host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+        port,
+        base_path: path.to_string(),
+    })
+}

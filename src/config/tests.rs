@@ -1,0 +1,82 @@
+use super::*;
+
+fn load(toml: &str) -> Result<Config, ConfigError> {
+    let raw = RawConfig::from_toml(toml).map_err(|message| ConfigError::Parse {
+        path: "test.toml".into(),
+        message,
+    })?;
+    Config::from_raw(raw, &Overrides::default())
+}
+
+#[test]
+fn defaults_are_documented_values() {
+    let c = load("").unwrap();
+    assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    assert_eq!(c.admin_listen.to_string(), DEFAULT_ADMIN_LISTEN);
+    assert!(c.admin_listen.ip().is_loopback());
+    assert_eq!(c.upstream.address, "127.0.0.1:8081");
+    assert_eq!(c.grace_period, Duration::from_secs(10));
+    assert_eq!(c.read_timeout, Duration::from_secs(600));
+    assert!(c.pool_idle_timeout < Duration::from_secs(5), "below llama-server's keep-alive");
+    assert!(c.telemetry.otlp_endpoint.is_none());
+    assert!(!c.telemetry.capture_content);
+}
+
+#[test]
+fn flags_beat_file() {
+    let raw = RawConfig::from_toml("listen = \"127.0.0.1:1\"\nupstream = \"http://a:1\"").unwrap();
+    let o = Overrides {
+        listen: Some("127.0.0.1:2".into()),
+        ..Overrides::default()
+    };
+    let c = Config::from_raw(raw, &o).unwrap();
+    assert_eq!(c.listen.port(), 2);
+    assert_eq!(c.upstream.host, "a");
+}
+
+#[test]
+fn unknown_keys_and_bad_values_are_one_line_errors() {
+    for bad in [
+        "lisen = \"x\"",
+        "listen = \"nope\"",
+        "upstream = \"https://x:1\"",
+        "upstream = \"http://x:0\"",
+        "threads = 0",
+        "[telemetry]\nsample_ratio = 2.0",
+        "[telemetry]\notlp_protocol = \"udp\"",
+        "[telemetry]\notlp_endpoint = \"localhost:4317\"",
+        "[upstream_timeouts]\nread_seconds = 0",
+        "listen = [",
+    ] {
+        let e = load(bad).unwrap_err().to_string();
+        assert!(!e.contains('\n'), "{bad:?} gave a multi-line error: {e}");
+    }
+}
+
+#[test]
+fn upstream_urls() {
+    let u = parse_upstream("http://127.0.0.1:8081").unwrap();
+    assert_eq!((u.address.as_str(), u.port, u.base_path.as_str()), ("127.0.0.1:8081", 8081, ""));
+    let u = parse_upstream("http://llama:9000/base/").unwrap();
+    assert_eq!((u.host.as_str(), u.base_path.as_str()), ("llama", "/base"));
+    let u = parse_upstream("http://[::1]:8081").unwrap();
+    assert_eq!(u.host, "::1");
+    let u = parse_upstream("http://llama").unwrap();
+    assert_eq!(u.port, 80);
+    assert!(parse_upstream("http://").is_err());
+    assert!(parse_upstream("http://u@h:1").is_err());
+}
+
+#[test]
+fn shipped_config_files_load() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "toml") {
+            Config::load(Some(&p), &Overrides::default()).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 1, "no config files under conf/");
+}

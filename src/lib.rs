@@ -1,0 +1,30 @@
+//! llamatap: a drop-in Pingora proxy for llama.cpp's `llama-server`.
+//!
+//! It forwards every request unchanged and every stream unbuffered, measures the
+//! moments a voice or RAG user feels (upstream headers, first token, first
+//! sentence, end), exports them as OpenTelemetry spans and Prometheus
+//! histograms, and closes the upstream connection the moment a client hangs up
+//! so llama-server cancels the task.
+//!
+//! Pure modules (no framework imports, exhaustively tested):
+//! - [`sse`]: incremental Server-Sent Events reader.
+//! - [`sentence`]: the first-sentence rule.
+//! - [`llama`]: llama-server's stream and response formats.
+//! - [`request`]: request inspection (route, model, stream flag).
+//! - [`tracecontext`]: W3C `traceparent`/`tracestate` parsing.
+//!
+//! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`].
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod llama;
+pub mod observe;
+pub mod proxy;
+pub mod record;
+pub mod request;
+pub mod sentence;
+pub mod server;
+pub mod sse;
+pub mod telemetry;
+pub mod tracecontext;

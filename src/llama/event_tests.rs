@@ -1,0 +1,365 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Single events: escapes, borrowing, lenient fields, error shapes, garbage.
+
+use std::borrow::Cow;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::sse::SseEvent;
+
+fn chat(data: &str) -> Delta<'_> {
+    parse_event(
+        StreamFormat::OpenAiChat,
+        &SseEvent {
+            event: b"",
+            data: data.as_bytes(),
+        },
+    )
+}
+
+#[test]
+fn common_chunk_borrows_everything() {
+    let data = r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" word"}}],"created":1,"id":"chatcmpl-x","model":"tiny.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}"#;
+    let d = chat(data);
+    assert!(matches!(d.visible, Some(Cow::Borrowed(" word"))));
+    assert!(matches!(d.model, Some(Cow::Borrowed("tiny.gguf"))));
+    assert!(matches!(d.response_id, Some(Cow::Borrowed("chatcmpl-x"))));
+    assert!(d.is_token() && !d.hidden_token && !d.done && d.finish_reason.is_none());
+}
+
+#[test]
+fn json_escapes_decode_into_visible_text() {
+    let d = chat(r#"{"choices":[{"delta":{"content":"a\nb\t\"c\"\\ \u00e9 \ud83e\udd99 \/"}}]}"#);
+    assert_eq!(d.visible.as_deref(), Some("a\nb\t\"c\"\\ é 🦙 /"));
+    assert!(matches!(d.visible, Some(Cow::Owned(_))));
+}
+
+#[test]
+fn role_only_and_empty_content_are_not_tokens() {
+    let role = chat(
+        r#"{"choices":[{"delta":{"role":"assistant","content":null},"finish_reason":null}],"model":"m"}"#,
+    );
+    assert!(!role.is_token());
+    assert_eq!(role.model.as_deref(), Some("m"));
+    assert!(!chat(r#"{"choices":[{"delta":{"content":""}}]}"#).is_token());
+    assert!(
+        !chat(r#"{"choices":[{"delta":{"reasoning_content":"","tool_calls":[]}}]}"#).is_token()
+    );
+    assert!(chat(r#"{"choices":[{"delta":{"reasoning_content":"\n"}}]}"#).hidden_token);
+}
+
+#[test]
+fn unexpected_field_types_are_ignored_not_fatal() {
+    let d = chat(
+        r#"{"choices":[{"delta":{"content":"hi","tool_calls":7}},5],"model":5,"id":[],"timings":"x","usage":[1],"error":null}"#,
+    );
+    assert_eq!(d.visible.as_deref(), Some("hi"));
+    assert!(d.hidden_token, "a non-null tool_calls value counts");
+    assert_eq!(
+        (d.model, d.response_id, d.timings, d.usage, d.error),
+        (None, None, None, None, None)
+    );
+    let d = chat(
+        r#"{"choices":[{"delta":{"content":"x"}}],"timings":{"prompt_n":3.0,"prompt_ms":"1","predicted_n":-1,"cache_n":null}}"#,
+    );
+    assert_eq!(
+        d.timings,
+        Some(Timings {
+            prompt_n: Some(3),
+            ..Timings::default()
+        })
+    );
+    let d = chat(
+        r#"{"choices":{"delta":{"content":"x"}},"usage":{"prompt_tokens":2,"completion_tokens_details":{"reasoning_tokens":4}}}"#,
+    );
+    assert_eq!(
+        (
+            d.visible,
+            d.usage.map(|u| (u.input_tokens, u.reasoning_tokens))
+        ),
+        (None, Some((Some(2), Some(4))))
+    );
+}
+
+#[test]
+fn done_marker_and_error_shapes() {
+    for format in StreamFormat::ALL {
+        let d = parse_event(
+            format,
+            &SseEvent {
+                event: b"",
+                data: b"[DONE]",
+            },
+        );
+        assert_eq!(
+            d,
+            Delta {
+                done: true,
+                ..Delta::default()
+            }
+        );
+        let e = parse_event(
+            format,
+            &SseEvent {
+                event: b"",
+                data: br#"{"error":{"code":500,"message":"boom","type":"server_error"}}"#,
+            },
+        );
+        assert_eq!(e.error.as_deref(), Some("boom"), "{format}");
+        let e = parse_event(
+            format,
+            &SseEvent {
+                event: b"",
+                data: br#"{"error":{"type":"overloaded_error"}}"#,
+            },
+        );
+        assert_eq!(e.error.as_deref(), Some("overloaded_error"), "{format}");
+        let e = parse_event(
+            format,
+            &SseEvent {
+                event: b"",
+                data: br#"{"error":"plain"}"#,
+            },
+        );
+        assert_eq!(e.error.as_deref(), Some("plain"), "{format}");
+    }
+    let ev = |name: &'static [u8], data: &'static [u8]| SseEvent { event: name, data };
+    let a = |e| parse_event(StreamFormat::AnthropicMessages, &e);
+    let real = a(ev(
+        b"error",
+        br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+    ));
+    assert_eq!(real.error.as_deref(), Some("Overloaded"));
+    let untyped = a(ev(b"", br#"{"type":"error","error":{"message":"x"}}"#));
+    assert_eq!(untyped.error.as_deref(), Some("x"));
+    assert_eq!(a(ev(b"error", b"{}")).error.as_deref(), Some("error"));
+    let r = |e| parse_event(StreamFormat::OpenAiResponses, &e);
+    let failed = r(ev(b"response.failed", br#"{"type":"response.failed","response":{"id":"r","status":"failed","error":{"code":"server_error","message":"bad"}}}"#));
+    assert_eq!(
+        (
+            failed.done,
+            failed.error.as_deref(),
+            failed.finish_reason.as_deref()
+        ),
+        (true, Some("bad"), Some("failed"))
+    );
+    let inc = r(ev(b"", br#"{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}}"#));
+    assert_eq!(
+        (inc.done, inc.finish_reason.as_deref()),
+        (true, Some("max_output_tokens"))
+    );
+    let err = r(ev(
+        b"error",
+        br#"{"type":"error","code":"x","message":"rate limited"}"#,
+    ));
+    assert_eq!(err.error.as_deref(), Some("rate limited"));
+}
+
+#[test]
+fn event_type_falls_back_to_the_data_type_field() {
+    let a = parse_event(StreamFormat::AnthropicMessages, &SseEvent {
+        event: b"",
+        data: br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}"#,
+    });
+    assert_eq!(a.visible.as_deref(), Some("x"));
+    let r = parse_event(
+        StreamFormat::OpenAiResponses,
+        &SseEvent {
+            event: b"",
+            data: br#"{"type":"response.reasoning_summary_text.delta","delta":"y"}"#,
+        },
+    );
+    assert!(r.hidden_token && r.visible.is_none());
+    let ping = parse_event(
+        StreamFormat::AnthropicMessages,
+        &SseEvent {
+            event: b"ping",
+            data: br#"{"type":"ping"}"#,
+        },
+    );
+    assert_eq!(ping, Delta::default());
+}
+
+#[test]
+fn native_partial_events_have_no_finish_or_usage() {
+    let d = parse_event(StreamFormat::Native, &SseEvent {
+        event: b"",
+        data: br#"{"index":0,"content":"x","tokens":[1],"stop":false,"id_slot":-1,"tokens_predicted":1,"tokens_evaluated":3,"stop_type":"none"}"#,
+    });
+    assert_eq!(
+        (d.visible.as_deref(), d.usage, d.finish_reason, d.done),
+        (Some("x"), None, None, false)
+    );
+}
+
+const GARBAGE: &[&[u8]] = &[
+    b"",
+    b" ",
+    b"not json",
+    b"{",
+    b"}",
+    b"[1,2]",
+    b"null",
+    b"true",
+    b"42",
+    b"\"s\"",
+    b"{\"choices\":",
+    b"\xff\xfe\x00",
+    b"{\"choices\":[{\"delta\":{\"content\":\"\\ud83e\"}}]}",
+    b"{\"content\":\"a\"} trailing",
+    b"{\"a\":1,\"a\":2}",
+];
+
+#[test]
+fn garbage_never_panics_and_gives_an_empty_delta() {
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let deep_obj = format!("{}1{}", r#"{"choices":"#.repeat(50_000), "}".repeat(50_000));
+    for format in StreamFormat::ALL {
+        for data in GARBAGE
+            .iter()
+            .copied()
+            .chain([deep.as_bytes(), deep_obj.as_bytes()])
+        {
+            let d = parse_event(format, &SseEvent { event: b"", data });
+            assert_eq!(
+                d,
+                Delta::default(),
+                "{format} {:?}",
+                String::from_utf8_lossy(data)
+            );
+            for name in [
+                &b"message_start"[..],
+                b"content_block_delta",
+                b"response.completed",
+                b"error",
+            ] {
+                let d = parse_event(format, &SseEvent { event: name, data });
+                assert!(
+                    !d.is_token() && d.finish_reason.is_none(),
+                    "{format} {:?}",
+                    String::from_utf8_lossy(data)
+                );
+            }
+            assert_eq!(
+                parse_response(format, data),
+                ResponseFacts::default(),
+                "{format}"
+            );
+        }
+    }
+}
+
+#[test]
+fn formats_have_names_and_paths() {
+    let names: std::collections::HashSet<_> =
+        StreamFormat::ALL.iter().map(|f| f.as_str()).collect();
+    assert_eq!(names.len(), 5);
+    for (path, want) in [
+        ("/v1/chat/completions", Some(StreamFormat::OpenAiChat)),
+        ("/chat/completions?x=1", Some(StreamFormat::OpenAiChat)),
+        ("/v1/completions/", Some(StreamFormat::OpenAiCompletion)),
+        ("/completions", Some(StreamFormat::Native)),
+        ("/completion", Some(StreamFormat::Native)),
+        ("/infill", Some(StreamFormat::Native)),
+        ("/v1/messages", Some(StreamFormat::AnthropicMessages)),
+        ("/responses", Some(StreamFormat::OpenAiResponses)),
+        ("/v1/messages/count_tokens", None),
+        ("/health", None),
+        ("", None),
+    ] {
+        assert_eq!(StreamFormat::from_path(path), want, "{path}");
+    }
+}
+
+#[test]
+fn delta_helpers() {
+    let data = String::from(
+        r#"{"choices":[{"delta":{"content":"k"},"finish_reason":"stop"}],"model":"m","id":"i"}"#,
+    );
+    let owned = chat(&data).into_owned();
+    drop(data);
+    assert_eq!(
+        (owned.visible.as_deref(), owned.finish_reason.as_deref()),
+        (Some("k"), Some("stop"))
+    );
+    let a = Usage {
+        input_tokens: Some(1),
+        output_tokens: Some(0),
+        ..Usage::default()
+    };
+    let b = Usage {
+        output_tokens: Some(9),
+        ..Usage::default()
+    };
+    assert_eq!(
+        a.merge(b),
+        Usage {
+            input_tokens: Some(1),
+            output_tokens: Some(9),
+            ..Usage::default()
+        }
+    );
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..300), name in "[a-z_.]{0,24}") {
+        for format in StreamFormat::ALL {
+            let _ = parse_event(format, &SseEvent { event: name.as_bytes(), data: &data });
+            let _ = parse_response(format, &data);
+        }
+    }
+
+    #[test]
+    fn arbitrary_json_never_panics(json in arb_json()) {
+        let data = json.to_string();
+        for format in StreamFormat::ALL {
+            for name in [&b""[..], b"message_start", b"content_block_delta", b"response.completed"] {
+                let _ = parse_event(format, &SseEvent { event: name, data: data.as_bytes() });
+            }
+            let _ = parse_response(format, data.as_bytes());
+        }
+    }
+}
+
+/// JSON values using the field names the parsers look for.
+fn arb_json() -> impl Strategy<Value = serde_json::Value> {
+    let keys = prop::sample::select(vec![
+        "choices",
+        "delta",
+        "content",
+        "text",
+        "type",
+        "message",
+        "usage",
+        "timings",
+        "error",
+        "model",
+        "id",
+        "stop",
+        "finish_reason",
+        "reasoning_content",
+        "tool_calls",
+        "response",
+        "item",
+        "output",
+        "prompt_n",
+        "input_tokens",
+    ]);
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_map(serde_json::Value::from),
+        "[a-z_. ]{0,8}".prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            prop::collection::vec((keys.clone(), inner), 0..6).prop_map(|kv| {
+                serde_json::Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+            }),
+        ]
+    })
+}

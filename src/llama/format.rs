@@ -1,0 +1,66 @@
+//! Which of llama-server's streaming formats a response uses.
+//!
+//! The format follows from the request path alone. This module only names
+//! formats; parsing lives in the per-format modules.
+
+/// A llama-server response format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamFormat {
+    /// `/v1/chat/completions`, `/chat/completions`: `chat.completion.chunk` events.
+    OpenAiChat,
+    /// `/v1/completions`: `text_completion` events with `choices[].text`.
+    OpenAiCompletion,
+    /// `/completion`, `/completions`, `/infill`: llama-server's own format
+    /// (`content`, `stop`, `timings`); no `[DONE]` at the end.
+    Native,
+    /// `/v1/messages`: Anthropic Messages events with `event:` lines.
+    AnthropicMessages,
+    /// `/v1/responses`, `/responses`: OpenAI Responses events with `event:` lines.
+    OpenAiResponses,
+}
+
+impl StreamFormat {
+    /// Every format, for tests and label pre-registration.
+    pub const ALL: [StreamFormat; 5] = [
+        StreamFormat::OpenAiChat,
+        StreamFormat::OpenAiCompletion,
+        StreamFormat::Native,
+        StreamFormat::AnthropicMessages,
+        StreamFormat::OpenAiResponses,
+    ];
+
+    /// A stable lower-case name, fit for a metric label or span attribute.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StreamFormat::OpenAiChat => "openai_chat",
+            StreamFormat::OpenAiCompletion => "openai_completion",
+            StreamFormat::Native => "native",
+            StreamFormat::AnthropicMessages => "anthropic_messages",
+            StreamFormat::OpenAiResponses => "openai_responses",
+        }
+    }
+
+    /// The format llama-server uses for a request path (query string ignored,
+    /// one trailing `/` tolerated), or `None` for routes that do not generate.
+    ///
+    /// Note that llama-server routes `/completions` (without `/v1`) to its
+    /// native handler, not to the OpenAI one.
+    pub fn from_path(path: &str) -> Option<StreamFormat> {
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        let path = path.strip_suffix('/').unwrap_or(path);
+        match path {
+            "/v1/chat/completions" | "/chat/completions" => Some(StreamFormat::OpenAiChat),
+            "/v1/completions" => Some(StreamFormat::OpenAiCompletion),
+            "/completion" | "/completions" | "/infill" => Some(StreamFormat::Native),
+            "/v1/messages" => Some(StreamFormat::AnthropicMessages),
+            "/v1/responses" | "/responses" => Some(StreamFormat::OpenAiResponses),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for StreamFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,176 @@
+//! Watches a response body as it passes: the moments of the first token, the
+//! first sentence and the last token, plus what the final events report.
+//!
+//! Pure: no I/O, no framework. The caller passes each chunk exactly as it is
+//! forwarded and the time it saw it; this module never touches the bytes the
+//! client receives. Per event it does one targeted parse and cheap arithmetic;
+//! once the first sentence is known it stops feeding the sentence rule.
+
+use std::time::{Duration, Instant};
+
+use crate::llama::{self, StreamFormat, Timings, Usage};
+use crate::sentence::SentenceRule;
+use crate::sse::SseReader;
+
+#[cfg(test)]
+mod tests;
+
+/// What an observed response body reported, and when.
+#[derive(Clone, Debug, Default)]
+pub struct StreamFacts {
+    /// First event carrying a token on any channel.
+    pub first_token_any: Option<Instant>,
+    /// First event carrying non-empty visible content.
+    pub first_token: Option<Instant>,
+    /// First sentence known complete.
+    pub first_sentence: Option<Instant>,
+    /// Length of that sentence, Unicode scalar values.
+    pub sentence_chars: Option<usize>,
+    /// Its text, only when capture is on.
+    pub sentence_text: Option<String>,
+    /// Last event carrying a token.
+    pub last_token: Option<Instant>,
+    /// Token-carrying events.
+    pub token_events: u64,
+    /// Longest gap between two token-carrying events.
+    pub max_token_gap: Option<Duration>,
+    /// Finish reasons seen.
+    pub finish_reasons: Vec<String>,
+    /// Final timings.
+    pub timings: Option<Timings>,
+    /// Usage.
+    pub usage: Option<Usage>,
+    /// First model name reported.
+    pub model: Option<String>,
+    /// First response id reported.
+    pub response_id: Option<String>,
+    /// In-band error message.
+    pub error: Option<String>,
+    /// `[DONE]` or the format's terminal event arrived.
+    pub done: bool,
+    /// Events skipped for size.
+    pub skipped_events: u64,
+}
+
+/// Observes one event-stream body.
+#[derive(Debug)]
+pub struct StreamObserver {
+    reader: SseReader,
+    format: StreamFormat,
+    sentence: SentenceRule,
+    capture: bool,
+    facts: StreamFacts,
+}
+
+impl StreamObserver {
+    /// A new observer for `format`; events above `max_event_bytes` are skipped.
+    /// `capture` keeps the first sentence's text.
+    pub fn new(format: StreamFormat, max_event_bytes: usize, capture: bool) -> Self {
+        StreamObserver {
+            reader: SseReader::new(max_event_bytes),
+            format,
+            sentence: SentenceRule::new(),
+            capture,
+            facts: StreamFacts::default(),
+        }
+    }
+
+    /// Observes one forwarded chunk, seen at `now`.
+    pub fn on_chunk(&mut self, chunk: &[u8], now: Instant) {
+        let StreamObserver {
+            reader,
+            format,
+            sentence,
+            capture,
+            facts,
+        } = self;
+        reader.feed(chunk, |event| {
+            let delta = llama::parse_event(*format, event);
+            apply(facts, sentence, *capture, delta, now);
+        });
+        facts.skipped_events = reader.skipped_events();
+    }
+
+    /// True while an event has started but not ended (a cut here would leave
+    /// the client holding half an event).
+    pub fn mid_event(&self) -> bool {
+        self.reader.has_pending()
+    }
+
+    /// End of body at `now`: the whole text becomes the first sentence if no
+    /// sentence ended. Returns the facts.
+    pub fn finish(mut self, now: Instant) -> StreamFacts {
+        if self.facts.first_sentence.is_none() {
+            if let Some(s) = self.sentence.finish() {
+                record_sentence(&mut self.facts, s, self.capture, now);
+            }
+        }
+        self.facts.skipped_events = self.reader.skipped_events();
+        self.facts
+    }
+
+    /// The facts so far.
+    pub fn facts(&self) -> &StreamFacts {
+        &self.facts
+    }
+}
+
+fn apply(
+    facts: &mut StreamFacts,
+    sentence: &mut SentenceRule,
+    capture: bool,
+    delta: llama::Delta<'_>,
+    now: Instant,
+) {
+    let has_token = delta.visible.is_some() || delta.hidden_token;
+    if has_token {
+        facts.token_events += 1;
+        if facts.first_token_any.is_none() {
+            facts.first_token_any = Some(now);
+        }
+        if let Some(prev) = facts.last_token {
+            let gap = now.saturating_duration_since(prev);
+            if facts.max_token_gap.is_none_or(|m| gap > m) {
+                facts.max_token_gap = Some(gap);
+            }
+        }
+        facts.last_token = Some(now);
+    }
+    if let Some(text) = delta.visible.as_deref() {
+        if facts.first_token.is_none() {
+            facts.first_token = Some(now);
+        }
+        if facts.first_sentence.is_none() {
+            if let Some(s) = sentence.push(text) {
+                record_sentence(facts, s, capture, now);
+            }
+        }
+    }
+    if let Some(r) = delta.finish_reason {
+        facts.finish_reasons.push(r.into());
+    }
+    if delta.timings.is_some() {
+        facts.timings = delta.timings;
+    }
+    if let Some(u) = delta.usage {
+        facts.usage = Some(u);
+    }
+    if facts.model.is_none() {
+        facts.model = delta.model.map(Into::into);
+    }
+    if facts.response_id.is_none() {
+        facts.response_id = delta.response_id.map(Into::into);
+    }
+    if let Some(e) = delta.error {
+        facts.error.get_or_insert_with(|| e.into());
+    }
+    facts.done |= delta.done;
+}
+
+fn record_sentence(facts: &mut StreamFacts, s: crate::sentence::Sentence, capture: bool, now: Instant) {
+    facts.first_sentence = Some(now);
+    facts.sentence_chars = Some(s.chars);
+    if capture {
+        facts.sentence_text = Some(s.text);
+    }
+}

@@ -1,0 +1,64 @@
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn chat(content: &str) -> String {
+    format!(
+        "data: {}\n\n",
+        serde_json::json!({"choices":[{"index":0,"delta":{"content":content}}],"model":"tiny.gguf","object":"chat.completion.chunk"})
+    )
+}
+
+#[test]
+fn moments_follow_the_events_not_the_chunks() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, true);
+    let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}],\"model\":\"tiny.gguf\"}\n\n";
+    o.on_chunk(role.as_bytes(), at(10));
+    let reasoning = "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"think\"}}]}\n\n";
+    o.on_chunk(reasoning.as_bytes(), at(20));
+    o.on_chunk(chat("").as_bytes(), at(25));
+    // An event split across two chunks counts when its end arrives.
+    let hello = chat("Hello there.");
+    let (a, b) = hello.as_bytes().split_at(9);
+    o.on_chunk(a, at(30));
+    assert!(o.mid_event());
+    o.on_chunk(b, at(40));
+    assert!(!o.mid_event());
+    o.on_chunk(chat(" Next").as_bytes(), at(100));
+    o.on_chunk(b"data: [DONE]\n\n", at(110));
+    let f = o.finish(at(120));
+    assert_eq!(f.first_token_any, Some(at(20)), "reasoning is a token on another channel");
+    assert_eq!(f.first_token, Some(at(40)), "role-only and empty chunks are not tokens");
+    assert_eq!(f.first_sentence, Some(at(100)), "the sentence ends when the space after '.' arrives");
+    assert_eq!(f.sentence_chars, Some(12));
+    assert_eq!(f.sentence_text.as_deref(), Some("Hello there."));
+    assert_eq!(f.last_token, Some(at(100)));
+    assert_eq!(f.token_events, 3);
+    assert_eq!(f.max_token_gap, Some(Duration::from_millis(60)));
+    assert_eq!(f.model.as_deref(), Some("tiny.gguf"));
+    assert!(f.done);
+}
+
+#[test]
+fn whole_text_is_the_sentence_when_the_stream_ends_without_one() {
+    let t0 = Instant::now();
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.on_chunk(chat("no end here").as_bytes(), t0);
+    let f = o.finish(t0 + Duration::from_millis(5));
+    assert_eq!(f.first_sentence, Some(t0 + Duration::from_millis(5)));
+    assert_eq!(f.sentence_chars, Some(11));
+    assert_eq!(f.sentence_text, None, "no text without capture");
+}
+
+#[test]
+fn in_band_error_is_recorded() {
+    let t0 = Instant::now();
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.on_chunk(b"data: {\"error\":{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}}\n\n", t0);
+    let f = o.finish(t0);
+    assert_eq!(f.error.as_deref(), Some("boom"));
+    assert!(!f.done);
+    assert_eq!(f.first_token, None);
+}

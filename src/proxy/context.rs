@@ -1,0 +1,172 @@
+//! Per-request state: what the hooks learn as the request passes, kept as
+//! plain fields until `logging` turns it into a [`RequestRecord`].
+
+use std::time::{Instant, SystemTime};
+
+use crate::llama::StreamFormat;
+use crate::observe::{StreamFacts, StreamObserver};
+use crate::record::{HangupPhase, Outcome, RequestRecord};
+use crate::request::{RequestFacts, Route};
+use crate::telemetry::spans::RequestSpan;
+
+/// State of one proxied request.
+pub struct RequestCtx {
+    /// Monotonic arrival.
+    pub received: Instant,
+    /// Wall-clock arrival.
+    pub received_wall: SystemTime,
+    /// Route label.
+    pub route: Route,
+    /// Bounded request body prefix, for model and parameters.
+    pub body: Vec<u8>,
+    /// The body outgrew the inspection limit.
+    pub body_truncated: bool,
+    /// Facts read from the body.
+    pub request: RequestFacts,
+    /// Spans, when tracing is on.
+    pub span: Option<RequestSpan>,
+    /// Upstream response headers arrived.
+    pub upstream_headers: Option<Instant>,
+    /// Status sent downstream.
+    pub status: Option<u16>,
+    /// Observer of an event-stream body.
+    pub observer: Option<StreamObserver>,
+    /// Facts once the stream ended.
+    pub stream_facts: Option<StreamFacts>,
+    /// Bounded JSON response body, for non-streaming usage and timings.
+    pub json_body: Option<Vec<u8>>,
+    /// Response body bytes forwarded.
+    pub response_bytes: u64,
+    /// The response is an event stream.
+    pub streaming: bool,
+    /// Response finished at.
+    pub ended: Option<Instant>,
+    /// Outcome override decided in an error hook.
+    pub failure: Option<(Outcome, &'static str, String)>,
+    /// Counted in `inflight_streams`.
+    pub stream_counted: bool,
+    /// `request_filter` ran (telemetry counted the request).
+    pub started: bool,
+}
+
+impl RequestCtx {
+    /// A new context for a request arriving now.
+    pub fn new() -> Self {
+        RequestCtx {
+            received: Instant::now(),
+            received_wall: SystemTime::now(),
+            route: Route::Other,
+            body: Vec::new(),
+            body_truncated: false,
+            request: RequestFacts::default(),
+            span: None,
+            upstream_headers: None,
+            status: None,
+            observer: None,
+            stream_facts: None,
+            json_body: None,
+            response_bytes: 0,
+            streaming: false,
+            ended: None,
+            failure: None,
+            stream_counted: false,
+            started: false,
+        }
+    }
+
+    /// The stream format, when the route streams.
+    pub fn format(&self) -> Option<StreamFormat> {
+        stream_format(self.route)
+    }
+
+    /// Where a hang-up now would fall.
+    pub fn hangup_phase(&self) -> HangupPhase {
+        let facts = self
+            .stream_facts
+            .as_ref()
+            .or_else(|| self.observer.as_ref().map(|o| o.facts()));
+        match (self.upstream_headers, facts.and_then(|f| f.first_token_any)) {
+            (None, _) => HangupPhase::BeforeHeaders,
+            (Some(_), None) => HangupPhase::Prefill,
+            (Some(_), Some(_)) => HangupPhase::Decode,
+        }
+    }
+
+    /// Builds the record; `outcome` and error come from `logging`.
+    pub fn record(
+        &mut self,
+        method: String,
+        path: String,
+        outcome: Outcome,
+        error: Option<(&'static str, String)>,
+        client_address: Option<String>,
+    ) -> RequestRecord {
+        let now = Instant::now();
+        let end = self.ended.unwrap_or(now);
+        let hangup_phase = (outcome == Outcome::ClientHangup).then(|| self.hangup_phase());
+        let facts = match (self.stream_facts.take(), self.observer.take()) {
+            (Some(f), _) => f,
+            (None, Some(o)) => o.finish(end),
+            (None, None) => StreamFacts::default(),
+        };
+        let since = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(self.received));
+        let mut rec = RequestRecord {
+            route: self.route,
+            method,
+            path,
+            status: self.status,
+            outcome,
+            error_type: error.as_ref().map(|e| e.0),
+            error_message: error.map(|e| e.1),
+            hangup_phase,
+            request: std::mem::take(&mut self.request),
+            streamed: self.streaming,
+            received_wall: self.received_wall,
+            upstream_headers: since(self.upstream_headers),
+            first_token_any: since(facts.first_token_any),
+            first_token: since(facts.first_token),
+            first_sentence: since(facts.first_sentence),
+            sentence_chars: facts.sentence_chars,
+            sentence_text: facts.sentence_text,
+            last_token: since(facts.last_token),
+            end: end.saturating_duration_since(self.received),
+            response_model: facts.model,
+            response_id: facts.response_id,
+            finish_reasons: facts.finish_reasons,
+            timings: facts.timings,
+            usage: facts.usage,
+            token_events: facts.token_events,
+            max_token_gap: facts.max_token_gap,
+            skipped_events: facts.skipped_events,
+            response_bytes: self.response_bytes,
+            client_address,
+        };
+        if let (Some(body), Some(format)) = (self.json_body.take(), stream_format(self.route)) {
+            let r = crate::llama::parse_response(format, &body);
+            rec.finish_reasons = r.finish_reasons;
+            rec.timings = r.timings;
+            rec.usage = r.usage;
+            rec.response_model = r.model;
+            rec.response_id = r.response_id;
+        }
+        rec
+    }
+}
+
+impl Default for RequestCtx {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The response format of a route's LLM answers.
+pub fn stream_format(route: Route) -> Option<StreamFormat> {
+    match route {
+        Route::ChatCompletions => Some(StreamFormat::OpenAiChat),
+        Route::Completions => Some(StreamFormat::OpenAiCompletion),
+        Route::Completion | Route::Infill => Some(StreamFormat::Native),
+        Route::Messages => Some(StreamFormat::AnthropicMessages),
+        Route::Responses => Some(StreamFormat::OpenAiResponses),
+        _ => None,
+    }
+}

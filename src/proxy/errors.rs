@@ -1,0 +1,91 @@
+//! Error responses in the OpenAI shape (`{"error":{"message","type","code"}}`)
+//! and the mapping from Pingora errors to status, outcome and `error.type`.
+//!
+//! Used by the proxy hooks only; builds bytes, sends nothing itself.
+
+use pingora::{Error, ErrorSource, ErrorType};
+
+use crate::record::Outcome;
+
+/// How a failed request is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// HTTP status for the client (0: the client is gone, send nothing).
+    pub status: u16,
+    /// Outcome label.
+    pub outcome: Outcome,
+    /// `error.type` and the JSON body's `code`.
+    pub code: &'static str,
+    /// The JSON body's `type`.
+    pub kind: &'static str,
+}
+
+/// Classifies a Pingora error.
+pub fn classify(e: &Error) -> Failure {
+    use ErrorType::*;
+    let f = |status, outcome, code, kind| Failure {
+        status,
+        outcome,
+        code,
+        kind,
+    };
+    match (e.esource(), e.etype()) {
+        (_, HTTPStatus(code)) => f(*code, Outcome::ProxyError, "http_status", "invalid_request_error"),
+        (ErrorSource::Downstream, WriteError | ReadError | ConnectionClosed) => {
+            f(0, Outcome::ClientHangup, "client_hangup", "client_hangup")
+        }
+        (ErrorSource::Downstream, ReadTimedout | WriteTimedout) => {
+            f(408, Outcome::ClientHangup, "client_timeout", "invalid_request_error")
+        }
+        (ErrorSource::Downstream, _) => f(400, Outcome::ProxyError, "bad_request", "invalid_request_error"),
+        (_, ConnectTimedout) => f(504, Outcome::UpstreamError, "upstream_connect_timeout", "upstream_error"),
+        (_, ReadTimedout | WriteTimedout) => f(504, Outcome::UpstreamError, "upstream_timeout", "upstream_error"),
+        (_, ConnectRefused | ConnectNoRoute | ConnectError | SocketError | BindError) => {
+            f(502, Outcome::UpstreamError, "upstream_unreachable", "upstream_error")
+        }
+        (ErrorSource::Upstream, ConnectionClosed | ReadError | WriteError) => {
+            f(502, Outcome::UpstreamError, "upstream_disconnected", "upstream_error")
+        }
+        (ErrorSource::Upstream, InvalidHTTPHeader | H1Error | H2Error | InvalidH2) => {
+            f(502, Outcome::UpstreamError, "upstream_protocol_error", "upstream_error")
+        }
+        (ErrorSource::Upstream, _) => f(502, Outcome::UpstreamError, "upstream_error", "upstream_error"),
+        _ => f(500, Outcome::ProxyError, "proxy_error", "proxy_error"),
+    }
+}
+
+/// Human text for a failure (no internals beyond the error's own kind).
+pub fn message(f: &Failure, e: &Error) -> String {
+    let what = match f.code {
+        "upstream_connect_timeout" => "timed out connecting to the upstream llama-server",
+        "upstream_timeout" => "timed out waiting for the upstream llama-server",
+        "upstream_unreachable" => "cannot connect to the upstream llama-server",
+        "upstream_disconnected" => "the upstream llama-server closed the connection before the response was complete",
+        "upstream_protocol_error" => "the upstream llama-server sent an invalid HTTP response",
+        "upstream_error" => "the upstream llama-server failed",
+        "client_timeout" => "timed out reading the request",
+        "bad_request" => "invalid request",
+        _ => "llamatap failed to proxy the request",
+    };
+    format!("{what} ({})", e.etype().as_str())
+}
+
+/// The OpenAI-shaped JSON error body.
+pub fn json_body(message: &str, kind: &str, code: &str) -> Vec<u8> {
+    serde_json::json!({"error": {"message": message, "type": kind, "code": code}})
+        .to_string()
+        .into_bytes()
+}
+
+/// The final SSE event sent when a stream fails after it started. Prefixed with
+/// a blank line when the client holds half an event, so this one parses.
+pub fn sse_error_event(message: &str, kind: &str, code: &str, mid_event: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    if mid_event {
+        out.extend_from_slice(b"\n\n");
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(&json_body(message, kind, code));
+    out.extend_from_slice(b"\n\n");
+    out
+}

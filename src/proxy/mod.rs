@@ -1,0 +1,331 @@
+//! The Pingora proxy: every request to llama-server unchanged, every stream
+//! unbuffered, and the moments of each answer observed on the way.
+//!
+//! Each hook is short and delegates: request facts to [`crate::request`],
+//! body observation to [`crate::observe`], error shapes to [`errors`], and
+//! everything recorded to [`crate::telemetry`] in `logging`. Hang-ups are left
+//! to Pingora's default (`abort_on_close`): the upstream connection is dropped,
+//! never pooled, the moment the client goes.
+
+pub mod context;
+pub mod errors;
+pub mod watch;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorSource, ErrorType, Result};
+
+use crate::config::Config;
+use crate::observe::StreamObserver;
+use crate::record::Outcome;
+use crate::request::{self, Route};
+use crate::telemetry::spans::Tracing;
+use crate::telemetry::Telemetry;
+use context::RequestCtx;
+use watch::UpstreamState;
+
+/// The llamatap proxy service.
+pub struct LlamaProxy {
+    config: Arc<Config>,
+    telemetry: Arc<Telemetry>,
+    upstream: Arc<UpstreamState>,
+}
+
+impl LlamaProxy {
+    /// A proxy for `config`'s upstream.
+    pub fn new(config: Arc<Config>, telemetry: Arc<Telemetry>, upstream: Arc<UpstreamState>) -> Self {
+        LlamaProxy {
+            config,
+            telemetry,
+            upstream,
+        }
+    }
+
+    fn peer(&self) -> HttpPeer {
+        let mut peer = HttpPeer::new(self.upstream.address(), false, String::new());
+        let o = &mut peer.options;
+        o.connection_timeout = Some(self.config.connect_timeout);
+        o.total_connection_timeout = Some(self.config.connect_timeout);
+        o.read_timeout = Some(self.config.read_timeout);
+        o.write_timeout = Some(self.config.write_timeout);
+        o.idle_timeout = Some(self.config.pool_idle_timeout);
+        peer
+    }
+}
+
+fn header<'a>(h: &'a RequestHeader, name: &str) -> Option<&'a [u8]> {
+    h.headers.get(name).map(|v| v.as_bytes())
+}
+
+fn is_event_stream(resp: &ResponseHeader) -> bool {
+    resp.headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
+}
+
+fn is_json(resp: &ResponseHeader) -> bool {
+    resp.headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("json"))
+}
+
+#[async_trait]
+impl ProxyHttp for LlamaProxy {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx::new()
+    }
+
+    /// Runs first for each request: classify the route, start the spans.
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let req = session.req_header();
+        ctx.route = Route::from_path(req.uri.path());
+        ctx.started = true;
+        self.telemetry.request_started();
+        if let Some(t) = &self.telemetry.tracing {
+            ctx.span = Some(t.start_request(
+                header(req, "traceparent"),
+                header(req, "tracestate"),
+                ctx.received_wall,
+            ));
+        }
+        Ok(false)
+    }
+
+    /// Every attempt goes to the one configured llama-server.
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
+        // A retry replays the body from its start.
+        ctx.body.clear();
+        ctx.body_truncated = false;
+        Ok(Box::new(self.peer()))
+    }
+
+    /// Headers are built: apply the base path and hand the trace context on.
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let base = &self.config.upstream.base_path;
+        if !base.is_empty() {
+            let pq = upstream_request
+                .uri
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/");
+            let uri: http::Uri = format!("{base}{pq}")
+                .parse()
+                .map_err(|e| Error::because(ErrorType::InternalError, "bad upstream path", e))?;
+            upstream_request.set_uri(uri);
+        }
+        if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_mut()) {
+            let (traceparent, tracestate) = t.start_upstream(span, SystemTime::now());
+            upstream_request.insert_header("traceparent", traceparent)?;
+            match tracestate {
+                Some(ts) => upstream_request.insert_header("tracestate", ts)?,
+                None => {
+                    upstream_request.remove_header("tracestate");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each request body chunk passes unchanged; a bounded copy is kept to read the model.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if ctx.route.operation_name().is_none() {
+            return Ok(());
+        }
+        if let Some(b) = body {
+            let limit = self.config.telemetry.max_inspect_bytes;
+            if !ctx.body_truncated && ctx.body.len() + b.len() <= limit {
+                ctx.body.extend_from_slice(b);
+            } else {
+                ctx.body_truncated = true;
+                ctx.body = Vec::new();
+            }
+        }
+        if end_of_stream && !ctx.body_truncated && !ctx.body.is_empty() {
+            ctx.request = request::inspect_body(&ctx.body);
+            ctx.body = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Upstream headers arrived: note the moment and how to watch the body.
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        ctx.upstream_headers = Some(Instant::now());
+        ctx.status = Some(upstream_response.status.as_u16());
+        let format = ctx.format();
+        if is_event_stream(upstream_response) {
+            ctx.streaming = true;
+            ctx.stream_counted = true;
+            self.telemetry.stream_active(true);
+            if let Some(f) = format {
+                let t = &self.config.telemetry;
+                ctx.observer = Some(StreamObserver::new(f, t.max_event_bytes, t.capture_content));
+            }
+        } else if format.is_some() && is_json(upstream_response) {
+            ctx.json_body = Some(Vec::new());
+        }
+        Ok(())
+    }
+
+    /// Downstream headers: keep event streams unbuffered by any hop in front,
+    /// and hand the trace id back.
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if ctx.streaming {
+            if resp.headers.get("x-accel-buffering").is_none() {
+                resp.insert_header("X-Accel-Buffering", "no")?;
+            }
+            if resp.headers.get(http::header::CACHE_CONTROL).is_none() {
+                resp.insert_header("Cache-Control", "no-cache")?;
+            }
+        }
+        if let Some(span) = &ctx.span {
+            resp.insert_header("traceresponse", Tracing::traceresponse(span))?;
+        }
+        Ok(())
+    }
+
+    /// Each body chunk is forwarded as it is; the observer only reads it.
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<Duration>> {
+        let now = Instant::now();
+        if let Some(b) = body.as_ref() {
+            ctx.response_bytes += b.len() as u64;
+            if let Some(o) = ctx.observer.as_mut() {
+                o.on_chunk(b, now);
+            } else if let Some(j) = ctx.json_body.as_mut() {
+                if j.len() + b.len() <= self.config.telemetry.max_inspect_bytes {
+                    j.extend_from_slice(b);
+                } else {
+                    ctx.json_body = None;
+                }
+            }
+        }
+        if end_of_stream {
+            ctx.ended = Some(now);
+            if let Some(o) = ctx.observer.take() {
+                ctx.stream_facts = Some(o.finish(now));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A fatal error: answer with an OpenAI-shaped error, or end a started
+    /// event stream with an error event (never a silent cut, never `[DONE]`).
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> FailToProxy {
+        let f = errors::classify(e);
+        let msg = errors::message(&f, e);
+        ctx.ended.get_or_insert_with(Instant::now);
+        ctx.failure = Some((f.outcome, f.code, msg.clone()));
+        let mut code = f.status;
+        if f.status != 0 {
+            let ds = session.as_downstream_mut();
+            if ds.response_written().is_none() {
+                let body = errors::json_body(&msg, f.kind, f.code);
+                if let Ok(mut resp) = ResponseHeader::build(f.status, Some(3)) {
+                    let _ = resp.insert_header("Content-Type", "application/json");
+                    let _ = resp.insert_header("Content-Length", body.len().to_string());
+                    if let Some(span) = &ctx.span {
+                        let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
+                    }
+                    ctx.status = Some(f.status);
+                    let _ = ds.write_error_response(resp, Bytes::from(body)).await;
+                }
+            } else if ctx.streaming {
+                let mid = ctx.observer.as_ref().is_some_and(|o| o.mid_event());
+                let event = errors::sse_error_event(&msg, f.kind, f.code, mid);
+                let _ = ds.write_response_body(Bytes::from(event), true).await;
+                code = ctx.status.unwrap_or(200);
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
+    }
+
+    /// Client hang-ups are normal traffic, not errors worth a log line.
+    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {
+        error.esource() == &ErrorSource::Downstream
+            && matches!(
+                error.etype(),
+                ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+            )
+    }
+
+    /// The request is over: one record for metrics, spans and the latency page.
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        if !ctx.started {
+            return;
+        }
+        if ctx.stream_counted {
+            ctx.stream_counted = false;
+            self.telemetry.stream_active(false);
+        }
+        let (outcome, error) = outcome(e, ctx);
+        let req = session.req_header();
+        let method = req.method.as_str().to_string();
+        let path = req.uri.path().to_string();
+        let client = session.client_addr().map(|a| a.to_string());
+        let rec = ctx.record(method, path, outcome, error, client);
+        self.telemetry.request_finished(&rec, ctx.span.take());
+    }
+}
+
+/// Decides the outcome of a finished request.
+fn outcome(e: Option<&Error>, ctx: &mut RequestCtx) -> (Outcome, Option<(&'static str, String)>) {
+    if let Some(e) = e {
+        let (o, code, msg) = ctx.failure.take().unwrap_or_else(|| {
+            let f = errors::classify(e);
+            (f.outcome, f.code, errors::message(&f, e))
+        });
+        return (o, Some((code, msg)));
+    }
+    let in_band = ctx
+        .stream_facts
+        .as_ref()
+        .and_then(|f| f.error.clone())
+        .or_else(|| ctx.observer.as_ref().and_then(|o| o.facts().error.clone()));
+    match ctx.status {
+        Some(s) if s >= 500 => (Outcome::UpstreamError, Some(("http_5xx", format!("upstream answered {s}")))),
+        Some(s) if s >= 400 => (Outcome::ClientError, None),
+        _ => match in_band {
+            Some(m) => (Outcome::UpstreamError, Some(("upstream_error_event", m))),
+            None => (Outcome::Ok, None),
+        },
+    }
+}

@@ -1,0 +1,185 @@
+//! The finished facts of one proxied request: what the proxy hands to
+//! telemetry (metrics, spans, the latency page) once the request is over.
+//!
+//! Plain data, no framework types. Durations are measured on the monotonic
+//! clock from the request's arrival at the proxy.
+
+use std::time::{Duration, SystemTime};
+
+use crate::llama::{Timings, Usage};
+use crate::request::{RequestFacts, Route};
+
+/// How a request ended. A fixed list: it is a metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Completed; the upstream answered 1xx-3xx.
+    Ok,
+    /// Completed; the upstream answered 4xx (the client's request was refused).
+    ClientError,
+    /// The client disconnected before the response was complete.
+    ClientHangup,
+    /// The upstream could not be reached, timed out, failed (5xx), died mid-stream,
+    /// or sent an in-band error event.
+    UpstreamError,
+    /// llamatap itself failed or refused the request.
+    ProxyError,
+}
+
+impl Outcome {
+    /// Every outcome, in label order.
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Ok,
+        Outcome::ClientError,
+        Outcome::ClientHangup,
+        Outcome::UpstreamError,
+        Outcome::ProxyError,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ClientError => "client_error",
+            Outcome::ClientHangup => "client_hangup",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::ProxyError => "proxy_error",
+        }
+    }
+}
+
+/// Where in the request a client hang-up happened. A fixed list: it is a metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HangupPhase {
+    /// Before the upstream's response headers (e.g. a non-streaming request still generating).
+    BeforeHeaders,
+    /// After the headers, before the first token: during the prompt prefill.
+    Prefill,
+    /// After the first token: during decoding.
+    Decode,
+}
+
+impl HangupPhase {
+    /// Every phase, in label order.
+    pub const ALL: [HangupPhase; 3] = [
+        HangupPhase::BeforeHeaders,
+        HangupPhase::Prefill,
+        HangupPhase::Decode,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HangupPhase::BeforeHeaders => "before_headers",
+            HangupPhase::Prefill => "prefill",
+            HangupPhase::Decode => "decode",
+        }
+    }
+}
+
+/// Everything known about one finished request.
+#[derive(Clone, Debug)]
+pub struct RequestRecord {
+    /// Route label.
+    pub route: Route,
+    /// HTTP method.
+    pub method: String,
+    /// Request path without the query string.
+    pub path: String,
+    /// Status sent to the client, if any.
+    pub status: Option<u16>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Low-cardinality error class (`error.type`), when it failed.
+    pub error_type: Option<&'static str>,
+    /// Human-readable error, when it failed.
+    pub error_message: Option<String>,
+    /// Where the client hung up, if it did.
+    pub hangup_phase: Option<HangupPhase>,
+    /// Facts read from the request body.
+    pub request: RequestFacts,
+    /// The response was an event stream.
+    pub streamed: bool,
+    /// Wall-clock arrival time (for span timestamps).
+    pub received_wall: SystemTime,
+    /// Upstream response headers received.
+    pub upstream_headers: Option<Duration>,
+    /// First token on any channel (reasoning and tool calls included).
+    pub first_token_any: Option<Duration>,
+    /// First visible content token (TTFT).
+    pub first_token: Option<Duration>,
+    /// First sentence of visible text complete.
+    pub first_sentence: Option<Duration>,
+    /// Length of the trimmed first sentence, Unicode scalar values.
+    pub sentence_chars: Option<usize>,
+    /// The first sentence's text, only when content capture is on.
+    pub sentence_text: Option<String>,
+    /// Last token on any channel.
+    pub last_token: Option<Duration>,
+    /// Response complete (or failed).
+    pub end: Duration,
+    /// Model the upstream reported.
+    pub response_model: Option<String>,
+    /// Response id the upstream reported.
+    pub response_id: Option<String>,
+    /// Finish reasons, in order.
+    pub finish_reasons: Vec<String>,
+    /// llama-server's timings.
+    pub timings: Option<Timings>,
+    /// Usage object.
+    pub usage: Option<Usage>,
+    /// Events that carried a token.
+    pub token_events: u64,
+    /// Longest gap between two token-carrying events.
+    pub max_token_gap: Option<Duration>,
+    /// SSE events too large to parse (forwarded anyway).
+    pub skipped_events: u64,
+    /// Response body bytes forwarded.
+    pub response_bytes: u64,
+    /// Client and server addresses, for `client.address` and friends.
+    pub client_address: Option<String>,
+}
+
+impl RequestRecord {
+    /// All prompt tokens, cached included: `prompt_n + cache_n`, else usage.
+    pub fn input_tokens(&self) -> Option<u64> {
+        if let Some(t) = &self.timings {
+            if let Some(p) = t.prompt_n {
+                return Some(p + t.cache_n.unwrap_or(0));
+            }
+        }
+        self.usage.as_ref().and_then(|u| u.input_tokens)
+    }
+
+    /// Prompt tokens reused from the KV cache.
+    pub fn cached_input_tokens(&self) -> Option<u64> {
+        self.timings
+            .as_ref()
+            .and_then(|t| t.cache_n)
+            .or_else(|| self.usage.as_ref().and_then(|u| u.cached_input_tokens))
+    }
+
+    /// Generated tokens: `predicted_n`, else usage.
+    pub fn output_tokens(&self) -> Option<u64> {
+        self.timings
+            .as_ref()
+            .and_then(|t| t.predicted_n)
+            .or_else(|| self.usage.as_ref().and_then(|u| u.output_tokens))
+    }
+
+    /// (last token − first token on any channel) / (output tokens − 1).
+    pub fn time_per_output_token(&self) -> Option<Duration> {
+        let n = self.output_tokens()?;
+        let (first, last) = (self.first_token_any?, self.last_token?);
+        if n < 2 || last < first {
+            return None;
+        }
+        Some((last - first) / u32::try_from(n - 1).unwrap_or(u32::MAX))
+    }
+
+    /// The model to label with: the upstream's, else the request's.
+    pub fn model(&self) -> Option<&str> {
+        self.response_model
+            .as_deref()
+            .or(self.request.model.as_deref())
+    }
+}

@@ -1,0 +1,235 @@
+//! Request inspection: which llama-server route a path names, and the facts a
+//! JSON request body states (model, stream flag, sampling settings).
+//!
+//! It reads only; it never rejects, rewrites or validates a request for
+//! llama-server (which answers bad requests itself), never fails and never
+//! panics, whatever the bytes. It does not read headers, query strings or
+//! nested fields.
+//!
+//! Decisions:
+//! - [`Route::from_path`] matches llama-server's own paths exactly, as its
+//!   router does: a trailing slash (`/v1/models/`), other casing or a prefix
+//!   is [`Route::Other`], since llama-server answers 404 to it.
+//! - A route names the handler llama-server runs, so the label also tells
+//!   the response format: `/completions` runs the native completion handler
+//!   (like `/completion`, not the OpenAI one at `/v1/completions`), so it is
+//!   [`Route::Completion`]; `/embeddings` is likewise [`Route::Embedding`].
+//! - `/v1/messages/count_tokens` counts tokens and generates nothing: it is
+//!   [`Route::Other`]. Ollama's `/api/chat` and `/api/tags`, which
+//!   llama-server serves, are [`Route::ChatCompletions`] and [`Route::Models`].
+//! - Reranking has no GenAI operation name, so none is reported.
+//! - [`inspect_body`] keeps each field it can read: a wrongly typed field is
+//!   `None` alone, a duplicated key takes its last value (as llama-server's
+//!   JSON parser does), and a body cut short keeps the top-level fields
+//!   completed before the cut, so a capped body still names its model; bytes
+//!   after the object are not read, and a UTF-8 byte order mark is skipped.
+//! - The token limit is the first non-negative integer among
+//!   `max_completion_tokens`, `max_tokens`, `max_output_tokens`, `n_predict`
+//!   (llama-server's chat handler prefers `max_completion_tokens` to
+//!   `max_tokens`; a body normally carries only one).
+
+mod lenient;
+#[cfg(test)]
+mod tests;
+
+use lenient::{Fields, Value};
+use std::fmt;
+
+/// Longest model name kept, in bytes: longer names are `None`, since a model
+/// name becomes a metric label and a span name.
+pub const MAX_MODEL_BYTES: usize = 256;
+
+/// Fixed list of routes (low-cardinality metric label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// `/v1/chat/completions`, `/chat/completions`, `/api/chat`: OpenAI chat.
+    ChatCompletions,
+    /// `/v1/completions`: OpenAI text completion.
+    Completions,
+    /// `/v1/embeddings`: OpenAI embeddings.
+    Embeddings,
+    /// `/v1/models`, `/models`, `/api/tags`.
+    Models,
+    /// `/completion`, `/completions`: llama-server's native completion.
+    Completion,
+    /// `/infill`: code infill.
+    Infill,
+    /// `/tokenize`.
+    Tokenize,
+    /// `/detokenize`.
+    Detokenize,
+    /// `/apply-template`.
+    ApplyTemplate,
+    /// `/embedding`, `/embeddings`: llama-server's native embeddings.
+    Embedding,
+    /// `/rerank`, `/reranking`, `/v1/rerank`, `/v1/reranking`.
+    Reranking,
+    /// `/health`, `/v1/health`.
+    Health,
+    /// `/props`.
+    Props,
+    /// `/slots`, `/slots/<id>`.
+    Slots,
+    /// `/metrics`: llama-server's own Prometheus metrics.
+    Metrics,
+    /// `/v1/messages`: Anthropic Messages.
+    Messages,
+    /// `/v1/responses`, `/responses`: OpenAI Responses.
+    Responses,
+    /// `/`, `/index.html`: the web UI.
+    Ui,
+    /// Any other path.
+    Other,
+}
+
+const ROUTES: &[Route] = &[
+    Route::ChatCompletions,
+    Route::Completions,
+    Route::Embeddings,
+    Route::Models,
+    Route::Completion,
+    Route::Infill,
+    Route::Tokenize,
+    Route::Detokenize,
+    Route::ApplyTemplate,
+    Route::Embedding,
+    Route::Reranking,
+    Route::Health,
+    Route::Props,
+    Route::Slots,
+    Route::Metrics,
+    Route::Messages,
+    Route::Responses,
+    Route::Ui,
+    Route::Other,
+];
+
+impl Route {
+    /// The route of a request path (without its query string; anything from
+    /// `?` or `#` on is ignored all the same).
+    pub fn from_path(path: &str) -> Route {
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        match path {
+            "/v1/chat/completions" | "/chat/completions" | "/api/chat" => Route::ChatCompletions,
+            "/v1/completions" => Route::Completions,
+            "/v1/embeddings" => Route::Embeddings,
+            "/v1/models" | "/models" | "/api/tags" => Route::Models,
+            "/completion" | "/completions" => Route::Completion,
+            "/infill" => Route::Infill,
+            "/tokenize" => Route::Tokenize,
+            "/detokenize" => Route::Detokenize,
+            "/apply-template" => Route::ApplyTemplate,
+            "/embedding" | "/embeddings" => Route::Embedding,
+            "/rerank" | "/reranking" | "/v1/rerank" | "/v1/reranking" => Route::Reranking,
+            "/health" | "/v1/health" => Route::Health,
+            "/props" => Route::Props,
+            "/slots" => Route::Slots,
+            "/metrics" => Route::Metrics,
+            "/v1/messages" => Route::Messages,
+            "/v1/responses" | "/responses" => Route::Responses,
+            "/" | "/index.html" => Route::Ui,
+            _ => match path.strip_prefix("/slots/") {
+                Some(id) if !id.is_empty() && !id.contains('/') => Route::Slots,
+                _ => Route::Other,
+            },
+        }
+    }
+
+    /// The metric label: snake_case, e.g. `chat_completions`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Route::ChatCompletions => "chat_completions",
+            Route::Completions => "completions",
+            Route::Embeddings => "embeddings",
+            Route::Models => "models",
+            Route::Completion => "completion",
+            Route::Infill => "infill",
+            Route::Tokenize => "tokenize",
+            Route::Detokenize => "detokenize",
+            Route::ApplyTemplate => "apply_template",
+            Route::Embedding => "embedding",
+            Route::Reranking => "reranking",
+            Route::Health => "health",
+            Route::Props => "props",
+            Route::Slots => "slots",
+            Route::Metrics => "metrics",
+            Route::Messages => "messages",
+            Route::Responses => "responses",
+            Route::Ui => "ui",
+            Route::Other => "other",
+        }
+    }
+
+    /// Every route, in declaration order (to pre-register metric labels).
+    pub fn all() -> &'static [Route] {
+        ROUTES
+    }
+
+    /// OTel GenAI operation name: `chat` (chat completions, messages,
+    /// responses), `text_completion` (completions, completion, infill),
+    /// `embeddings` (embeddings, embedding); `None` for other routes,
+    /// reranking included.
+    pub fn operation_name(&self) -> Option<&'static str> {
+        match self {
+            Route::ChatCompletions | Route::Messages | Route::Responses => Some("chat"),
+            Route::Completions | Route::Completion | Route::Infill => Some("text_completion"),
+            Route::Embeddings | Route::Embedding => Some("embeddings"),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Facts read from a JSON request body; any missing/invalid field is None; a
+/// body that is not JSON gives all None (never an error).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestFacts {
+    /// `model`: a non-empty string of at most [`MAX_MODEL_BYTES`] bytes.
+    pub model: Option<String>,
+    /// `stream`: a boolean.
+    pub stream: Option<bool>,
+    /// The first non-negative integer of `max_completion_tokens`,
+    /// `max_tokens` (OpenAI, Anthropic), `max_output_tokens` (Responses) and
+    /// `n_predict` (native; its `-1`, unlimited, is `None`).
+    pub max_tokens: Option<u64>,
+    /// `temperature`: a number.
+    pub temperature: Option<f64>,
+    /// `top_p`: a number.
+    pub top_p: Option<f64>,
+    /// `seed`: an integer that fits in `i64`.
+    pub seed: Option<i64>,
+}
+
+/// Reads the top-level fields of a JSON object body; see [`RequestFacts`].
+pub fn inspect_body(body: &[u8]) -> RequestFacts {
+    let fields = Fields::read(body);
+    let [max_completion_tokens, max_tokens, max_output_tokens, n_predict] = [
+        fields.max_completion_tokens,
+        fields.max_tokens,
+        fields.max_output_tokens,
+        fields.n_predict,
+    ]
+    .map(|value| value.and_then(Value::into_u64));
+    RequestFacts {
+        model: match fields.model {
+            Some(Value::Str(model)) if !model.is_empty() => Some(model),
+            _ => None,
+        },
+        stream: match fields.stream {
+            Some(Value::Bool(stream)) => Some(stream),
+            _ => None,
+        },
+        max_tokens: max_completion_tokens
+            .or(max_tokens)
+            .or(max_output_tokens)
+            .or(n_predict),
+        temperature: fields.temperature.and_then(Value::into_f64),
+        top_p: fields.top_p.and_then(Value::into_f64),
+        seed: fields.seed.and_then(Value::into_i64),
+    }
+}

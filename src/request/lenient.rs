@@ -1,0 +1,207 @@
+//! Lenient JSON reading for [`inspect_body`](super::inspect_body): the
+//! top-level fields of interest, each kept whatever its type, the rest
+//! skipped without being stored.
+
+use super::MAX_MODEL_BYTES;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::fmt;
+
+/// The last value of each field of interest, whatever its JSON type.
+#[derive(Default)]
+pub(super) struct Fields {
+    pub model: Option<Value>,
+    pub stream: Option<Value>,
+    pub max_completion_tokens: Option<Value>,
+    pub max_tokens: Option<Value>,
+    pub max_output_tokens: Option<Value>,
+    pub n_predict: Option<Value>,
+    pub temperature: Option<Value>,
+    pub top_p: Option<Value>,
+    pub seed: Option<Value>,
+}
+
+impl Fields {
+    /// Reads the fields of a JSON object body. An error (not JSON, not an
+    /// object, cut short, nested too deep) keeps the fields read before it;
+    /// bytes after the object are not read. A UTF-8 byte order mark is skipped.
+    pub fn read(body: &[u8]) -> Self {
+        let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+        let mut fields = Self::default();
+        let mut json = serde_json::Deserializer::from_slice(body);
+        let _ = (&mut json).deserialize_map(FieldsVisitor(&mut fields));
+        fields
+    }
+}
+
+/// A JSON value reduced to what the facts need; arrays, objects, null and
+/// long strings are `Other` (and are skipped without being stored).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Value {
+    Bool(bool),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Str(String),
+    Other,
+}
+
+impl Value {
+    pub fn into_u64(self) -> Option<u64> {
+        match self {
+            Value::U64(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    pub fn into_i64(self) -> Option<i64> {
+        match self {
+            Value::U64(n) => i64::try_from(n).ok(),
+            Value::I64(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    pub fn into_f64(self) -> Option<f64> {
+        match self {
+            Value::U64(n) => Some(n as f64),
+            Value::I64(n) => Some(n as f64),
+            Value::F64(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+struct FieldsVisitor<'a>(&'a mut Fields);
+
+impl<'de> Visitor<'de> for FieldsVisitor<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Key>()? {
+            let slot = match key {
+                Key::Model => &mut self.0.model,
+                Key::Stream => &mut self.0.stream,
+                Key::MaxCompletionTokens => &mut self.0.max_completion_tokens,
+                Key::MaxTokens => &mut self.0.max_tokens,
+                Key::MaxOutputTokens => &mut self.0.max_output_tokens,
+                Key::NPredict => &mut self.0.n_predict,
+                Key::Temperature => &mut self.0.temperature,
+                Key::TopP => &mut self.0.top_p,
+                Key::Seed => &mut self.0.seed,
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value_seed(ValueSeed)?);
+        }
+        Ok(())
+    }
+}
+
+/// A top-level key, read without allocating unless it is escaped.
+enum Key {
+    Model,
+    Stream,
+    MaxCompletionTokens,
+    MaxTokens,
+    MaxOutputTokens,
+    NPredict,
+    Temperature,
+    TopP,
+    Seed,
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl Visitor<'_> for KeyVisitor {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key, E> {
+        Ok(match key {
+            "model" => Key::Model,
+            "stream" => Key::Stream,
+            "max_completion_tokens" => Key::MaxCompletionTokens,
+            "max_tokens" => Key::MaxTokens,
+            "max_output_tokens" => Key::MaxOutputTokens,
+            "n_predict" => Key::NPredict,
+            "temperature" => Key::Temperature,
+            "top_p" => Key::TopP,
+            "seed" => Key::Seed,
+            _ => Key::Other,
+        })
+    }
+}
+
+struct ValueSeed;
+
+impl<'de> DeserializeSeed<'de> for ValueSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(ValueVisitor)
+    }
+}
+
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::U64(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::I64(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::F64(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(if v.len() <= MAX_MODEL_BYTES {
+            Value::Str(v.to_owned())
+        } else {
+            Value::Other
+        })
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Other)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Value::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Value::Other)
+    }
+}

@@ -1,0 +1,175 @@
+//! Assembles the Pingora server: the proxy service, the admin service and the
+//! upstream watcher, with llamatap's own shutdown handling (SIGTERM drains
+//! in-flight requests up to the grace period, then exits at once).
+//!
+//! Startup failures (a port in use, telemetry that cannot start) come back as
+//! one-line [`StartError`]s; nothing here panics.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::apps::http_app::HttpServer;
+use pingora::server::configuration::{Opt, ServerConf};
+use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use pingora::services::background::background_service;
+use pingora::services::listening::Service;
+
+use crate::admin::AdminApp;
+use crate::cli::Cli;
+use crate::config::Config;
+use crate::proxy::watch::{UpstreamState, UpstreamWatch};
+use crate::proxy::LlamaProxy;
+use crate::telemetry::{Telemetry, TelemetryError};
+
+/// A startup failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listener address cannot be bound.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Which listener.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Telemetry failed to start.
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
+}
+
+/// Runs llamatap until shutdown.
+pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
+    if !cli.upgrade {
+        check_bind(config.listen, "proxy")?;
+        check_bind(config.admin_listen, "admin")?;
+    }
+    let config = Arc::new(config);
+    let telemetry = Telemetry::start(&config)?;
+    let upstream = Arc::new(UpstreamState::new(config.upstream.clone()));
+
+    let conf = ServerConf {
+        threads: config.threads,
+        grace_period_seconds: Some(config.grace_period.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(1),
+        pid_file: cli.pid_file.clone(),
+        upgrade_sock: cli.upgrade_sock.clone(),
+        ..ServerConf::default()
+    };
+    let opt = Opt {
+        upgrade: cli.upgrade,
+        ..Opt::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(opt, conf);
+    server.bootstrap();
+
+    let proxy = LlamaProxy::new(config.clone(), telemetry.clone(), upstream.clone());
+    let mut proxy_service =
+        pingora::proxy::http_proxy_service_with_name(&server.configuration, proxy, "llamatap proxy");
+    proxy_service.add_tcp(&config.listen.to_string());
+
+    let admin = AdminApp::new(telemetry.clone(), upstream.clone(), config.jaeger_url.clone());
+    let mut admin_service = Service::new("llamatap admin".to_string(), HttpServer::new_app(admin));
+    admin_service.add_tcp(&config.admin_listen.to_string());
+    admin_service.threads = Some(1);
+
+    let watch = background_service(
+        "llamatap upstream watch",
+        UpstreamWatch::new(upstream, telemetry.clone(), config.model_refresh),
+    );
+
+    server.add_service(proxy_service);
+    server.add_service(admin_service);
+    server.add_service(watch);
+    log::warn!(
+        "llamatap listening on {} (admin {}), upstream {}",
+        config.listen,
+        config.admin_listen,
+        config.upstream.address
+    );
+    eprintln!(
+        "llamatap: listening on {} (admin {}), upstream http://{}{}",
+        config.listen, config.admin_listen, config.upstream.address, config.upstream.base_path
+    );
+    server.run(RunArgs {
+        shutdown_signal: Box::new(DrainOnTerm {
+            telemetry: telemetry.clone(),
+            grace: config.grace_period,
+        }),
+    });
+    telemetry.shutdown();
+    Ok(())
+}
+
+fn check_bind(addr: std::net::SocketAddr, what: &'static str) -> Result<(), StartError> {
+    TcpListener::bind(addr)
+        .map(drop)
+        .map_err(|source| StartError::Bind { addr, what, source })
+}
+
+/// SIGTERM: stop accepting, let in-flight requests finish (up to the grace
+/// period), flush spans, exit as soon as nothing is in flight. SIGINT: fast
+/// shutdown. SIGQUIT: hand the listeners to a new process (`--upgrade`).
+struct DrainOnTerm {
+    telemetry: Arc<Telemetry>,
+    grace: Duration,
+}
+
+#[async_trait]
+impl ShutdownSignalWatch for DrainOnTerm {
+    async fn recv(&self) -> ShutdownSignal {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int), Ok(mut quit)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::quit()),
+        ) else {
+            std::future::pending::<()>().await;
+            return ShutdownSignal::FastShutdown;
+        };
+        let drain = tokio::select! {
+            _ = term.recv() => true,
+            _ = quit.recv() => {
+                eprintln!("llamatap: SIGQUIT, handing listeners over and draining");
+                drain_then_exit(self.telemetry.clone(), self.grace);
+                return ShutdownSignal::GracefulUpgrade;
+            }
+            _ = int.recv() => false,
+        };
+        if drain {
+            eprintln!(
+                "llamatap: SIGTERM, draining {} in-flight request(s) for up to {}s",
+                self.telemetry.inflight(),
+                self.grace.as_secs()
+            );
+            drain_then_exit(self.telemetry.clone(), self.grace);
+            ShutdownSignal::GracefulTerminate
+        } else {
+            self.telemetry.shutdown();
+            ShutdownSignal::FastShutdown
+        }
+    }
+}
+
+/// Exits the process as soon as no request is in flight (Pingora itself would
+/// sleep the whole grace period).
+fn drain_then_exit(telemetry: Arc<Telemetry>, grace: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("llamatap-drain".into())
+        .spawn(move || {
+            let start = Instant::now();
+            // Let the listeners stop first.
+            std::thread::sleep(Duration::from_millis(50));
+            while telemetry.inflight() > 0 && start.elapsed() < grace {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            telemetry.shutdown();
+            std::process::exit(0);
+        });
+    if spawned.is_err() {
+        log::error!("cannot start the drain thread; waiting the full grace period");
+    }
+}

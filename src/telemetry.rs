@@ -1,0 +1,114 @@
+//! Telemetry: Prometheus metrics, OpenTelemetry spans, the model-label set and
+//! the recent-request ring, behind one [`Telemetry`] handle the proxy and the
+//! admin listener share.
+//!
+//! The proxy calls in twice per request: [`Telemetry::request_started`] at
+//! arrival and [`Telemetry::request_finished`] in `logging`. Nothing here runs
+//! per event.
+
+pub mod export;
+pub mod metrics;
+pub mod models;
+pub mod recent;
+pub mod semconv;
+pub mod spans;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::record::RequestRecord;
+use metrics::Metrics;
+use models::ModelNames;
+use recent::{RecentRequest, RecentRequests};
+use spans::{RequestSpan, Tracing};
+
+/// Failure to start telemetry.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// Metric registration failed.
+    #[error("cannot register metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// OTLP export could not start.
+    #[error(transparent)]
+    Tracing(#[from] spans::TracingError),
+}
+
+/// Shared telemetry state.
+pub struct Telemetry {
+    /// Metric families.
+    pub metrics: Metrics,
+    /// Record per-request metrics.
+    pub metrics_enabled: bool,
+    /// Tracing, when an OTLP endpoint is configured.
+    pub tracing: Option<Tracing>,
+    /// Allowed model labels.
+    pub models: ModelNames,
+    /// Recent requests for the latency page.
+    pub recent: RecentRequests,
+    inflight: AtomicI64,
+}
+
+impl Telemetry {
+    /// Builds metrics and, with an endpoint, tracing.
+    pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
+        let metrics = Metrics::new()?;
+        let tracing = Tracing::start(&cfg.telemetry, &cfg.upstream, metrics.spans.clone())?;
+        Ok(Arc::new(Telemetry {
+            metrics,
+            metrics_enabled: cfg.telemetry.metrics,
+            tracing,
+            models: ModelNames::new(cfg.model_aliases.clone()),
+            recent: RecentRequests::new(cfg.recent_requests),
+            inflight: AtomicI64::new(0),
+        }))
+    }
+
+    /// A request arrived.
+    pub fn request_started(&self) {
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        if self.metrics_enabled {
+            self.metrics.inflight_requests.inc();
+        }
+    }
+
+    /// An event stream started being forwarded (`on`) or stopped (`!on`).
+    pub fn stream_active(&self, on: bool) {
+        if self.metrics_enabled {
+            if on {
+                self.metrics.inflight_streams.inc();
+            } else {
+                self.metrics.inflight_streams.dec();
+            }
+        }
+    }
+
+    /// A request finished: metrics, span, latency page.
+    pub fn request_finished(&self, rec: &RequestRecord, span: Option<RequestSpan>) {
+        self.inflight.fetch_sub(1, Ordering::Relaxed);
+        let model = self.models.label(rec.model());
+        let trace_id = span.as_ref().map(Tracing::trace_id);
+        if self.metrics_enabled {
+            self.metrics.inflight_requests.dec();
+            self.metrics.record(rec, &model);
+        }
+        if let (Some(t), Some(s)) = (&self.tracing, span) {
+            t.finish(s, rec);
+        }
+        if rec.route.operation_name().is_some() {
+            self.recent.push(RecentRequest::from_record(rec, model, trace_id));
+        }
+    }
+
+    /// Requests in flight now.
+    pub fn inflight(&self) -> i64 {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
+    /// Flushes spans (at shutdown).
+    pub fn shutdown(&self) {
+        if let Some(t) = &self.tracing {
+            t.shutdown();
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! A bounded span export queue: finished spans go into a fixed-size channel
+//! (never blocking the proxy; a full queue drops the span and counts it) and
+//! one background thread batches them to the OTLP exporter with a timeout, so
+//! a dead, black-holing or slow collector costs the proxy nothing but drops.
+
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use opentelemetry::Context;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use prometheus::IntCounterVec;
+
+/// Largest batch sent in one export call.
+const MAX_BATCH: usize = 512;
+/// A partial batch waits at most this long.
+const BATCH_DELAY: Duration = Duration::from_millis(500);
+/// One export call may take this long before its spans count as dropped.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+enum Msg {
+    Span(Box<SpanData>),
+    Flush(SyncSender<()>),
+}
+
+/// The span processor: bounded queue plus export thread.
+pub struct ExportQueue {
+    tx: Mutex<Option<SyncSender<Msg>>>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    counts: IntCounterVec,
+}
+
+impl std::fmt::Debug for ExportQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExportQueue")
+    }
+}
+
+impl ExportQueue {
+    /// Starts the export thread. `counts` is `llamatap_otel_spans_total{result}`.
+    pub fn start<E: SpanExporter + 'static>(
+        exporter: E,
+        runtime: tokio::runtime::Runtime,
+        capacity: usize,
+        counts: IntCounterVec,
+    ) -> std::io::Result<ExportQueue> {
+        let (tx, rx) = sync_channel(capacity);
+        let c = counts.clone();
+        let worker = std::thread::Builder::new()
+            .name("llamatap-otlp".into())
+            .spawn(move || run(exporter, runtime, rx, c))?;
+        Ok(ExportQueue {
+            tx: Mutex::new(Some(tx)),
+            worker: Mutex::new(Some(worker)),
+            counts,
+        })
+    }
+
+    fn sender(&self) -> Option<SyncSender<Msg>> {
+        self.tx.lock().ok().and_then(|g| g.clone())
+    }
+}
+
+fn run<E: SpanExporter>(
+    exporter: E,
+    runtime: tokio::runtime::Runtime,
+    rx: Receiver<Msg>,
+    counts: IntCounterVec,
+) {
+    let mut batch: Vec<SpanData> = Vec::with_capacity(MAX_BATCH);
+    let mut flushes: Vec<SyncSender<()>> = Vec::new();
+    let mut deadline = Instant::now() + BATCH_DELAY;
+    loop {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let closed = match rx.recv_timeout(wait) {
+            Ok(Msg::Span(s)) => {
+                batch.push(*s);
+                false
+            }
+            Ok(Msg::Flush(done)) => {
+                flushes.push(done);
+                false
+            }
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => true,
+        };
+        let due = Instant::now() >= deadline;
+        if batch.len() >= MAX_BATCH || ((due || closed || !flushes.is_empty()) && !batch.is_empty())
+        {
+            let n = batch.len() as u64;
+            let spans = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
+            let res = runtime.block_on(async {
+                tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(spans)).await
+            });
+            let label = match res {
+                Ok(Ok(())) => "exported",
+                _ => "dropped_export_failed",
+            };
+            counts.with_label_values(&[label]).inc_by(n);
+        }
+        if due || batch.is_empty() {
+            deadline = Instant::now() + BATCH_DELAY;
+        }
+        for f in flushes.drain(..) {
+            let _ = f.try_send(());
+        }
+        if closed {
+            let _ = exporter.shutdown_with_timeout(Duration::from_secs(2));
+            return;
+        }
+    }
+}
+
+impl SpanProcessor for ExportQueue {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        let Some(tx) = self.sender() else { return };
+        match tx.try_send(Msg::Span(Box::new(span))) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.counts.with_label_values(&["dropped_queue_full"]).inc();
+            }
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        let Some(tx) = self.sender() else {
+            return Ok(());
+        };
+        let (done_tx, done_rx) = sync_channel(1);
+        tx.send(Msg::Flush(done_tx))
+            .map_err(|e| OTelSdkError::InternalFailure(e.to_string()))?;
+        done_rx
+            .recv_timeout(EXPORT_TIMEOUT + BATCH_DELAY)
+            .map_err(|e| OTelSdkError::InternalFailure(e.to_string()))
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _ = self.force_flush();
+        if let Ok(mut g) = self.tx.lock() {
+            g.take();
+        }
+        let worker = self.worker.lock().ok().and_then(|mut g| g.take());
+        if let Some(w) = worker {
+            let start = Instant::now();
+            while !w.is_finished() && start.elapsed() < timeout {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if w.is_finished() {
+                let _ = w.join();
+            }
+        }
+        Ok(())
+    }
+}

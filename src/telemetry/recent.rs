@@ -1,0 +1,115 @@
+//! The last N finished requests, for the admin latency page. Bounded memory:
+//! a ring of at most `capacity` entries, each a fixed set of numbers and short
+//! strings (never prompt or completion text).
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use crate::record::RequestRecord;
+
+/// One request as the latency page draws it.
+#[derive(Clone, Debug)]
+pub struct RecentRequest {
+    /// Wall-clock arrival.
+    pub received: SystemTime,
+    /// Model label.
+    pub model: String,
+    /// Route label.
+    pub route: &'static str,
+    /// Outcome label.
+    pub outcome: &'static str,
+    /// Status sent, if any.
+    pub status: Option<u16>,
+    /// Whether it streamed.
+    pub streamed: bool,
+    /// Moments from arrival: upstream headers, first token (any), first token, first sentence, last token, end.
+    pub upstream_headers: Option<Duration>,
+    /// First token on any channel.
+    pub first_token_any: Option<Duration>,
+    /// First visible token.
+    pub first_token: Option<Duration>,
+    /// First sentence.
+    pub first_sentence: Option<Duration>,
+    /// Last token.
+    pub last_token: Option<Duration>,
+    /// End.
+    pub end: Duration,
+    /// llama-server prefill time.
+    pub prefill: Option<Duration>,
+    /// llama-server decode time.
+    pub decode: Option<Duration>,
+    /// Prompt tokens (all) and cached ones.
+    pub input_tokens: Option<u64>,
+    /// Cached prompt tokens.
+    pub cached_tokens: Option<u64>,
+    /// Output tokens.
+    pub output_tokens: Option<u64>,
+    /// Trace id (hex), when tracing is on.
+    pub trace_id: Option<String>,
+}
+
+impl RecentRequest {
+    /// Summarises a record.
+    pub fn from_record(rec: &RequestRecord, model: String, trace_id: Option<String>) -> Self {
+        let ms = |v: Option<f64>| {
+            v.filter(|x| x.is_finite() && *x >= 0.0)
+                .map(|x| Duration::from_secs_f64(x / 1000.0))
+        };
+        RecentRequest {
+            received: rec.received_wall,
+            model,
+            route: rec.route.as_str(),
+            outcome: rec.outcome.as_str(),
+            status: rec.status,
+            streamed: rec.streamed,
+            upstream_headers: rec.upstream_headers,
+            first_token_any: rec.first_token_any,
+            first_token: rec.first_token,
+            first_sentence: rec.first_sentence,
+            last_token: rec.last_token,
+            end: rec.end,
+            prefill: rec.timings.and_then(|t| ms(t.prompt_ms)),
+            decode: rec.timings.and_then(|t| ms(t.predicted_ms)),
+            input_tokens: rec.input_tokens(),
+            cached_tokens: rec.cached_input_tokens(),
+            output_tokens: rec.output_tokens(),
+            trace_id,
+        }
+    }
+}
+
+/// A bounded ring of recent requests.
+#[derive(Debug)]
+pub struct RecentRequests {
+    capacity: usize,
+    ring: Mutex<VecDeque<RecentRequest>>,
+}
+
+impl RecentRequests {
+    /// An empty ring holding at most `capacity`.
+    pub fn new(capacity: usize) -> Self {
+        RecentRequests {
+            capacity,
+            ring: Mutex::new(VecDeque::with_capacity(capacity)),
+        }
+    }
+
+    /// Adds one, dropping the oldest when full.
+    pub fn push(&self, r: RecentRequest) {
+        if let Ok(mut g) = self.ring.lock() {
+            if g.len() >= self.capacity {
+                g.pop_front();
+            }
+            g.push_back(r);
+        }
+    }
+
+    /// A copy, oldest first.
+    pub fn snapshot(&self) -> Vec<RecentRequest> {
+        self.ring
+            .lock()
+            .map(|g| g.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}

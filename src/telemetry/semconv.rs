@@ -1,0 +1,105 @@
+//! Names of span attributes and events: the wire contract with trace backends,
+//! kept in one place because the GenAI conventions are still moving.
+//!
+//! Follows OpenTelemetry semantic conventions v1.37 (GenAI: Development
+//! status). Names under `llama_cpp.` and `llamatap.` and the `first_token` /
+//! `first_sentence` events are llamatap's own. Pure: constants only.
+
+/// `gen_ai.operation.name`: `chat`, `text_completion`, `embeddings`.
+pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
+/// `gen_ai.provider.name`.
+pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
+/// The provider value for llama.cpp.
+pub const PROVIDER_LLAMA_CPP: &str = "llama.cpp";
+/// `gen_ai.request.model`.
+pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
+/// `gen_ai.request.max_tokens`.
+pub const GEN_AI_REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
+/// `gen_ai.request.temperature`.
+pub const GEN_AI_REQUEST_TEMPERATURE: &str = "gen_ai.request.temperature";
+/// `gen_ai.request.top_p`.
+pub const GEN_AI_REQUEST_TOP_P: &str = "gen_ai.request.top_p";
+/// `gen_ai.request.seed`.
+pub const GEN_AI_REQUEST_SEED: &str = "gen_ai.request.seed";
+/// `gen_ai.request.stream`.
+pub const GEN_AI_REQUEST_STREAM: &str = "gen_ai.request.stream";
+/// `gen_ai.response.model`.
+pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
+/// `gen_ai.response.id`.
+pub const GEN_AI_RESPONSE_ID: &str = "gen_ai.response.id";
+/// `gen_ai.response.finish_reasons` (string array).
+pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+/// `gen_ai.response.time_to_first_chunk`, seconds.
+pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
+/// `gen_ai.usage.input_tokens`: all prompt tokens, cached ones included.
+pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+/// `gen_ai.usage.cache_read.input_tokens`.
+pub const GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+/// `gen_ai.usage.output_tokens`.
+pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+/// `gen_ai.usage.reasoning.output_tokens`.
+pub const GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: &str = "gen_ai.usage.reasoning.output_tokens";
+
+/// llama.cpp's `timings.prompt_n`: prompt tokens processed (not from cache).
+pub const LLAMA_PROMPT_N: &str = "llama_cpp.timings.prompt_n";
+/// llama.cpp's `timings.prompt_ms`.
+pub const LLAMA_PROMPT_MS: &str = "llama_cpp.timings.prompt_ms";
+/// llama.cpp's `timings.predicted_n`.
+pub const LLAMA_PREDICTED_N: &str = "llama_cpp.timings.predicted_n";
+/// llama.cpp's `timings.predicted_ms`.
+pub const LLAMA_PREDICTED_MS: &str = "llama_cpp.timings.predicted_ms";
+/// llama.cpp's `timings.cache_n`.
+pub const LLAMA_CACHE_N: &str = "llama_cpp.timings.cache_n";
+
+/// llamatap's own: route label.
+pub const LLAMATAP_ROUTE: &str = "llamatap.route";
+/// llamatap's own: outcome label.
+pub const LLAMATAP_OUTCOME: &str = "llamatap.outcome";
+/// llamatap's own: token-carrying events seen.
+pub const LLAMATAP_TOKEN_EVENTS: &str = "llamatap.token_events";
+/// llamatap's own: longest gap between tokens, seconds.
+pub const LLAMATAP_MAX_TOKEN_GAP: &str = "llamatap.max_token_gap_s";
+/// llamatap's own: events skipped for size.
+pub const LLAMATAP_SKIPPED_EVENTS: &str = "llamatap.sse.skipped_events";
+
+/// `http.request.method`.
+pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
+/// `http.response.status_code`.
+pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+/// `http.route`.
+pub const HTTP_ROUTE: &str = "http.route";
+/// `url.path`.
+pub const URL_PATH: &str = "url.path";
+/// `url.scheme`.
+pub const URL_SCHEME: &str = "url.scheme";
+/// `server.address`.
+pub const SERVER_ADDRESS: &str = "server.address";
+/// `server.port`.
+pub const SERVER_PORT: &str = "server.port";
+/// `client.address`.
+pub const CLIENT_ADDRESS: &str = "client.address";
+/// `error.type`.
+pub const ERROR_TYPE: &str = "error.type";
+
+/// Event: first non-empty visible content token.
+pub const EVENT_FIRST_TOKEN: &str = "first_token";
+/// Event: first token on any channel (reasoning, tool calls included), when earlier than `first_token`.
+pub const EVENT_FIRST_TOKEN_ANY: &str = "first_token_any";
+/// Event: first sentence of visible text complete.
+pub const EVENT_FIRST_SENTENCE: &str = "first_sentence";
+/// `first_sentence` attribute: trimmed length in Unicode characters.
+pub const SENTENCE_CHARS: &str = "sentence.chars";
+/// `first_sentence` attribute: the text (content capture only).
+pub const SENTENCE_TEXT: &str = "sentence.text";
+/// Event: upstream response headers received.
+pub const EVENT_UPSTREAM_HEADERS: &str = "upstream_headers";
+/// Event: last token.
+pub const EVENT_LAST_TOKEN: &str = "last_token";
+/// Event: the client hung up.
+pub const EVENT_CLIENT_HANGUP: &str = "client_hangup";
+/// `client_hangup` attribute: phase (`before_headers`, `prefill`, `decode`).
+pub const HANGUP_PHASE: &str = "llamatap.hangup.phase";
+/// Event: the upstream failed.
+pub const EVENT_UPSTREAM_ERROR: &str = "upstream_error";
+/// Error event attribute: message.
+pub const ERROR_MESSAGE: &str = "error.message";

@@ -1,0 +1,163 @@
+//! Runs the real `llamatap` binary on free loopback ports.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::free_port;
+
+/// A running llamatap process.
+pub struct Llamatap {
+    pub port: u16,
+    pub admin_port: u16,
+    pub child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Llamatap {
+    /// Starts llamatap in front of `upstream` with extra flags; waits for /healthz.
+    pub fn start(upstream: &str, extra: &[&str]) -> Llamatap {
+        Self::start_env(upstream, extra, &[])
+    }
+
+    /// As [`start`], with environment variables.
+    pub fn start_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Llamatap {
+        let port = free_port();
+        let admin_port = free_port();
+        let dir = std::env::temp_dir();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_llamatap"));
+        cmd.args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin_port}"),
+            "--upstream",
+            upstream,
+            "--pid-file",
+            dir.join(format!("llamatap-{port}.pid")).to_str().unwrap(),
+            "--upgrade-sock",
+            dir.join(format!("llamatap-{port}.sock")).to_str().unwrap(),
+        ])
+        .args(extra)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("LLAMATAP_CONFIG")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn llamatap");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let t = Llamatap {
+            port,
+            admin_port,
+            child,
+            stderr,
+        };
+        let start = Instant::now();
+        loop {
+            if let Ok((200, _)) = super::http::get(&format!("127.0.0.1:{admin_port}"), "/healthz") {
+                // The proxy listener comes up with the admin one; check it accepts too.
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return t;
+                }
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                panic!("llamatap did not start: {}", t.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `127.0.0.1:port` of the proxy.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:port` of the admin listener.
+    pub fn admin(&self) -> String {
+        format!("127.0.0.1:{}", self.admin_port)
+    }
+
+    /// Its stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// GET /metrics.
+    pub fn metrics(&self) -> String {
+        let (_, body) = super::http::get(&self.admin(), "/metrics").unwrap();
+        String::from_utf8(body).unwrap()
+    }
+
+    /// Waits until the metrics text satisfies `pred`.
+    pub fn wait_metrics(&self, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let m = self.metrics();
+            if pred(&m) || start.elapsed() > timeout {
+                return m;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Sends SIGTERM.
+    pub fn term(&self) {
+        unsafe_kill(self.child.id(), "TERM");
+    }
+
+    /// Waits for exit, up to `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            if start.elapsed() > timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn unsafe_kill(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status();
+}
+
+impl Drop for Llamatap {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads one line-terminated metric value: `name{labels} value`, by prefix.
+pub fn metric_value(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with([' ', '{']) || l.split(' ').next() == Some(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Sum of all samples whose series line starts with `prefix` and contains every `needle`.
+pub fn metric_sum(text: &str, prefix: &str, needles: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
+        .filter(|l| needles.iter().all(|n| l.contains(n)))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+#[allow(dead_code)]
+fn _unused(_: &mut dyn Read) {}
