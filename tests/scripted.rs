@@ -285,15 +285,18 @@ fn hangup_close_delay(phase: &str) -> Duration {
         *c.lock().unwrap() = upstream::wait_closed(s, Duration::from_secs(10));
     });
     let proxy = Llamatap::start(&up.url(), &[]);
-    let mut r = http::send(&proxy.addr(), "POST", "/v1/chat/completions", &[], CHAT.as_bytes()).ok();
-    if let Some(r) = r.as_mut() {
+    let conn: Box<dyn std::any::Any> = if phase == "before_headers" {
+        Box::new(http::send_only(&proxy.addr(), "POST", "/v1/chat/completions", CHAT.as_bytes()).unwrap())
+    } else {
+        let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
         if phase == "decode" {
             r.read_until(b"Hello").unwrap();
         }
-    }
+        Box::new(r)
+    };
     std::thread::sleep(Duration::from_millis(300));
     let hung_up = Instant::now();
-    drop(r);
+    drop(conn);
     let start = Instant::now();
     while closed.lock().unwrap().is_none() && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(5));

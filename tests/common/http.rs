@@ -34,6 +34,19 @@ pub struct Reader {
     pub clean_end: bool,
 }
 
+/// Opens a connection and sends a request without reading anything back.
+pub fn send_only(addr: &str, method: &str, path: &str, body: &[u8]) -> io::Result<TcpStream> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
+    Ok(s)
+}
+
 /// Opens a connection, sends a request, reads the head.
 pub fn send(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> io::Result<Reader> {
     let mut s = TcpStream::connect(addr)?;
