@@ -136,6 +136,9 @@ fn check_trace(protocol: &str) {
     assert_eq!(metric_sum(&m, "llamatap_tokens_total", &["kind=\"prompt\""]), 120.0);
     assert_eq!(metric_sum(&m, "llamatap_tokens_total", &["kind=\"cached\""]), 100.0);
     assert_eq!(metric_sum(&m, "llamatap_tokens_total", &["kind=\"completion\""]), 7.0);
+    let m = proxy.wait_metrics(Duration::from_secs(3), |m| {
+        metric_sum(m, "llamatap_otel_spans_total", &["result=\"exported\""]) >= 2.0
+    });
     assert_eq!(metric_sum(&m, "llamatap_otel_spans_total", &["result=\"exported\""]), 2.0);
 }
 
