@@ -25,7 +25,7 @@ pub struct Cli {
     /// llama-server base URL [default: http://127.0.0.1:8081].
     #[arg(long, env = "LLAMATAP_UPSTREAM", value_name = "URL")]
     pub upstream: Option<String>,
-    /// Admin listener for /healthz, /readyz, /metrics and /latency [default: 127.0.0.1:9090].
+    /// Admin listener for /healthz, /readyz, /metrics and /latency [default: 127.0.0.1:9464].
     #[arg(long, env = "LLAMATAP_ADMIN_LISTEN", value_name = "ADDR")]
     pub admin_listen: Option<String>,
     /// OTLP endpoint for traces; tracing is off without one.
@@ -44,7 +44,11 @@ pub struct Cli {
     #[arg(long)]
     pub upgrade: bool,
     /// Upgrade socket path, shared by old and new process.
-    #[arg(long, env = "LLAMATAP_UPGRADE_SOCK", default_value = "/tmp/llamatap_upgrade.sock")]
+    #[arg(
+        long,
+        env = "LLAMATAP_UPGRADE_SOCK",
+        default_value = "/tmp/llamatap_upgrade.sock"
+    )]
     pub upgrade_sock: String,
     /// PID file path.
     #[arg(long, env = "LLAMATAP_PID_FILE", default_value = "/tmp/llamatap.pid")]
@@ -60,7 +64,9 @@ impl Cli {
             admin_listen: self.admin_listen.clone(),
             otlp_endpoint: self.otlp_endpoint.clone(),
             otlp_protocol: self.otlp_protocol.clone(),
-            service_name: std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()),
+            service_name: std::env::var("OTEL_SERVICE_NAME")
+                .ok()
+                .filter(|s| !s.is_empty()),
             sample_ratio: sampler_ratio_from_env(),
             threads: self.threads,
             grace_period_seconds: self.grace_period_seconds,

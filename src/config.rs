@@ -19,7 +19,7 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 /// Default upstream: a local llama-server.
 pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8081";
 /// Default admin listener (loopback only).
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 
 /// A configuration problem, reported as one line.
 #[derive(Debug, thiserror::Error)]
@@ -260,13 +260,19 @@ impl Config {
             .filter(|e| !e.trim().is_empty());
         if let Some(e) = &endpoint {
             if !(e.starts_with("http://") || e.starts_with("https://")) {
-                return Err(invalid("telemetry.otlp_endpoint", "must start with http:// or https://"));
+                return Err(invalid(
+                    "telemetry.otlp_endpoint",
+                    "must start with http:// or https://",
+                ));
             }
         }
         let protocol = pick(&o.otlp_protocol, &t.otlp_protocol, "grpc");
         let ratio = o.sample_ratio.or(t.sample_ratio).unwrap_or(1.0);
         if !(0.0..=1.0).contains(&ratio) {
-            return Err(invalid("telemetry.sample_ratio", "must be between 0.0 and 1.0"));
+            return Err(invalid(
+                "telemetry.sample_ratio",
+                "must be between 0.0 and 1.0",
+            ));
         }
         let threads = o.threads.or(raw.threads).unwrap_or(2);
         if threads == 0 || threads > 256 {
@@ -286,21 +292,49 @@ impl Config {
             metrics: t.metrics.unwrap_or(true),
             capture_content: t.capture_content.unwrap_or(false),
             max_event_bytes: positive("telemetry.max_event_bytes", t.max_event_bytes, 1 << 20)?,
-            max_inspect_bytes: positive("telemetry.max_inspect_bytes", t.max_inspect_bytes, 1 << 20)?,
+            max_inspect_bytes: positive(
+                "telemetry.max_inspect_bytes",
+                t.max_inspect_bytes,
+                1 << 20,
+            )?,
         };
         Ok(Config {
             listen: parse_addr("listen", &listen)?,
             upstream: parse_upstream(&upstream)?,
             admin_listen: parse_addr("admin_listen", &admin)?,
             threads,
-            grace_period: Duration::from_secs(o.grace_period_seconds.or(raw.grace_period_seconds).unwrap_or(10)),
-            connect_timeout: Duration::from_millis(positive_u64("upstream_timeouts.connect_ms", tm.connect_ms, 5_000)?),
-            read_timeout: Duration::from_secs(positive_u64("upstream_timeouts.read_seconds", tm.read_seconds, 600)?),
-            write_timeout: Duration::from_secs(positive_u64("upstream_timeouts.write_seconds", tm.write_seconds, 60)?),
-            pool_idle_timeout: Duration::from_millis(positive_u64("upstream_timeouts.pool_idle_ms", tm.pool_idle_ms, 2_000)?),
+            grace_period: Duration::from_secs(
+                o.grace_period_seconds
+                    .or(raw.grace_period_seconds)
+                    .unwrap_or(10),
+            ),
+            connect_timeout: Duration::from_millis(positive_u64(
+                "upstream_timeouts.connect_ms",
+                tm.connect_ms,
+                5_000,
+            )?),
+            read_timeout: Duration::from_secs(positive_u64(
+                "upstream_timeouts.read_seconds",
+                tm.read_seconds,
+                600,
+            )?),
+            write_timeout: Duration::from_secs(positive_u64(
+                "upstream_timeouts.write_seconds",
+                tm.write_seconds,
+                60,
+            )?),
+            pool_idle_timeout: Duration::from_millis(positive_u64(
+                "upstream_timeouts.pool_idle_ms",
+                tm.pool_idle_ms,
+                2_000,
+            )?),
             telemetry,
             model_aliases: raw.models.aliases.unwrap_or_default(),
-            model_refresh: Duration::from_secs(positive_u64("models.refresh_seconds", raw.models.refresh_seconds, 30)?),
+            model_refresh: Duration::from_secs(positive_u64(
+                "models.refresh_seconds",
+                raw.models.refresh_seconds,
+                30,
+            )?),
             jaeger_url: raw.admin.jaeger_url.filter(|u| !u.is_empty()),
             recent_requests: positive("admin.recent_requests", raw.admin.recent_requests, 300)?,
         })
@@ -403,7 +437,10 @@ pub fn parse_upstream(s: &str) -> Result<Upstream, ConfigError> {
     }
     Ok(Upstream {
         address: format!("{host}:{port}"),
-        host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
         port,
         base_path: path.to_string(),
     })

@@ -167,7 +167,12 @@ fn apply(
     facts.done |= delta.done;
 }
 
-fn record_sentence(facts: &mut StreamFacts, s: crate::sentence::Sentence, capture: bool, now: Instant) {
+fn record_sentence(
+    facts: &mut StreamFacts,
+    s: crate::sentence::Sentence,
+    capture: bool,
+    now: Instant,
+) {
     facts.first_sentence = Some(now);
     facts.sentence_chars = Some(s.chars);
     if capture {

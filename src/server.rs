@@ -67,11 +67,18 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     server.bootstrap();
 
     let proxy = LlamaProxy::new(config.clone(), telemetry.clone(), upstream.clone());
-    let mut proxy_service =
-        pingora::proxy::http_proxy_service_with_name(&server.configuration, proxy, "llamatap proxy");
+    let mut proxy_service = pingora::proxy::http_proxy_service_with_name(
+        &server.configuration,
+        proxy,
+        "llamatap proxy",
+    );
     proxy_service.add_tcp(&config.listen.to_string());
 
-    let admin = AdminApp::new(telemetry.clone(), upstream.clone(), config.jaeger_url.clone());
+    let admin = AdminApp::new(
+        telemetry.clone(),
+        upstream.clone(),
+        config.jaeger_url.clone(),
+    );
     let mut admin_service = Service::new("llamatap admin".to_string(), HttpServer::new_app(admin));
     admin_service.add_tcp(&config.admin_listen.to_string());
     admin_service.threads = Some(1);

@@ -96,7 +96,8 @@ impl Telemetry {
             t.finish(s, rec);
         }
         if rec.route.operation_name().is_some() {
-            self.recent.push(RecentRequest::from_record(rec, model, trace_id));
+            self.recent
+                .push(RecentRequest::from_record(rec, model, trace_id));
         }
     }
 

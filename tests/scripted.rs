@@ -2,6 +2,8 @@
 //! made to do on cue (byte cuts, drips, deaths, garbage, stalls, refusals),
 //! and exact timing of the upstream close after a client hang-up.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::io::Write;
@@ -23,11 +25,21 @@ fn chat_stream_bytes(words: &[&str]) -> Vec<u8> {
     s.into_bytes()
 }
 
-const CHAT: &str = r#"{"model":"tiny.gguf","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
+const CHAT: &str =
+    r#"{"model":"tiny.gguf","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
 
 #[test]
 fn stream_bytes_pass_unchanged_whatever_the_cuts() {
-    let words = ["Héllo", " wörld", ". ", "你好", "。", " 🎉 done", "\n", "end"];
+    let words = [
+        "Héllo",
+        " wörld",
+        ". ",
+        "你好",
+        "。",
+        " 🎉 done",
+        "\n",
+        "end",
+    ];
     let body = chat_stream_bytes(&words);
     let cuts: Arc<Mutex<Vec<usize>>> = Arc::new(Mutex::new(Vec::new()));
     let b = body.clone();
@@ -57,8 +69,18 @@ fn stream_bytes_pass_unchanged_whatever_the_cuts() {
     let m = proxy.wait_metrics(Duration::from_secs(2), |m| {
         metric_sum(m, "llamatap_requests_total", &["outcome=\"ok\""]) >= 8.0
     });
-    assert_eq!(metric_sum(&m, "llamatap_requests_total", &["route=\"chat_completions\"", "outcome=\"ok\""]), 8.0);
-    assert_eq!(metric_sum(&m, "llamatap_sse_events_skipped_total", &[]), 0.0);
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["route=\"chat_completions\"", "outcome=\"ok\""]
+        ),
+        8.0
+    );
+    assert_eq!(
+        metric_sum(&m, "llamatap_sse_events_skipped_total", &[]),
+        0.0
+    );
 }
 
 #[test]
@@ -81,8 +103,15 @@ fn events_are_forwarded_one_by_one_as_they_arrive() {
     let pieces = r.pieces_timed().unwrap();
     let sent = sent.lock().unwrap().clone();
     // Six token events arrive as six separate pieces, each soon after it was sent.
-    let token_pieces: Vec<_> = pieces.iter().filter(|(_, p)| p.starts_with(b"data: {")).collect();
-    assert_eq!(token_pieces.len(), 6, "events were merged or split: {pieces:?}");
+    let token_pieces: Vec<_> = pieces
+        .iter()
+        .filter(|(_, p)| p.starts_with(b"data: {"))
+        .collect();
+    assert_eq!(
+        token_pieces.len(),
+        6,
+        "events were merged or split: {pieces:?}"
+    );
     for ((at, _), sent_at) in token_pieces.iter().zip(&sent) {
         let delay = at.saturating_duration_since(*sent_at);
         assert!(delay < gap / 2, "an event took {delay:?} to pass through");
@@ -103,19 +132,36 @@ fn upstream_dying_mid_stream_ends_with_an_error_event_not_done() {
     let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
     assert_eq!(r.head.status, 200);
     let body = r.read_all().unwrap();
-    assert!(r.clean_end, "the stream must end properly after the error event");
+    assert!(
+        r.clean_end,
+        "the stream must end properly after the error event"
+    );
     let text = String::from_utf8_lossy(&body);
     assert!(text.starts_with(&upstream::chat_role_event()), "{text}");
     assert!(!text.contains("[DONE]"), "{text}");
     let events = http::sse_data(&body);
     let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
     assert_eq!(last["error"]["type"], "upstream_error", "{text}");
-    assert!(last["error"]["message"].as_str().unwrap().contains("closed"));
+    assert!(last["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("closed"));
     assert!(last["error"]["code"].is_string());
     let m = proxy.wait_metrics(Duration::from_secs(2), |m| {
-        metric_sum(m, "llamatap_requests_total", &["outcome=\"upstream_error\""]) >= 1.0
+        metric_sum(
+            m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""],
+        ) >= 1.0
     });
-    assert_eq!(metric_sum(&m, "llamatap_requests_total", &["outcome=\"upstream_error\""]), 1.0);
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""]
+        ),
+        1.0
+    );
     // The proxy is healthy afterwards.
     let (code, _) = http::get(&proxy.admin(), "/healthz").unwrap();
     assert_eq!(code, 200);
@@ -126,7 +172,10 @@ fn in_band_error_event_passes_through_and_counts_as_upstream_error() {
     let up = Scripted::start(|s, _req| {
         upstream::sse_head(s);
         upstream::chunk(s, upstream::chat_event("Hi").as_bytes());
-        upstream::chunk(s, b"data: {\"error\":{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}}\n\n");
+        upstream::chunk(
+            s,
+            b"data: {\"error\":{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}}\n\n",
+        );
         upstream::end_chunks(s);
     });
     let proxy = Llamatap::start(&up.url(), &[]);
@@ -134,9 +183,20 @@ fn in_band_error_event_passes_through_and_counts_as_upstream_error() {
     let body = r.read_all().unwrap();
     assert!(String::from_utf8_lossy(&body).ends_with("\"boom\",\"type\":\"server_error\"}}\n\n"));
     let m = proxy.wait_metrics(Duration::from_secs(2), |m| {
-        metric_sum(m, "llamatap_requests_total", &["outcome=\"upstream_error\""]) >= 1.0
+        metric_sum(
+            m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""],
+        ) >= 1.0
     });
-    assert_eq!(metric_sum(&m, "llamatap_requests_total", &["outcome=\"upstream_error\""]), 1.0);
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""]
+        ),
+        1.0
+    );
 }
 
 #[test]
@@ -178,9 +238,18 @@ fn oversized_event_is_skipped_by_the_reader_but_forwarded() {
     let m = proxy.wait_metrics(Duration::from_secs(2), |m| {
         metric_sum(m, "llamatap_sse_events_skipped_total", &[]) >= 1.0
     });
-    assert_eq!(metric_sum(&m, "llamatap_sse_events_skipped_total", &[]), 1.0);
+    assert_eq!(
+        metric_sum(&m, "llamatap_sse_events_skipped_total", &[]),
+        1.0
+    );
     // The event after the skipped one was still seen: a first token was recorded.
-    assert!(metric_sum(&m, "llamatap_stage_duration_seconds_count", &["stage=\"ttft\""]) >= 1.0);
+    assert!(
+        metric_sum(
+            &m,
+            "llamatap_stage_duration_seconds_count",
+            &["stage=\"ttft\""]
+        ) >= 1.0
+    );
 }
 
 #[test]
@@ -189,11 +258,18 @@ fn refused_upstream_gives_502_in_openai_shape() {
     let proxy = Llamatap::start(&dead, &[]);
     let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
     assert_eq!(r.head.status, 502);
-    assert!(r.head.header("content-type").unwrap().contains("application/json"));
+    assert!(r
+        .head
+        .header("content-type")
+        .unwrap()
+        .contains("application/json"));
     let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
     assert_eq!(v["error"]["type"], "upstream_error");
     assert_eq!(v["error"]["code"], "upstream_unreachable");
-    assert!(v["error"]["message"].as_str().unwrap().contains("cannot connect"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("cannot connect"));
     let (code, _) = http::get(&proxy.admin(), "/readyz").unwrap();
     assert_eq!(code, 503);
 }
@@ -217,7 +293,11 @@ fn stalled_upstream_gives_504_after_the_configured_timeout() {
 #[test]
 fn upstream_error_responses_pass_through_untouched() {
     let up = Scripted::start(|s, _req| {
-        upstream::json(s, 400, r#"{"error":{"code":400,"message":"the request exceeds the available context size","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":2048}}"#);
+        upstream::json(
+            s,
+            400,
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":2048}}"#,
+        );
     });
     let proxy = Llamatap::start(&up.url(), &[]);
     let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
@@ -243,7 +323,9 @@ fn requests_pass_unchanged_including_a_10_mb_body() {
         upstream::json(s, 200, &digest);
     });
     let proxy = Llamatap::start(&up.url(), &[]);
-    let body: Vec<u8> = (0..10 * 1024 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+    let body: Vec<u8> = (0..10 * 1024 * 1024)
+        .map(|i| b'a' + (i % 26) as u8)
+        .collect();
     let sum: u64 = body.iter().map(|b| *b as u64).sum();
     let mut r = http::send(
         &proxy.addr(),
@@ -261,7 +343,8 @@ fn requests_pass_unchanged_including_a_10_mb_body() {
     assert_eq!(v["x"], "kept");
     // Methods other than POST pass too.
     for method in ["GET", "PUT", "DELETE", "PATCH", "OPTIONS"] {
-        let mut r = http::send(&proxy.addr(), method, "/slots?fail_on_no_slot=1", &[], b"").unwrap();
+        let mut r =
+            http::send(&proxy.addr(), method, "/slots?fail_on_no_slot=1", &[], b"").unwrap();
         let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
         assert_eq!(v["method"], method);
         assert_eq!(v["path"], "/slots?fail_on_no_slot=1");
@@ -286,7 +369,15 @@ fn hangup_close_delay(phase: &str) -> Duration {
     });
     let proxy = Llamatap::start(&up.url(), &[]);
     let conn: Box<dyn std::any::Any> = if phase == "before_headers" {
-        Box::new(http::send_only(&proxy.addr(), "POST", "/v1/chat/completions", CHAT.as_bytes()).unwrap())
+        Box::new(
+            http::send_only(
+                &proxy.addr(),
+                "POST",
+                "/v1/chat/completions",
+                CHAT.as_bytes(),
+            )
+            .unwrap(),
+        )
     } else {
         let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
         if phase == "decode" {
@@ -301,12 +392,19 @@ fn hangup_close_delay(phase: &str) -> Duration {
     while closed.lock().unwrap().is_none() && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let at = closed.lock().unwrap().expect("upstream connection never closed");
+    let at = closed
+        .lock()
+        .unwrap()
+        .expect("upstream connection never closed");
     let m = proxy.wait_metrics(Duration::from_secs(2), |m| {
         metric_sum(m, "llamatap_cancellations_total", &[]) >= 1.0
     });
     let expected_phase = format!("phase=\"{phase}\"");
-    assert_eq!(metric_sum(&m, "llamatap_cancellations_total", &[&expected_phase]), 1.0, "{m}");
+    assert_eq!(
+        metric_sum(&m, "llamatap_cancellations_total", &[&expected_phase]),
+        1.0,
+        "{m}"
+    );
     assert_eq!(metric_sum(&m, "llamatap_inflight_requests", &[]), 0.0);
     assert_eq!(metric_sum(&m, "llamatap_inflight_streams", &[]), 0.0);
     at.saturating_duration_since(hung_up)
@@ -316,19 +414,28 @@ fn hangup_close_delay(phase: &str) -> Duration {
 fn hangup_before_headers_closes_upstream_at_once() {
     // A non-streaming request still generating: no response headers yet.
     let d = hangup_close_delay("before_headers");
-    assert!(d < Duration::from_millis(100), "upstream closed {d:?} after the hang-up");
+    assert!(
+        d < Duration::from_millis(100),
+        "upstream closed {d:?} after the hang-up"
+    );
 }
 
 #[test]
 fn hangup_during_prefill_closes_upstream_at_once() {
     let d = hangup_close_delay("prefill");
-    assert!(d < Duration::from_millis(100), "upstream closed {d:?} after the hang-up");
+    assert!(
+        d < Duration::from_millis(100),
+        "upstream closed {d:?} after the hang-up"
+    );
 }
 
 #[test]
 fn hangup_mid_stream_closes_upstream_at_once() {
     let d = hangup_close_delay("decode");
-    assert!(d < Duration::from_millis(100), "upstream closed {d:?} after the hang-up");
+    assert!(
+        d < Duration::from_millis(100),
+        "upstream closed {d:?} after the hang-up"
+    );
 }
 
 #[test]
@@ -337,9 +444,17 @@ fn random_model_names_do_not_add_series() {
         if req.path == "/health" {
             upstream::json(s, 200, r#"{"status":"ok"}"#);
         } else if req.path == "/v1/models" {
-            upstream::json(s, 200, r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#);
+            upstream::json(
+                s,
+                200,
+                r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
+            );
         } else {
-            upstream::json(s, 200, r#"{"choices":[{"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#);
+            upstream::json(
+                s,
+                200,
+                r#"{"choices":[{"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
+            );
         }
     });
     let proxy = Llamatap::start(&up.url(), &[]);
@@ -349,10 +464,24 @@ fn random_model_names_do_not_add_series() {
         r.read_all().unwrap();
     }
     let m = proxy.wait_metrics(Duration::from_secs(3), |m| {
-        metric_sum(m, "llamatap_requests_total", &["route=\"chat_completions\""]) >= 300.0
+        metric_sum(
+            m,
+            "llamatap_requests_total",
+            &["route=\"chat_completions\""],
+        ) >= 300.0
     });
-    assert!(!m.contains("random-"), "a client-chosen model name became a label");
-    assert_eq!(metric_sum(&m, "llamatap_requests_total", &["model=\"other\"", "route=\"chat_completions\""]), 300.0);
+    assert!(
+        !m.contains("random-"),
+        "a client-chosen model name became a label"
+    );
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["model=\"other\"", "route=\"chat_completions\""]
+        ),
+        300.0
+    );
     let series = m.lines().filter(|l| !l.starts_with('#')).count();
     assert!(series < 400, "{series} series");
 }
@@ -376,8 +505,14 @@ fn sigterm_drains_an_inflight_stream_then_exits() {
     let rest = r.read_all().unwrap();
     assert!(r.clean_end);
     assert!(String::from_utf8_lossy(&rest).contains("[DONE]"));
-    let status = proxy.wait_exit(Duration::from_secs(6)).expect("did not exit");
+    let status = proxy
+        .wait_exit(Duration::from_secs(6))
+        .expect("did not exit");
     assert!(status.success());
     // Exited soon after the stream ended, not after the full grace period.
-    assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
 }

@@ -28,7 +28,11 @@ pub struct AdminApp {
 
 impl AdminApp {
     /// An admin app over shared telemetry and upstream state.
-    pub fn new(telemetry: Arc<Telemetry>, upstream: Arc<UpstreamState>, jaeger_url: Option<String>) -> Self {
+    pub fn new(
+        telemetry: Arc<Telemetry>,
+        upstream: Arc<UpstreamState>,
+        jaeger_url: Option<String>,
+    ) -> Self {
         AdminApp {
             telemetry,
             upstream,
@@ -39,14 +43,18 @@ impl AdminApp {
 
 fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
     let mut r = Response::new(body);
-    *r.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    *r.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     if let Ok(v) = http::HeaderValue::from_str(content_type) {
         r.headers_mut().insert(http::header::CONTENT_TYPE, v);
     }
-    r.headers_mut()
-        .insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
     let len = r.body().len();
-    r.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+    r.headers_mut()
+        .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
     r
 }
 

@@ -8,8 +8,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use crate::telemetry::recent::RecentRequest;
 
+/// Reads one stage's duration from a request.
+type StageOf = fn(&RecentRequest) -> Option<Duration>;
+
 /// Stages shown, with the field that holds each.
-const STAGES: &[(&str, fn(&RecentRequest) -> Option<Duration>)] = &[
+const STAGES: &[(&str, StageOf)] = &[
     ("upstream_headers", |r| r.upstream_headers),
     ("ttft", |r| r.first_token),
     ("first_sentence", |r| r.first_sentence),
@@ -73,9 +76,18 @@ th{background:#f3f5f8;font-weight:600}td.l,th.l{text-align:left}
     }
     h.push_str("</tr>");
     for (model, rs) in &by_model {
-        let _ = write!(h, "<tr><td class=l>{}</td><td>{}</td>", esc(model), rs.len());
+        let _ = write!(
+            h,
+            "<tr><td class=l>{}</td><td>{}</td>",
+            esc(model),
+            rs.len()
+        );
         for (_, get) in STAGES {
-            let mut v: Vec<f64> = rs.iter().filter_map(|r| get(r)).map(|d| d.as_secs_f64() * 1000.0).collect();
+            let mut v: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| get(r))
+                .map(|d| d.as_secs_f64() * 1000.0)
+                .collect();
             let p50 = quantile(&mut v, 0.5);
             let p95 = quantile(&mut v, 0.95);
             match (p50, p95) {
@@ -124,7 +136,12 @@ th{background:#f3f5f8;font-weight:600}td.l,th.l{text-align:left}
         h.push_str("</td><td class=l>");
         match (&r.trace_id, jaeger_url) {
             (Some(id), Some(base)) => {
-                let _ = write!(h, "<a href=\"{}/trace/{id}\" target=_blank>{}</a>", esc(base.trim_end_matches('/')), &id[..id.len().min(12)]);
+                let _ = write!(
+                    h,
+                    "<a href=\"{}/trace/{id}\" target=_blank>{}</a>",
+                    esc(base.trim_end_matches('/')),
+                    &id[..id.len().min(12)]
+                );
             }
             (Some(id), None) => {
                 let _ = write!(h, "<code title=\"{id}\">{}</code>", &id[..id.len().min(12)]);
@@ -143,18 +160,36 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
     let first = r.first_token_any.or(r.first_token).map(pct);
     let end = pct(r.end);
     h.push_str("<div class=bar>");
-    let _ = write!(h, "<div class='seg h' style='left:0;width:{headers:.2}%'></div>");
+    let _ = write!(
+        h,
+        "<div class='seg h' style='left:0;width:{headers:.2}%'></div>"
+    );
     match first {
         Some(f) => {
-            let _ = write!(h, "<div class='seg p' style='left:{headers:.2}%;width:{:.2}%'></div>", (f - headers).max(0.0));
-            let _ = write!(h, "<div class='seg d' style='left:{f:.2}%;width:{:.2}%'></div>", (end - f).max(0.3));
+            let _ = write!(
+                h,
+                "<div class='seg p' style='left:{headers:.2}%;width:{:.2}%'></div>",
+                (f - headers).max(0.0)
+            );
+            let _ = write!(
+                h,
+                "<div class='seg d' style='left:{f:.2}%;width:{:.2}%'></div>",
+                (end - f).max(0.3)
+            );
         }
         None => {
-            let _ = write!(h, "<div class='seg p' style='left:{headers:.2}%;width:{:.2}%'></div>", (end - headers).max(0.3));
+            let _ = write!(
+                h,
+                "<div class='seg p' style='left:{headers:.2}%;width:{:.2}%'></div>",
+                (end - headers).max(0.3)
+            );
         }
     }
     if let Some(s) = r.first_sentence.map(pct) {
-        let _ = write!(h, "<div class=s style='left:{s:.2}%' title='first sentence'></div>");
+        let _ = write!(
+            h,
+            "<div class=s style='left:{s:.2}%' title='first sentence'></div>"
+        );
     }
     h.push_str("</div>");
 }

@@ -17,7 +17,10 @@ fn defaults_are_documented_values() {
     assert_eq!(c.upstream.address, "127.0.0.1:8081");
     assert_eq!(c.grace_period, Duration::from_secs(10));
     assert_eq!(c.read_timeout, Duration::from_secs(600));
-    assert!(c.pool_idle_timeout < Duration::from_secs(5), "below llama-server's keep-alive");
+    assert!(
+        c.pool_idle_timeout < Duration::from_secs(5),
+        "below llama-server's keep-alive"
+    );
     assert!(c.telemetry.otlp_endpoint.is_none());
     assert!(!c.telemetry.capture_content);
 }
@@ -56,7 +59,10 @@ fn unknown_keys_and_bad_values_are_one_line_errors() {
 #[test]
 fn upstream_urls() {
     let u = parse_upstream("http://127.0.0.1:8081").unwrap();
-    assert_eq!((u.address.as_str(), u.port, u.base_path.as_str()), ("127.0.0.1:8081", 8081, ""));
+    assert_eq!(
+        (u.address.as_str(), u.port, u.base_path.as_str()),
+        ("127.0.0.1:8081", 8081, "")
+    );
     let u = parse_upstream("http://llama:9000/base/").unwrap();
     assert_eq!((u.host.as_str(), u.base_path.as_str()), ("llama", "/base"));
     let u = parse_upstream("http://[::1]:8081").unwrap();
@@ -74,7 +80,8 @@ fn shipped_config_files_load() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let p = entry.unwrap().path();
         if p.extension().is_some_and(|e| e == "toml") {
-            Config::load(Some(&p), &Overrides::default()).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            Config::load(Some(&p), &Overrides::default())
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             n += 1;
         }
     }

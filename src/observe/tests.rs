@@ -16,7 +16,8 @@ fn moments_follow_the_events_not_the_chunks() {
     let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, true);
     let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}],\"model\":\"tiny.gguf\"}\n\n";
     o.on_chunk(role.as_bytes(), at(10));
-    let reasoning = "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"think\"}}]}\n\n";
+    let reasoning =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"think\"}}]}\n\n";
     o.on_chunk(reasoning.as_bytes(), at(20));
     o.on_chunk(chat("").as_bytes(), at(25));
     // An event split across two chunks counts when its end arrives.
@@ -29,9 +30,21 @@ fn moments_follow_the_events_not_the_chunks() {
     o.on_chunk(chat(" Next").as_bytes(), at(100));
     o.on_chunk(b"data: [DONE]\n\n", at(110));
     let f = o.finish(at(120));
-    assert_eq!(f.first_token_any, Some(at(20)), "reasoning is a token on another channel");
-    assert_eq!(f.first_token, Some(at(40)), "role-only and empty chunks are not tokens");
-    assert_eq!(f.first_sentence, Some(at(100)), "the sentence ends when the space after '.' arrives");
+    assert_eq!(
+        f.first_token_any,
+        Some(at(20)),
+        "reasoning is a token on another channel"
+    );
+    assert_eq!(
+        f.first_token,
+        Some(at(40)),
+        "role-only and empty chunks are not tokens"
+    );
+    assert_eq!(
+        f.first_sentence,
+        Some(at(100)),
+        "the sentence ends when the space after '.' arrives"
+    );
     assert_eq!(f.sentence_chars, Some(12));
     assert_eq!(f.sentence_text.as_deref(), Some("Hello there."));
     assert_eq!(f.last_token, Some(at(100)));
@@ -56,7 +69,10 @@ fn whole_text_is_the_sentence_when_the_stream_ends_without_one() {
 fn in_band_error_is_recorded() {
     let t0 = Instant::now();
     let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
-    o.on_chunk(b"data: {\"error\":{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}}\n\n", t0);
+    o.on_chunk(
+        b"data: {\"error\":{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}}\n\n",
+        t0,
+    );
     let f = o.finish(t0);
     assert_eq!(f.error.as_deref(), Some("boom"));
     assert!(!f.done);

@@ -30,26 +30,63 @@ pub fn classify(e: &Error) -> Failure {
         kind,
     };
     match (e.esource(), e.etype()) {
-        (_, HTTPStatus(code)) => f(*code, Outcome::ProxyError, "http_status", "invalid_request_error"),
+        (_, HTTPStatus(code)) => f(
+            *code,
+            Outcome::ProxyError,
+            "http_status",
+            "invalid_request_error",
+        ),
         (ErrorSource::Downstream, WriteError | ReadError | ConnectionClosed) => {
             f(0, Outcome::ClientHangup, "client_hangup", "client_hangup")
         }
-        (ErrorSource::Downstream, ReadTimedout | WriteTimedout) => {
-            f(408, Outcome::ClientHangup, "client_timeout", "invalid_request_error")
-        }
-        (ErrorSource::Downstream, _) => f(400, Outcome::ProxyError, "bad_request", "invalid_request_error"),
-        (_, ConnectTimedout) => f(504, Outcome::UpstreamError, "upstream_connect_timeout", "upstream_error"),
-        (_, ReadTimedout | WriteTimedout) => f(504, Outcome::UpstreamError, "upstream_timeout", "upstream_error"),
-        (_, ConnectRefused | ConnectNoRoute | ConnectError | SocketError | BindError) => {
-            f(502, Outcome::UpstreamError, "upstream_unreachable", "upstream_error")
-        }
-        (ErrorSource::Upstream, ConnectionClosed | ReadError | WriteError) => {
-            f(502, Outcome::UpstreamError, "upstream_disconnected", "upstream_error")
-        }
-        (ErrorSource::Upstream, InvalidHTTPHeader | H1Error | H2Error | InvalidH2) => {
-            f(502, Outcome::UpstreamError, "upstream_protocol_error", "upstream_error")
-        }
-        (ErrorSource::Upstream, _) => f(502, Outcome::UpstreamError, "upstream_error", "upstream_error"),
+        (ErrorSource::Downstream, ReadTimedout | WriteTimedout) => f(
+            408,
+            Outcome::ClientHangup,
+            "client_timeout",
+            "invalid_request_error",
+        ),
+        (ErrorSource::Downstream, _) => f(
+            400,
+            Outcome::ProxyError,
+            "bad_request",
+            "invalid_request_error",
+        ),
+        (_, ConnectTimedout) => f(
+            504,
+            Outcome::UpstreamError,
+            "upstream_connect_timeout",
+            "upstream_error",
+        ),
+        (_, ReadTimedout | WriteTimedout) => f(
+            504,
+            Outcome::UpstreamError,
+            "upstream_timeout",
+            "upstream_error",
+        ),
+        (_, ConnectRefused | ConnectNoRoute | ConnectError | SocketError | BindError) => f(
+            502,
+            Outcome::UpstreamError,
+            "upstream_unreachable",
+            "upstream_error",
+        ),
+        (ErrorSource::Upstream, ConnectionClosed | ReadError | WriteError) => f(
+            502,
+            Outcome::UpstreamError,
+            "upstream_disconnected",
+            "upstream_error",
+        ),
+        (ErrorSource::Upstream, InvalidHTTPHeader | H1Error | H2Error | InvalidH2) => f(
+            502,
+            Outcome::UpstreamError,
+            "upstream_protocol_error",
+            "upstream_error",
+        ),
+        (ErrorSource::Upstream, _) => f(
+            502,
+            Outcome::UpstreamError,
+            "upstream_error",
+            "upstream_error",
+        ),
         _ => f(500, Outcome::ProxyError, "proxy_error", "proxy_error"),
     }
 }
@@ -60,7 +97,9 @@ pub fn message(f: &Failure, e: &Error) -> String {
         "upstream_connect_timeout" => "timed out connecting to the upstream llama-server",
         "upstream_timeout" => "timed out waiting for the upstream llama-server",
         "upstream_unreachable" => "cannot connect to the upstream llama-server",
-        "upstream_disconnected" => "the upstream llama-server closed the connection before the response was complete",
+        "upstream_disconnected" => {
+            "the upstream llama-server closed the connection before the response was complete"
+        }
         "upstream_protocol_error" => "the upstream llama-server sent an invalid HTTP response",
         "upstream_error" => "the upstream llama-server failed",
         "client_timeout" => "timed out reading the request",

@@ -39,7 +39,11 @@ pub struct LlamaProxy {
 
 impl LlamaProxy {
     /// A proxy for `config`'s upstream.
-    pub fn new(config: Arc<Config>, telemetry: Arc<Telemetry>, upstream: Arc<UpstreamState>) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        telemetry: Arc<Telemetry>,
+        upstream: Arc<UpstreamState>,
+    ) -> Self {
         LlamaProxy {
             config,
             telemetry,
@@ -67,7 +71,11 @@ fn is_event_stream(resp: &ResponseHeader) -> bool {
     resp.headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
 }
 
 fn is_json(resp: &ResponseHeader) -> bool {
@@ -102,7 +110,11 @@ impl ProxyHttp for LlamaProxy {
     }
 
     /// Every attempt goes to the one configured llama-server.
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Box<HttpPeer>> {
         // A retry replays the body from its start.
         ctx.body.clear();
         ctx.body_truncated = false;
@@ -246,7 +258,12 @@ impl ProxyHttp for LlamaProxy {
 
     /// A fatal error: answer with an OpenAI-shaped error, or end a started
     /// event stream with an error event (never a silent cut, never `[DONE]`).
-    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> FailToProxy {
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
         let f = errors::classify(e);
         let msg = errors::message(&f, e);
         ctx.ended.get_or_insert_with(Instant::now);
@@ -321,7 +338,10 @@ fn outcome(e: Option<&Error>, ctx: &mut RequestCtx) -> (Outcome, Option<(&'stati
         .and_then(|f| f.error.clone())
         .or_else(|| ctx.observer.as_ref().and_then(|o| o.facts().error.clone()));
     match ctx.status {
-        Some(s) if s >= 500 => (Outcome::UpstreamError, Some(("http_5xx", format!("upstream answered {s}")))),
+        Some(s) if s >= 500 => (
+            Outcome::UpstreamError,
+            Some(("http_5xx", format!("upstream answered {s}"))),
+        ),
         Some(s) if s >= 400 => (Outcome::ClientError, None),
         _ => match in_band {
             Some(m) => (Outcome::UpstreamError, Some(("upstream_error_event", m))),

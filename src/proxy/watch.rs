@@ -75,7 +75,11 @@ pub struct UpstreamWatch {
 
 impl UpstreamWatch {
     /// A watcher updating `state` and the model labels in `telemetry`.
-    pub fn new(state: Arc<UpstreamState>, telemetry: Arc<Telemetry>, model_refresh: Duration) -> Self {
+    pub fn new(
+        state: Arc<UpstreamState>,
+        telemetry: Arc<Telemetry>,
+        model_refresh: Duration,
+    ) -> Self {
         UpstreamWatch {
             state,
             telemetry,
@@ -85,14 +89,21 @@ impl UpstreamWatch {
 
     async fn check(&self, models_due: bool) -> bool {
         let addr = self.state.upstream.address.clone();
-        if let Some(a) = tokio::task::spawn_blocking(move || resolve(&addr)).await.ok().flatten() {
+        if let Some(a) = tokio::task::spawn_blocking(move || resolve(&addr))
+            .await
+            .ok()
+            .flatten()
+        {
             if let Ok(mut g) = self.state.resolved.write() {
                 *g = Some(a);
             }
         }
         let target = self.state.address();
         let base = &self.state.upstream.base_path;
-        let healthy = matches!(get(&target, &format!("{base}/health")).await, Some((200, _)));
+        let healthy = matches!(
+            get(&target, &format!("{base}/health")).await,
+            Some((200, _))
+        );
         self.state.ready.store(healthy, Ordering::Relaxed);
         self.telemetry.metrics.upstream_up.set(i64::from(healthy));
         if healthy && models_due {
@@ -100,7 +111,9 @@ impl UpstreamWatch {
                 let names = parse_model_list(&body);
                 if !names.is_empty() {
                     self.telemetry.models.replace(names);
-                    self.telemetry.metrics.set_models(&self.telemetry.models.list());
+                    self.telemetry
+                        .metrics
+                        .set_models(&self.telemetry.models.list());
                     return true;
                 }
             }
@@ -137,7 +150,9 @@ pub async fn get(addr: &str, path: &str) -> Option<(u16, Vec<u8>)> {
 
 async fn get_inner(addr: &str, path: &str) -> Option<(u16, Vec<u8>)> {
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: llamatap\r\n\r\n");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: llamatap\r\n\r\n"
+    );
     s.write_all(req.as_bytes()).await.ok()?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];

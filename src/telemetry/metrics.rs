@@ -17,8 +17,8 @@ use crate::record::{Outcome, RequestRecord};
 /// Stage histogram buckets, seconds: sub-millisecond to a minute (the OTel
 /// GenAI TTFT boundaries, extended both ways).
 pub const STAGE_BUCKETS: &[f64] = &[
-    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-    1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
 ];
 
 /// Time-per-output-token buckets, seconds (OTel's, plus sub-10 ms for small models).
@@ -184,7 +184,10 @@ impl Metrics {
             stage("e2e", Some(rec.end));
         }
         if let Some(t) = &rec.timings {
-            let ms = |v: Option<f64>| v.filter(|x| x.is_finite() && *x >= 0.0).map(|x| Duration::from_secs_f64(x / 1000.0));
+            let ms = |v: Option<f64>| {
+                v.filter(|x| x.is_finite() && *x >= 0.0)
+                    .map(|x| Duration::from_secs_f64(x / 1000.0))
+            };
             stage("prefill", ms(t.prompt_ms));
             stage("decode", ms(t.predicted_ms));
         }
@@ -197,15 +200,24 @@ impl Metrics {
         tokens("cached", rec.cached_input_tokens());
         tokens("completion", rec.output_tokens());
         if let Some(t) = rec.time_per_output_token() {
-            self.tpot.with_label_values(&[model]).observe(t.as_secs_f64());
+            self.tpot
+                .with_label_values(&[model])
+                .observe(t.as_secs_f64());
         }
         if let Some(g) = rec.max_token_gap {
-            self.max_gap.with_label_values(&[model]).observe(g.as_secs_f64());
+            self.max_gap
+                .with_label_values(&[model])
+                .observe(g.as_secs_f64());
         }
         if rec.outcome == Outcome::ClientHangup {
-            let phase = rec.hangup_phase.map(|p| p.as_str()).unwrap_or("before_headers");
+            let phase = rec
+                .hangup_phase
+                .map(|p| p.as_str())
+                .unwrap_or("before_headers");
             self.cancellations.with_label_values(&[model, phase]).inc();
-            self.wasted.with_label_values(&[model]).inc_by(rec.end.as_secs_f64());
+            self.wasted
+                .with_label_values(&[model])
+                .inc_by(rec.end.as_secs_f64());
         }
         if rec.skipped_events > 0 {
             self.skipped_events.inc_by(rec.skipped_events);

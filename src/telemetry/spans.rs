@@ -9,8 +9,8 @@
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-    Tracer, TracerProvider,
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+    TraceState, Tracer, TracerProvider,
 };
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_otlp::WithExportConfig;
@@ -155,7 +155,11 @@ impl Tracing {
 
     /// Starts the CLIENT span for an upstream attempt and returns the
     /// `traceparent` (and `tracestate`) to send upstream.
-    pub fn start_upstream(&self, span: &mut RequestSpan, now: SystemTime) -> (String, Option<String>) {
+    pub fn start_upstream(
+        &self,
+        span: &mut RequestSpan,
+        now: SystemTime,
+    ) -> (String, Option<String>) {
         let sc = span.server.span_context().clone();
         let cx = Context::new().with_remote_span_context(sc);
         let client = self
@@ -195,15 +199,24 @@ impl Tracing {
         add_events(s, rec, &at, self.capture_content);
         if let Some(mut c) = span.client.take() {
             c.update_name(name);
-            c.set_attribute(KeyValue::new(sc::SERVER_ADDRESS, self.server_address.clone()));
+            c.set_attribute(KeyValue::new(
+                sc::SERVER_ADDRESS,
+                self.server_address.clone(),
+            ));
             c.set_attribute(KeyValue::new(sc::SERVER_PORT, self.server_port));
             c.set_attribute(KeyValue::new(sc::HTTP_REQUEST_METHOD, rec.method.clone()));
             if let Some(op) = op {
                 c.set_attribute(KeyValue::new(sc::GEN_AI_OPERATION_NAME, op));
-                c.set_attribute(KeyValue::new(sc::GEN_AI_PROVIDER_NAME, sc::PROVIDER_LLAMA_CPP));
+                c.set_attribute(KeyValue::new(
+                    sc::GEN_AI_PROVIDER_NAME,
+                    sc::PROVIDER_LLAMA_CPP,
+                ));
             }
             if let Some(code) = rec.status {
-                c.set_attribute(KeyValue::new(sc::HTTP_RESPONSE_STATUS_CODE, i64::from(code)));
+                c.set_attribute(KeyValue::new(
+                    sc::HTTP_RESPONSE_STATUS_CODE,
+                    i64::from(code),
+                ));
             }
             if let Some(h) = rec.upstream_headers {
                 c.add_event_with_timestamp(sc::EVENT_UPSTREAM_HEADERS, at(h), vec![]);
@@ -217,7 +230,9 @@ impl Tracing {
             Outcome::Ok => {}
             Outcome::ClientError => {}
             _ => s.set_status(Status::error(
-                rec.error_message.clone().unwrap_or_else(|| rec.outcome.as_str().to_string()),
+                rec.error_message
+                    .clone()
+                    .unwrap_or_else(|| rec.outcome.as_str().to_string()),
             )),
         }
         s.end_with_timestamp(end);
@@ -240,31 +255,70 @@ impl Tracing {
             }
         };
         let int = |n: Option<u64>| n.map(|n| Value::I64(i64::try_from(n).unwrap_or(i64::MAX)));
-        put(sc::CLIENT_ADDRESS, rec.client_address.clone().map(Value::from));
-        put(sc::HTTP_RESPONSE_STATUS_CODE, rec.status.map(|s| Value::I64(i64::from(s))));
+        put(
+            sc::CLIENT_ADDRESS,
+            rec.client_address.clone().map(Value::from),
+        );
+        put(
+            sc::HTTP_RESPONSE_STATUS_CODE,
+            rec.status.map(|s| Value::I64(i64::from(s))),
+        );
         put(sc::ERROR_TYPE, rec.error_type.map(Value::from));
         if let Some(op) = rec.route.operation_name() {
             put(sc::GEN_AI_OPERATION_NAME, Some(op.into()));
-            put(sc::GEN_AI_PROVIDER_NAME, Some(sc::PROVIDER_LLAMA_CPP.into()));
-            put(sc::GEN_AI_REQUEST_STREAM, Some(Value::Bool(rec.request.stream.unwrap_or(false))));
+            put(
+                sc::GEN_AI_PROVIDER_NAME,
+                Some(sc::PROVIDER_LLAMA_CPP.into()),
+            );
+            put(
+                sc::GEN_AI_REQUEST_STREAM,
+                Some(Value::Bool(rec.request.stream.unwrap_or(false))),
+            );
         }
-        put(sc::GEN_AI_REQUEST_MODEL, rec.request.model.clone().map(Value::from));
+        put(
+            sc::GEN_AI_REQUEST_MODEL,
+            rec.request.model.clone().map(Value::from),
+        );
         put(sc::GEN_AI_REQUEST_MAX_TOKENS, int(rec.request.max_tokens));
-        put(sc::GEN_AI_REQUEST_TEMPERATURE, rec.request.temperature.map(Value::F64));
+        put(
+            sc::GEN_AI_REQUEST_TEMPERATURE,
+            rec.request.temperature.map(Value::F64),
+        );
         put(sc::GEN_AI_REQUEST_TOP_P, rec.request.top_p.map(Value::F64));
         put(sc::GEN_AI_REQUEST_SEED, rec.request.seed.map(Value::I64));
-        put(sc::GEN_AI_RESPONSE_MODEL, rec.response_model.clone().map(Value::from));
-        put(sc::GEN_AI_RESPONSE_ID, rec.response_id.clone().map(Value::from));
+        put(
+            sc::GEN_AI_RESPONSE_MODEL,
+            rec.response_model.clone().map(Value::from),
+        );
+        put(
+            sc::GEN_AI_RESPONSE_ID,
+            rec.response_id.clone().map(Value::from),
+        );
         if !rec.finish_reasons.is_empty() {
-            let arr: Vec<opentelemetry::StringValue> =
-                rec.finish_reasons.iter().map(|r| r.clone().into()).collect();
-            put(sc::GEN_AI_RESPONSE_FINISH_REASONS, Some(Value::Array(arr.into())));
+            let arr: Vec<opentelemetry::StringValue> = rec
+                .finish_reasons
+                .iter()
+                .map(|r| r.clone().into())
+                .collect();
+            put(
+                sc::GEN_AI_RESPONSE_FINISH_REASONS,
+                Some(Value::Array(arr.into())),
+            );
         }
-        put(sc::GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, rec.first_token_any.map(|d| Value::F64(d.as_secs_f64())));
+        put(
+            sc::GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+            rec.first_token_any.map(|d| Value::F64(d.as_secs_f64())),
+        );
         put(sc::GEN_AI_USAGE_INPUT_TOKENS, int(rec.input_tokens()));
-        put(sc::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, int(rec.cached_input_tokens()));
+        put(
+            sc::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+            int(rec.cached_input_tokens()),
+        );
         put(sc::GEN_AI_USAGE_OUTPUT_TOKENS, int(rec.output_tokens()));
-        put(sc::GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, int(rec.usage.and_then(|u| u.reasoning_tokens)));
+        put(
+            sc::GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+            int(rec.usage.and_then(|u| u.reasoning_tokens)),
+        );
         if let Some(t) = &rec.timings {
             put(sc::LLAMA_PROMPT_N, int(t.prompt_n));
             put(sc::LLAMA_PROMPT_MS, t.prompt_ms.map(Value::F64));
@@ -274,7 +328,10 @@ impl Tracing {
         }
         if rec.streamed {
             put(sc::LLAMATAP_TOKEN_EVENTS, int(Some(rec.token_events)));
-            put(sc::LLAMATAP_MAX_TOKEN_GAP, rec.max_token_gap.map(|d| Value::F64(d.as_secs_f64())));
+            put(
+                sc::LLAMATAP_MAX_TOKEN_GAP,
+                rec.max_token_gap.map(|d| Value::F64(d.as_secs_f64())),
+            );
         }
         if rec.skipped_events > 0 {
             put(sc::LLAMATAP_SKIPPED_EVENTS, int(Some(rec.skipped_events)));
@@ -304,7 +361,12 @@ impl Tracing {
     }
 }
 
-fn add_events(s: &mut Span, rec: &RequestRecord, at: &dyn Fn(Duration) -> SystemTime, capture: bool) {
+fn add_events(
+    s: &mut Span,
+    rec: &RequestRecord,
+    at: &dyn Fn(Duration) -> SystemTime,
+    capture: bool,
+) {
     if let (Some(any), first) = (rec.first_token_any, rec.first_token) {
         if first != Some(any) {
             s.add_event_with_timestamp(sc::EVENT_FIRST_TOKEN_ANY, at(any), vec![]);
@@ -330,7 +392,10 @@ fn add_events(s: &mut Span, rec: &RequestRecord, at: &dyn Fn(Duration) -> System
     }
     match rec.outcome {
         Outcome::ClientHangup => {
-            let phase = rec.hangup_phase.map(|p| p.as_str()).unwrap_or("before_headers");
+            let phase = rec
+                .hangup_phase
+                .map(|p| p.as_str())
+                .unwrap_or("before_headers");
             s.add_event_with_timestamp(
                 sc::EVENT_CLIENT_HANGUP,
                 at(rec.end),

@@ -48,7 +48,13 @@ pub fn send_only(addr: &str, method: &str, path: &str, body: &[u8]) -> io::Resul
 }
 
 /// Opens a connection, sends a request, reads the head.
-pub fn send(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> io::Result<Reader> {
+pub fn send(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<Reader> {
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
@@ -92,7 +98,10 @@ impl Reader {
             }
             let n = stream.read(&mut tmp)?;
             if n == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed before response head"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "closed before response head",
+                ));
             }
             buf.extend_from_slice(&tmp[..n]);
         };
@@ -145,8 +154,14 @@ impl Reader {
             loop {
                 if let Some(p) = self.buf.windows(2).position(|w| w == b"\r\n") {
                     let size_line = String::from_utf8_lossy(&self.buf[..p]).to_string();
-                    let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
-                        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad chunk size {size_line:?}")))?;
+                    let size =
+                        usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
+                            .map_err(|_| {
+                                io::Error::new(
+                                    io::ErrorKind::InvalidData,
+                                    format!("bad chunk size {size_line:?}"),
+                                )
+                            })?;
                     if self.buf.len() >= p + 2 + size + 2 {
                         let data = self.buf[p + 2..p + 2 + size].to_vec();
                         self.buf.drain(..p + 2 + size + 2);
@@ -220,7 +235,10 @@ pub fn sse_data(body: &[u8]) -> Vec<String> {
         .filter_map(|ev| {
             let data: Vec<&str> = ev
                 .lines()
-                .filter_map(|l| l.strip_prefix("data:").map(|d| d.strip_prefix(' ').unwrap_or(d)))
+                .filter_map(|l| {
+                    l.strip_prefix("data:")
+                        .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                })
                 .collect();
             (!data.is_empty()).then(|| data.join("\n"))
         })
@@ -233,6 +251,10 @@ pub fn chat_content(body: &[u8]) -> String {
         .iter()
         .filter(|d| d.as_str() != "[DONE]")
         .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect()
 }

@@ -4,8 +4,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
@@ -27,7 +31,9 @@ impl Received {
                 .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
                 .and_then(|a| a.value.as_ref())
                 .and_then(|v| match &v.value {
-                    Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => Some(s.clone()),
+                    Some(
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s),
+                    ) => Some(s.clone()),
                     _ => None,
                 })
                 .unwrap_or_default();
@@ -104,7 +110,10 @@ pub fn grpc_receiver() -> (String, Received) {
     let rec = Received::default();
     let r = rec.clone();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let l = tokio::net::TcpListener::from_std(listener).unwrap();
             let incoming = tokio_stream_from(l);
@@ -135,17 +144,21 @@ pub fn hex(b: &[u8]) -> String {
 /// A string attribute.
 pub fn attr_str(s: &Span, key: &str) -> Option<String> {
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
-    s.attributes.iter().find(|a| a.key == key).and_then(|a| match a.value.as_ref()?.value.as_ref()? {
-        Value::StringValue(v) => Some(v.clone()),
-        _ => None,
+    s.attributes.iter().find(|a| a.key == key).and_then(|a| {
+        match a.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(v) => Some(v.clone()),
+            _ => None,
+        }
     })
 }
 
 /// An integer attribute.
 pub fn attr_int(s: &Span, key: &str) -> Option<i64> {
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
-    s.attributes.iter().find(|a| a.key == key).and_then(|a| match a.value.as_ref()?.value.as_ref()? {
-        Value::IntValue(v) => Some(*v),
-        _ => None,
+    s.attributes.iter().find(|a| a.key == key).and_then(|a| {
+        match a.value.as_ref()?.value.as_ref()? {
+            Value::IntValue(v) => Some(*v),
+            _ => None,
+        }
     })
 }

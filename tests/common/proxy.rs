@@ -131,7 +131,9 @@ impl Llamatap {
 }
 
 fn unsafe_kill(pid: u32, sig: &str) {
-    let _ = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status();
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status();
 }
 
 impl Drop for Llamatap {
@@ -145,7 +147,10 @@ impl Drop for Llamatap {
 pub fn metric_value(text: &str, prefix: &str) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with([' ', '{']) || l.split(' ').next() == Some(prefix))
+        .find(|l| {
+            l.starts_with(prefix) && l[prefix.len()..].starts_with([' ', '{'])
+                || l.split(' ').next() == Some(prefix)
+        })
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }

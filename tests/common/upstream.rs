@@ -56,12 +56,19 @@ impl Scripted {
                             continue;
                         }
                         if req.path == "/v1/models" {
-                            json(&mut s, 200, r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#);
+                            json(
+                                &mut s,
+                                200,
+                                r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
+                            );
                             continue;
                         }
                         log.lock().unwrap().push(req.clone());
                         h(&mut s, &req);
-                        if req.header("connection").is_some_and(|c| c.eq_ignore_ascii_case("close")) {
+                        if req
+                            .header("connection")
+                            .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+                        {
                             break;
                         }
                     }
@@ -107,7 +114,10 @@ pub fn read_request(s: &mut TcpStream) -> Option<ReqInfo> {
         body: Vec::new(),
     };
     let mut rest = buf[end + 4..].to_vec();
-    if let Some(len) = info.header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+    if let Some(len) = info
+        .header("content-length")
+        .and_then(|v| v.parse::<usize>().ok())
+    {
         while rest.len() < len {
             let n = s.read(&mut tmp).ok()?;
             if n == 0 {
@@ -122,7 +132,8 @@ pub fn read_request(s: &mut TcpStream) -> Option<ReqInfo> {
     {
         loop {
             if let Some(p) = rest.windows(2).position(|w| w == b"\r\n") {
-                let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..p]).trim(), 16).ok()?;
+                let size =
+                    usize::from_str_radix(String::from_utf8_lossy(&rest[..p]).trim(), 16).ok()?;
                 if rest.len() >= p + 2 + size + 2 {
                     info.body.extend_from_slice(&rest[p + 2..p + 2 + size]);
                     rest.drain(..p + 4 + size);
@@ -183,7 +194,11 @@ pub fn wait_closed(s: &mut TcpStream, timeout: Duration) -> Option<Instant> {
         match s.read(&mut tmp) {
             Ok(0) => return Some(Instant::now()),
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(_) => return Some(Instant::now()),
         }
     }

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Installs everything llamatap's test suite needs on a Debian 12 machine, then
+# prints where things are, one KEY=VALUE line each on stdout:
+#
+#   LLAMATAP_LLAMA_SERVER=/root/.cache/llamatap/bin/llama-server
+#   LLAMATAP_TINY_MODEL=/root/.cache/llamatap/models/tiny.gguf
+#   LLAMATAP_SLOW_MODEL=/root/.cache/llamatap/models/slow.gguf
+#
+# Progress goes to stderr. Idempotent and fast (seconds) once all is there.
+#
+#   scripts/ensure-deps.sh            # everything the tests need
+#   scripts/ensure-deps.sh --minimal  # build tools, llama-server, tiny model
+#                                     # (no nginx/prometheus/chromium, no slow model)
+#
+# The first full run downloads a few hundred MB of Debian packages, builds
+# llama-server (about 10 minutes on 2 cores) and writes about 670 MB of models.
+# Cache directory: $LLAMATAP_CACHE (default ~/.cache/llamatap).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${LLAMATAP_CACHE:-$HOME/.cache/llamatap}"
+export LLAMATAP_CACHE="$CACHE"
+
+minimal=0
+for arg in "$@"; do
+  case "$arg" in
+    --minimal) minimal=1 ;;
+    -h|--help) sed -n '2,17{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "ensure-deps: unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+
+log() { echo "ensure-deps: $*" >&2; }
+
+# --- Debian packages -------------------------------------------------------
+packages=(cmake build-essential pkg-config python3-venv curl)
+if [ "$minimal" = 0 ]; then
+  packages+=(nginx-light prometheus chromium)
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+  status="$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)"
+  if [ "$status" != "installed" ]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      log "missing packages (${missing[*]}) and not root; install them and rerun"
+      exit 1
+    fi
+  fi
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt_log="$(mktemp -t llamatap-apt.XXXXXX)"
+  if ! { "${sudo[@]}" apt-get update -q && \
+         "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"; } \
+       >"$apt_log" 2>&1; then
+    tail -n 30 "$apt_log" >&2
+    log "apt-get failed; full log: $apt_log"
+    exit 1
+  fi
+  rm -f "$apt_log"
+fi
+
+# nginx and prometheus are started by the tests themselves, as needed, with
+# their own configs; the packages' system services are not needed. (Nothing is
+# stopped here: on a developer machine they may be in use.)
+
+# --- Rust toolchain ----------------------------------------------------------
+if ! command -v cargo >/dev/null 2>&1; then
+  log "cargo not found; install Rust with rustup (rust-toolchain.toml pins the version)"
+  exit 1
+fi
+
+# --- llama-server and models --------------------------------------------------
+# One at a time: two test runs must not build or write models side by side.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.ensure-deps.lock"
+if ! flock -n 9; then
+  log "waiting for another ensure-deps.sh to finish"
+  flock 9
+fi
+bin="$("$ROOT/scripts/install-llama-server.sh" 9>&-)"
+python="$CACHE/venv/bin/python"
+
+models=(tiny slow)
+if [ "$minimal" = 1 ]; then
+  models=(tiny)
+fi
+"$python" "$ROOT/scripts/gen-models.py" "${models[@]}" >/dev/null 9>&-
+
+echo "LLAMATAP_LLAMA_SERVER=$bin"
+echo "LLAMATAP_TINY_MODEL=$CACHE/models/tiny.gguf"
+if [ "$minimal" = 0 ]; then
+  echo "LLAMATAP_SLOW_MODEL=$CACHE/models/slow.gguf"
+fi

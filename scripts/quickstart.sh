@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Starts llamatap in front of a working llama-server.
+#
+#   scripts/quickstart.sh                       # builds llama-server if needed
+#                                               # (about 10 minutes, once), starts
+#                                               # it with a tiny random model, then
+#                                               # runs llamatap in front of it
+#   scripts/quickstart.sh --upstream URL        # use your own llama-server
+#
+# Ports (environment):
+#   LLAMATAP_PORT        proxy listener      (default 8080)
+#   LLAMATAP_ADMIN_PORT  admin listener      (default 9464; /metrics, /latency)
+#   LLAMA_SERVER_PORT    local llama-server  (default 8081)
+#   LLAMATAP_HOST        bind address        (default 127.0.0.1)
+#
+# Ctrl-C stops llamatap and the llama-server this script started.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+HOST="${LLAMATAP_HOST:-127.0.0.1}"
+PORT="${LLAMATAP_PORT:-8080}"
+ADMIN_PORT="${LLAMATAP_ADMIN_PORT:-9464}"
+LLAMA_PORT="${LLAMA_SERVER_PORT:-8081}"
+
+log() { echo "quickstart: $*" >&2; }
+
+upstream=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --upstream) upstream="${2:?--upstream needs a URL}"; shift 2 ;;
+    --upstream=*) upstream="${1#--upstream=}"; shift ;;
+    -h|--help) sed -n '2,16{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) log "unknown argument: $1 (try --help)"; exit 2 ;;
+  esac
+done
+
+llama_pid=""
+cleanup() {
+  if [ -n "$llama_pid" ] && kill -0 "$llama_pid" 2>/dev/null; then
+    log "stopping llama-server (pid $llama_pid)"
+    kill "$llama_pid" 2>/dev/null || true
+    wait "$llama_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [ -z "$upstream" ]; then
+  deps="$(scripts/ensure-deps.sh --minimal)"
+  bin="$(sed -n 's/^LLAMATAP_LLAMA_SERVER=//p' <<<"$deps")"
+  model="$(sed -n 's/^LLAMATAP_TINY_MODEL=//p' <<<"$deps")"
+
+  if curl -fsS --max-time 1 "http://127.0.0.1:$LLAMA_PORT/health" >/dev/null 2>&1; then
+    log "something already answers on 127.0.0.1:$LLAMA_PORT; set LLAMA_SERVER_PORT or pass --upstream"
+    exit 1
+  fi
+
+  llama_log="${TMPDIR:-/tmp}/llamatap-quickstart-llama-server.log"
+  log "starting llama-server on 127.0.0.1:$LLAMA_PORT with $model (log: $llama_log)"
+  "$bin" -m "$model" --host 127.0.0.1 --port "$LLAMA_PORT" \
+    --chat-template chatml --cache-ram 0 -t 1 --metrics --slots >"$llama_log" 2>&1 &
+  llama_pid=$!
+
+  for _ in $(seq 1 600); do
+    if curl -fsS --max-time 1 "http://127.0.0.1:$LLAMA_PORT/health" 2>/dev/null | grep -q '"ok"'; then
+      break
+    fi
+    if ! kill -0 "$llama_pid" 2>/dev/null; then
+      log "llama-server exited; last lines of $llama_log:"
+      tail -n 20 "$llama_log" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  if ! curl -fsS --max-time 1 "http://127.0.0.1:$LLAMA_PORT/health" 2>/dev/null | grep -q '"ok"'; then
+    log "llama-server did not become healthy in 2 minutes; see $llama_log"
+    exit 1
+  fi
+  upstream="http://127.0.0.1:$LLAMA_PORT"
+fi
+
+cat >&2 <<EOF
+
+  llamatap: http://$HOST:$PORT  ->  $upstream
+  admin:    http://127.0.0.1:$ADMIN_PORT/metrics
+
+  Try a streamed chat (in another terminal, once llamatap says it listens):
+
+    curl -N http://$HOST:$PORT/v1/chat/completions \\
+      -H 'Content-Type: application/json' \\
+      -d '{"messages":[{"role":"user","content":"Hello"}],"stream":true,"max_tokens":32}'
+
+  Then look at the latency metrics:
+
+    curl -s http://127.0.0.1:$ADMIN_PORT/metrics | grep llamatap
+
+EOF
+
+# Not `exec`: the EXIT trap must still stop llama-server afterwards.
+cargo run --release --bin llamatap -- \
+  --upstream "$upstream" --listen "$HOST:$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT"

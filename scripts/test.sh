@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The one test command of llamatap: installs what the tests need
+# (scripts/ensure-deps.sh), then runs rustfmt, clippy and the whole test suite
+# against a real llama-server. Exits non-zero on the first failure.
+#
+#   scripts/test.sh                  # everything
+#   scripts/test.sh -- some_filter   # extra arguments go to `cargo test`
+#
+# LLAMATAP_LLAMA_SERVER / LLAMATAP_TINY_MODEL / LLAMATAP_SLOW_MODEL, if set,
+# override what ensure-deps.sh reports.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+if [ "${1:-}" = "--" ]; then
+  shift
+fi
+
+step() { echo "==> $*" >&2; }
+
+step "scripts/ensure-deps.sh"
+deps="$(scripts/ensure-deps.sh)"
+while IFS='=' read -r key value; do
+  case "$key" in
+    LLAMATAP_LLAMA_SERVER|LLAMATAP_TINY_MODEL|LLAMATAP_SLOW_MODEL)
+      # A value already in the environment wins (e.g. another llama-server build).
+      export "$key=${!key:-$value}"
+      echo "    $key=${!key}" >&2
+      ;;
+  esac
+done <<<"$deps"
+
+for var in LLAMATAP_LLAMA_SERVER LLAMATAP_TINY_MODEL LLAMATAP_SLOW_MODEL; do
+  if [ -z "${!var:-}" ]; then
+    echo "test.sh: ensure-deps.sh did not report $var" >&2
+    exit 1
+  fi
+done
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo test --all-targets"
+cargo test --all-targets "$@"
+
+step "all checks passed"

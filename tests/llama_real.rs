@@ -1,0 +1,302 @@
+//! llamatap in front of the real llama-server (random-weight models built by
+//! `scripts/ensure-deps.sh`): passthrough of every route, equal content direct
+//! and proxied, token counts equal to llama-server's timings, and hang-ups
+//! that make llama-server cancel.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::http;
+use common::llama::LlamaServer;
+use common::otlp::{self, attr_int};
+use common::proxy::{metric_sum, Llamatap};
+
+fn chat_body(content: &str, stream: bool, max_tokens: u32) -> String {
+    serde_json::json!({
+        "messages": [{"role": "user", "content": content}],
+        "stream": stream, "max_tokens": max_tokens, "temperature": 0.0, "seed": 42,
+    })
+    .to_string()
+}
+
+fn final_timings(body: &[u8]) -> serde_json::Value {
+    http::sse_data(body)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .rfind(|v| v.get("timings").is_some())
+        .map(|v| v["timings"].clone())
+        .expect("no timings in the stream")
+}
+
+#[test]
+fn tiny_model_routes_content_and_counts() {
+    let llama = LlamaServer::start("tiny", &["-np", "1"]);
+    let (otlp_url, spans) = otlp::http_receiver();
+    let proxy = Llamatap::start(
+        &llama.base_url,
+        &["--otlp-endpoint", &otlp_url, "--otlp-protocol", "http"],
+    );
+    let (d, p) = (llama.addr(), proxy.addr());
+
+    // Streaming chat: same content direct and through the proxy.
+    let body = chat_body("Tell me a story about a cat.", true, 48);
+    let direct = http::post(&d, "/v1/chat/completions", &body)
+        .unwrap()
+        .read_all()
+        .unwrap();
+    let mut r = http::post(&p, "/v1/chat/completions", &body).unwrap();
+    assert_eq!(r.head.status, 200);
+    assert_eq!(r.head.header("content-type"), Some("text/event-stream"));
+    assert_eq!(r.head.header("x-accel-buffering"), Some("no"));
+    assert!(r.head.header("traceresponse").is_some());
+    let proxied = r.read_all().unwrap();
+    assert!(r.clean_end);
+    let content = http::chat_content(&proxied);
+    assert!(!content.is_empty());
+    assert_eq!(
+        content,
+        http::chat_content(&direct),
+        "content differs direct vs proxied"
+    );
+    assert!(String::from_utf8_lossy(&proxied)
+        .trim_end()
+        .ends_with("data: [DONE]"));
+    let timings = final_timings(&proxied);
+
+    // Token counts in metrics and span equal llama-server's own timings.
+    let m = proxy.wait_metrics(Duration::from_secs(3), |m| {
+        metric_sum(m, "llamatap_tokens_total", &["kind=\"completion\""]) > 0.0
+    });
+    let predicted = timings["predicted_n"].as_f64().unwrap();
+    let prompt = timings["prompt_n"].as_f64().unwrap() + timings["cache_n"].as_f64().unwrap_or(0.0);
+    assert_eq!(
+        metric_sum(&m, "llamatap_tokens_total", &["kind=\"completion\""]),
+        predicted
+    );
+    assert_eq!(
+        metric_sum(&m, "llamatap_tokens_total", &["kind=\"prompt\""]),
+        prompt
+    );
+    let model_label = format!("model=\"{}\"", llama.model_id);
+    for stage in [
+        "upstream_headers",
+        "ttft",
+        "first_sentence",
+        "e2e",
+        "prefill",
+        "decode",
+    ] {
+        let s = format!("stage=\"{stage}\"");
+        assert_eq!(
+            metric_sum(
+                &m,
+                "llamatap_stage_duration_seconds_count",
+                &[&s, &model_label]
+            ),
+            1.0,
+            "{stage} under the upstream's model name\n{m}"
+        );
+    }
+    let got = spans.wait(2, Duration::from_secs(10));
+    let server = got.iter().find(|s| s.kind == 2).expect("server span");
+    assert_eq!(
+        attr_int(server, "gen_ai.usage.output_tokens"),
+        Some(predicted as i64)
+    );
+    assert_eq!(
+        attr_int(server, "llama_cpp.timings.predicted_n"),
+        Some(predicted as i64)
+    );
+    assert!(server.events.iter().any(|e| e.name == "first_token"));
+    assert!(server.events.iter().any(|e| e.name == "first_sentence"));
+
+    // Non-streaming chat: same message.
+    let body = chat_body("Tell me a story about a dog.", false, 32);
+    let (_, direct) = json_post(&d, "/v1/chat/completions", &body);
+    let (status, proxied) = json_post(&p, "/v1/chat/completions", &body);
+    assert_eq!(status, 200);
+    assert_eq!(proxied["choices"], direct["choices"]);
+
+    // Native /completion streaming.
+    let body =
+        r#"{"prompt":"Once upon a time","n_predict":24,"stream":true,"temperature":0,"seed":1}"#;
+    let native = |addr: &str| -> String {
+        let out = http::post(addr, "/completion", body)
+            .unwrap()
+            .read_all()
+            .unwrap();
+        http::sse_data(&out)
+            .iter()
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .filter_map(|v| v["content"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(native(&p), native(&d));
+
+    // GET and utility routes: byte-identical where the answer is deterministic.
+    for path in ["/health", "/v1/models", "/models", "/props"] {
+        let a = http::get(&d, path).unwrap();
+        let b = http::get(&p, path).unwrap();
+        assert_eq!(a.0, b.0, "{path}");
+        assert_eq!(a.1, b.1, "{path}");
+    }
+    for path in ["/slots", "/metrics", "/"] {
+        let (status, body) = http::get(&p, path).unwrap();
+        assert_eq!(status, http::get(&d, path).unwrap().0, "{path}");
+        assert!(!body.is_empty(), "{path}");
+    }
+    for (path, body) in [
+        ("/tokenize", r#"{"content":"hello world"}"#),
+        ("/detokenize", r#"{"tokens":[1,2,3]}"#),
+        (
+            "/apply-template",
+            r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+        ),
+        ("/v1/embeddings", r#"{"input":"hi"}"#),
+        ("/embedding", r#"{"content":"hi"}"#),
+        ("/reranking", r#"{"query":"a","documents":["b"]}"#),
+        (
+            "/infill",
+            r#"{"input_prefix":"def f(","input_suffix":")","n_predict":4,"temperature":0}"#,
+        ),
+    ] {
+        let a = json_post(&d, path, body);
+        let b = json_post(&p, path, body);
+        assert_eq!(a.0, b.0, "{path}");
+        if path != "/infill" {
+            assert_eq!(a.1, b.1, "{path}");
+        }
+    }
+
+    // llama-server's own errors pass through untouched.
+    for (path, body) in [
+        ("/v1/chat/completions", "{not json"),
+        ("/v1/chat/completions", r#"{"messages":"x"}"#),
+    ] {
+        let a = raw_post(&d, path, body);
+        let b = raw_post(&p, path, body);
+        assert_eq!(a, b, "{path} {body}");
+        assert!(a.0 >= 400);
+    }
+    let huge = llama.prompt_of_tokens(2600);
+    let overflow = chat_body(&huge, true, 8);
+    let a = raw_post(&d, "/v1/chat/completions", &overflow);
+    let b = raw_post(&p, "/v1/chat/completions", &overflow);
+    assert_eq!(a.0, 400);
+    assert_eq!(a, b);
+    assert!(String::from_utf8_lossy(&a.1).contains("exceed_context_size_error"));
+
+    // A request body over 64 KiB streams through whole.
+    let big = "word123 ".repeat(12_000);
+    let body = serde_json::json!({ "content": big }).to_string();
+    assert!(body.len() > 90_000);
+    let a = json_post(&d, "/tokenize", &body);
+    let b = json_post(&p, "/tokenize", &body);
+    assert_eq!(a.0, 200);
+    assert_eq!(a.1, b.1);
+    assert!(a.1["tokens"].as_array().unwrap().len() > 40_000);
+
+    let (code, _) = http::get(&proxy.admin(), "/readyz").unwrap();
+    assert_eq!(code, 200);
+}
+
+fn raw_post(addr: &str, path: &str, body: &str) -> (u16, Vec<u8>) {
+    let mut r = http::post(addr, path, body).unwrap();
+    let b = r.read_all().unwrap();
+    (r.head.status, b)
+}
+
+fn json_post(addr: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let (s, b) = raw_post(addr, path, body);
+    (
+        s,
+        serde_json::from_slice(&b).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[test]
+fn mid_stream_hangup_makes_llama_server_cancel() {
+    let llama = LlamaServer::start("slow", &["-np", "1"]);
+    let proxy = Llamatap::start(&llama.base_url, &[]);
+    let cancels = llama.log_count("cancel task");
+    let mut r = http::post(
+        &proxy.addr(),
+        "/v1/chat/completions",
+        &chat_body("Hi", true, 400),
+    )
+    .unwrap();
+    // Wait for the first content token, then hang up.
+    let mut seen = Vec::new();
+    while http::chat_content(&seen).is_empty() {
+        seen.extend(r.next_piece().unwrap().expect("stream ended early"));
+    }
+    assert!(!llama.slots_idle(), "the slot should be generating");
+    let hung_up = Instant::now();
+    drop(r);
+    assert!(
+        llama.wait_slots_idle(Duration::from_secs(2)),
+        "slot still busy 2 s after the hang-up"
+    );
+    assert!(
+        llama.wait_log_count("cancel task", cancels + 1, Duration::from_secs(2)),
+        "{}",
+        llama.log()
+    );
+    let idle_after = hung_up.elapsed();
+    let m = proxy.wait_metrics(Duration::from_secs(2), |m| {
+        metric_sum(m, "llamatap_cancellations_total", &["phase=\"decode\""]) >= 1.0
+    });
+    assert_eq!(
+        metric_sum(&m, "llamatap_cancellations_total", &["phase=\"decode\""]),
+        1.0
+    );
+    assert_eq!(metric_sum(&m, "llamatap_inflight_streams", &[]), 0.0);
+    eprintln!("slot idle {idle_after:?} after the hang-up");
+}
+
+#[test]
+fn hangup_during_prefill_frees_the_slot_without_generating() {
+    let llama = LlamaServer::start("slow", &["-np", "1"]);
+    let proxy = Llamatap::start(&llama.base_url, &[]);
+    let prompt = llama.prompt_of_tokens(1600);
+    let cancels = llama.log_count("cancel task");
+    let r = http::post(
+        &proxy.addr(),
+        "/v1/chat/completions",
+        &chat_body(&prompt, true, 200),
+    )
+    .unwrap();
+    assert_eq!(r.head.status, 200, "headers come before the prefill");
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(!llama.slots_idle(), "the slot should be prefilling");
+    drop(r);
+    // The proxy closed its upstream socket at once (scripted tests time that);
+    // this llama-server build notices when the prefill ends, then cancels
+    // without generating the answer.
+    assert!(
+        llama.wait_log_count("cancel task", cancels + 1, Duration::from_secs(60)),
+        "{}",
+        llama.log()
+    );
+    let t = Instant::now();
+    let idle = llama.wait_slots_idle(Duration::from_secs(30));
+    eprintln!("idle={idle} after {:?}", t.elapsed());
+    assert!(idle, "{}", llama.log());
+    let slots = llama.slots();
+    let decoded = slots[0]["next_token"][0]["n_decoded"].as_u64().unwrap_or(0);
+    assert!(
+        decoded <= 1,
+        "generated {decoded} tokens for a client that was gone"
+    );
+    let m = proxy.wait_metrics(Duration::from_secs(2), |m| {
+        metric_sum(m, "llamatap_cancellations_total", &["phase=\"prefill\""]) >= 1.0
+    });
+    assert_eq!(
+        metric_sum(&m, "llamatap_cancellations_total", &["phase=\"prefill\""]),
+        1.0,
+        "{m}"
+    );
+}
