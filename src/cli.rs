@@ -70,6 +70,13 @@ impl Cli {
             sample_ratio: sampler_ratio_from_env(),
             threads: self.threads,
             grace_period_seconds: self.grace_period_seconds,
+            api_keys: std::env::var("LLAMATAP_API_KEYS")
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| s.split(',').map(|k| k.trim().to_string()).collect()),
+            upstream_api_key: std::env::var("LLAMATAP_UPSTREAM_API_KEY")
+                .ok()
+                .filter(|s| !s.is_empty()),
         }
     }
 }

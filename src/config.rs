@@ -76,6 +76,60 @@ pub struct RawConfig {
     /// Admin listener settings.
     #[serde(default)]
     pub admin: RawAdmin,
+    /// Access control.
+    #[serde(default)]
+    pub auth: RawAuth,
+    /// Request size limits.
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+/// `[auth]` as written.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    /// Client API keys accepted as `Authorization: Bearer <key>`.
+    pub api_keys: Option<Vec<String>>,
+    /// Key sent to llama-server (its `--api-key`) in place of the client's.
+    pub upstream_api_key: Option<String>,
+}
+
+impl std::fmt::Debug for RawAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RawAuth { .. }")
+    }
+}
+
+/// `[limits]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Largest request body, bytes (413 above).
+    pub max_body_bytes: Option<u64>,
+    /// Largest total size of request header names and values, bytes (431 above).
+    pub max_header_bytes: Option<usize>,
+}
+
+/// A secret: its `Debug` never shows the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a value.
+    pub fn new(s: String) -> Self {
+        Secret(s)
+    }
+
+    /// The value, for comparison or sending upstream only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
 }
 
 /// `[upstream_timeouts]` as written.
@@ -157,6 +211,10 @@ pub struct Overrides {
     pub threads: Option<usize>,
     /// `--grace-period-seconds` / `LLAMATAP_GRACE_PERIOD_SECONDS`.
     pub grace_period_seconds: Option<u64>,
+    /// `LLAMATAP_API_KEYS` (comma-separated).
+    pub api_keys: Option<Vec<String>>,
+    /// `LLAMATAP_UPSTREAM_API_KEY`.
+    pub upstream_api_key: Option<String>,
 }
 
 /// Where llama-server lives.
@@ -235,6 +293,14 @@ pub struct Config {
     pub jaeger_url: Option<String>,
     /// Requests kept for the latency page.
     pub recent_requests: usize,
+    /// Client API keys; empty: no check.
+    pub api_keys: Vec<Secret>,
+    /// Key injected upstream as `Authorization: Bearer`.
+    pub upstream_api_key: Option<Secret>,
+    /// Largest request body.
+    pub max_body_bytes: u64,
+    /// Largest request header block (names plus values).
+    pub max_header_bytes: usize,
 }
 
 impl Config {
@@ -337,6 +403,23 @@ impl Config {
             )?),
             jaeger_url: raw.admin.jaeger_url.filter(|u| !u.is_empty()),
             recent_requests: positive("admin.recent_requests", raw.admin.recent_requests, 300)?,
+            api_keys: api_keys(o.api_keys.clone().or(raw.auth.api_keys))?,
+            upstream_api_key: o
+                .upstream_api_key
+                .clone()
+                .or(raw.auth.upstream_api_key)
+                .filter(|k| !k.is_empty())
+                .map(Secret::new),
+            max_body_bytes: positive_u64(
+                "limits.max_body_bytes",
+                raw.limits.max_body_bytes,
+                64 << 20,
+            )?,
+            max_header_bytes: positive(
+                "limits.max_header_bytes",
+                raw.limits.max_header_bytes,
+                64 << 10,
+            )?,
         })
     }
 }
@@ -358,6 +441,25 @@ impl RawConfig {
     pub fn from_toml(text: &str) -> Result<RawConfig, String> {
         toml::from_str(text).map_err(|e| one_line(&e.to_string()))
     }
+}
+
+fn api_keys(keys: Option<Vec<String>>) -> Result<Vec<Secret>, ConfigError> {
+    let keys: Vec<String> = keys
+        .unwrap_or_default()
+        .into_iter()
+        .map(|k| k.trim().to_string())
+        .filter(|k| !k.is_empty())
+        .collect();
+    if keys
+        .iter()
+        .any(|k| k.len() < 8 || !k.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        return Err(invalid(
+            "auth.api_keys",
+            "each key must be at least 8 printable ASCII characters without spaces",
+        ));
+    }
+    Ok(keys.into_iter().map(Secret::new).collect())
 }
 
 fn one_line(s: &str) -> String {

@@ -21,18 +21,21 @@ pub enum Outcome {
     /// The upstream could not be reached, timed out, failed (5xx), died mid-stream,
     /// or sent an in-band error event.
     UpstreamError,
-    /// llamatap itself failed or refused the request.
+    /// llamatap itself failed.
     ProxyError,
+    /// llamatap refused the request before it reached the upstream (API key, size limits).
+    Rejected,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 5] = [
+    pub const ALL: [Outcome; 6] = [
         Outcome::Ok,
         Outcome::ClientError,
         Outcome::ClientHangup,
         Outcome::UpstreamError,
         Outcome::ProxyError,
+        Outcome::Rejected,
     ];
 
     /// The metric label value.
@@ -43,6 +46,7 @@ impl Outcome {
             Outcome::ClientHangup => "client_hangup",
             Outcome::UpstreamError => "upstream_error",
             Outcome::ProxyError => "proxy_error",
+            Outcome::Rejected => "rejected",
         }
     }
 }

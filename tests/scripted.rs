@@ -516,3 +516,134 @@ fn sigterm_drains_an_inflight_stream_then_exits() {
         start.elapsed()
     );
 }
+
+#[test]
+fn api_keys_are_checked_before_the_upstream_and_replaced_upstream() {
+    let up = Scripted::start(|s, req| {
+        let auth = req.header("authorization").unwrap_or("none").to_string();
+        upstream::json(s, 200, &format!("{{\"auth\":\"{auth}\"}}"));
+    });
+    let proxy = Llamatap::start_env(
+        &up.url(),
+        &[],
+        &[
+            ("LLAMATAP_API_KEYS", "client-key-1,client-key-2"),
+            ("LLAMATAP_UPSTREAM_API_KEY", "upstream-secret"),
+        ],
+    );
+    let seen_before = up.requests.lock().unwrap().len();
+    for auth in [
+        None,
+        Some("Bearer wrong-key-0"),
+        Some("Basic client-key-1"),
+        Some("Bearer client-key-1x"),
+    ] {
+        let headers: Vec<(&str, &str)> =
+            auth.map(|a| vec![("Authorization", a)]).unwrap_or_default();
+        let mut r = http::send(
+            &proxy.addr(),
+            "POST",
+            "/v1/chat/completions",
+            &headers,
+            CHAT.as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(r.head.status, 401, "{auth:?}");
+        assert_eq!(r.head.header("www-authenticate"), Some("Bearer"));
+        let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+        assert_eq!(v["error"]["code"], "invalid_api_key");
+    }
+    assert_eq!(
+        up.requests.lock().unwrap().len(),
+        seen_before,
+        "a refused request reached the upstream"
+    );
+    let mut r = http::send(
+        &proxy.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[("Authorization", "Bearer client-key-2")],
+        CHAT.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.head.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+    assert_eq!(
+        v["auth"], "Bearer upstream-secret",
+        "the upstream key replaces the client's"
+    );
+    // llama-server's public routes stay public.
+    assert_eq!(http::get(&proxy.addr(), "/health").unwrap().0, 200);
+    let m = proxy.wait_metrics(Duration::from_secs(2), |m| {
+        metric_sum(m, "llamatap_requests_total", &["outcome=\"rejected\""]) >= 4.0
+    });
+    assert_eq!(
+        metric_sum(&m, "llamatap_requests_total", &["outcome=\"rejected\""]),
+        4.0
+    );
+    // Secrets never reach logs.
+    assert!(!proxy.stderr().contains("upstream-secret") && !proxy.stderr().contains("client-key"));
+}
+
+#[test]
+fn oversized_bodies_and_headers_get_413_and_431() {
+    let up = Scripted::start(|s, _req| upstream::json(s, 200, "{}"));
+    let cfg = common::temp_config(
+        "limits",
+        "[limits]\nmax_body_bytes = 1000\nmax_header_bytes = 2000\n",
+    );
+    let proxy = Llamatap::start(&up.url(), &["--config", cfg.to_str().unwrap()]);
+    let before = up.requests.lock().unwrap().len();
+    let mut r = http::post(&proxy.addr(), "/v1/chat/completions", &"x".repeat(1001)).unwrap();
+    assert_eq!(r.head.status, 413);
+    let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "request_too_large");
+    let big = "y".repeat(3000);
+    let mut r = http::send(&proxy.addr(), "GET", "/props", &[("X-Big", &big)], b"").unwrap();
+    assert_eq!(r.head.status, 431);
+    let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "headers_too_large");
+    assert_eq!(up.requests.lock().unwrap().len(), before);
+    // Within limits passes.
+    let mut r = http::post(&proxy.addr(), "/v1/chat/completions", &"x".repeat(999)).unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+}
+
+#[test]
+fn hop_by_hop_headers_are_not_forwarded() {
+    let up = Scripted::start(|s, req| {
+        let names: Vec<String> = req
+            .headers
+            .iter()
+            .map(|(k, _)| k.to_ascii_lowercase())
+            .collect();
+        upstream::json(s, 200, &serde_json::json!({ "headers": names }).to_string());
+    });
+    let proxy = Llamatap::start(&up.url(), &[]);
+    let mut r = http::send(
+        &proxy.addr(),
+        "GET",
+        "/props",
+        &[
+            ("Connection", "keep-alive, X-Secret-Hop"),
+            ("X-Secret-Hop", "1"),
+            ("Keep-Alive", "timeout=5"),
+            ("Proxy-Authorization", "x"),
+            ("X-End-To-End", "1"),
+        ],
+        b"",
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+    let names: Vec<&str> = v["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"x-end-to-end"), "{names:?}");
+    for hop in ["x-secret-hop", "keep-alive", "proxy-authorization"] {
+        assert!(!names.contains(&hop), "{hop} was forwarded: {names:?}");
+    }
+}

@@ -1,36 +1,107 @@
 //! The latency page: recent requests drawn as waterfalls of their moments,
 //! with p50/p95 per stage and model over the window. Server-rendered HTML,
-//! no external assets; a little JavaScript only for auto-refresh.
+//! no external assets; a little JavaScript only for auto-refresh (it swaps
+//! the page body in place, so the scroll position survives).
+//!
+//! Each request's waterfall has two lanes on a time axis shared by every row:
+//! the proxy's own moments (waiting for upstream headers, waiting for the
+//! first token, streaming, the first-sentence mark), and under it
+//! llama-server's prefill and decode from its `timings`, placed so that
+//! generation ends at the last token (or the end, without one).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::telemetry::recent::RecentRequest;
 
 /// Reads one stage's duration from a request.
 type StageOf = fn(&RecentRequest) -> Option<Duration>;
 
-/// Stages shown, with the field that holds each.
+/// Stages in the percentile table, in waterfall order: (column title, field).
 const STAGES: &[(&str, StageOf)] = &[
-    ("upstream_headers", |r| r.upstream_headers),
-    ("ttft", |r| r.first_token),
-    ("first_sentence", |r| r.first_sentence),
-    ("e2e", |r| Some(r.end)),
+    ("upstream headers", |r| r.upstream_headers),
+    ("first token", |r| r.first_token),
+    ("first sentence", |r| r.first_sentence),
+    ("end", |r| Some(r.end)),
     ("prefill", |r| r.prefill),
     ("decode", |r| r.decode),
 ];
+
+const STYLE: &str = r#"
+:root{--fg:#1d2433;--muted:#5b6475;--line:#e6e9ef;--bg:#f6f7f9;--card:#fff;
+--wait:#c3cad8;--ttft:#fab005;--stream:#3b82f6;--sent:#e03131;--prefill:#9775fa;--decode:#12b886}
+*{box-sizing:border-box}
+body{font:13px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;margin:0;color:var(--fg);background:var(--bg)}
+header{display:flex;align-items:baseline;gap:16px;padding:16px 24px 8px}
+h1{font-size:18px;margin:0;font-weight:650}
+h2{font-size:14px;margin:20px 0 8px;font-weight:650}
+.muted{color:var(--muted)}
+main{padding:0 24px 24px}
+label.auto{margin-left:auto;color:var(--muted);user-select:none}
+.cards{display:flex;gap:10px;flex-wrap:wrap;margin:8px 0 4px}
+.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:8px 14px;min-width:120px}
+.card b{display:block;font-size:18px;font-weight:650;font-variant-numeric:tabular-nums}
+.card span{color:var(--muted);font-size:12px}
+table{border-collapse:collapse;background:var(--card);border:1px solid var(--line);border-radius:8px;overflow:hidden;font-variant-numeric:tabular-nums}
+th,td{padding:5px 7px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap}
+th{background:#eef1f5;font-weight:600;font-size:12px;color:#39414f}
+tr:last-child td{border-bottom:0}
+tbody tr:hover td{background:#f8fafc}
+.l{text-align:left}
+.dim{color:#a0a7b4}
+.pill{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;line-height:18px}
+.ok{background:#e6f6ea;color:#1e7a34}.hang{background:#fff3db;color:#9a5b00}.err{background:#fde8e8;color:#b42318}
+.wf{position:relative;width:250px;height:20px;background:linear-gradient(90deg,#f1f3f6 1px,transparent 1px) 0 0/25% 100%;border-radius:3px}
+.wf i{position:absolute;display:block;border-radius:2px}
+.a{top:3px;height:8px}.b{top:13px;height:5px}
+.w{background:var(--wait)}.t{background:var(--ttft)}.s{background:var(--stream)}.p{background:var(--prefill)}.d{background:var(--decode)}
+.m{top:0;width:2px;height:13px;background:var(--sent)}
+.legend{display:flex;gap:16px;flex-wrap:wrap;color:var(--muted);margin:6px 0 8px}
+.legend i{display:inline-block;width:12px;height:8px;border-radius:2px;margin-right:5px;vertical-align:0}
+a{color:#1c64d1;text-decoration:none}a:hover{text-decoration:underline}
+code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.empty{padding:18px;color:var(--muted);text-align:center}
+"#;
+
+const SCRIPT: &str = r#"<script>
+(function(){var box=document.getElementById('auto');
+setInterval(function(){if(!box.checked)return;
+fetch(location.pathname,{cache:'no-store'}).then(function(r){return r.text()}).then(function(t){
+var m=new DOMParser().parseFromString(t,'text/html').getElementById('main');
+if(m)document.getElementById('main').replaceWith(m);}).catch(function(){});},5000);})();
+</script>"#;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+        .replace('\'', "&#39;")
 }
 
+fn ms_f(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Milliseconds with one decimal, or a dash.
 fn ms(d: Option<Duration>) -> String {
-    d.map(|d| format!("{:.1}", d.as_secs_f64() * 1000.0))
+    d.map(|d| format!("{:.1}", ms_f(d)))
         .unwrap_or_else(|| "–".into())
+}
+
+/// A model label as shown: the file name of a path, the label itself otherwise.
+fn short_model(model: &str) -> &str {
+    model.rsplit('/').next().unwrap_or(model)
+}
+
+/// `HH:MM:SS` (UTC) of a wall-clock time.
+fn clock(t: SystemTime) -> String {
+    let s = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("{:02}:{:02}:{:02}", (s / 3600) % 24, (s / 60) % 60, s % 60)
 }
 
 /// The `q` quantile (nearest rank) of `v`, sorted in place.
@@ -43,153 +114,286 @@ pub fn quantile(v: &mut [f64], q: f64) -> Option<f64> {
     v.get(idx).copied()
 }
 
+/// Whether the outcome is a failure of the upstream or the proxy.
+fn is_error(outcome: &str) -> bool {
+    matches!(outcome, "upstream_error" | "proxy_error" | "client_error")
+}
+
+/// Decode speed of one request, tokens per second of llama-server's decode.
+fn decode_speed(r: &RecentRequest) -> Option<f64> {
+    let (n, d) = (r.output_tokens?, r.decode?);
+    (n > 0 && d > Duration::ZERO).then(|| n as f64 / d.as_secs_f64())
+}
+
+/// Cached / all prompt tokens over `rs`, when any prompt tokens are known.
+fn cache_reuse<'a>(rs: impl Iterator<Item = &'a RecentRequest>) -> Option<f64> {
+    let (mut cached, mut all) = (0u64, 0u64);
+    for r in rs {
+        if let Some(n) = r.input_tokens {
+            all += n;
+            cached += r.cached_tokens.unwrap_or(0).min(n);
+        }
+    }
+    (all > 0).then(|| cached as f64 / all as f64)
+}
+
 /// The page.
 pub fn render(recent: &[RecentRequest], jaeger_url: Option<&str>) -> String {
-    let mut h = String::with_capacity(16 * 1024);
-    h.push_str(r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>llamatap · latency</title>
-<meta name="viewport" content="width=device-width,initial-scale=1">
-<style>
-body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2433;background:#fafbfc}
-h1{font-size:20px;margin:0 0 4px}h2{font-size:15px;margin:24px 0 8px}.sub{color:#5b6475}
-table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0001}th,td{padding:4px 10px;border-bottom:1px solid #eef0f3;text-align:right;white-space:nowrap}
-th{background:#f3f5f8;font-weight:600}td.l,th.l{text-align:left}
-.bar{position:relative;height:14px;width:420px;background:#f3f5f8;border-radius:3px}
-.seg{position:absolute;top:0;height:14px;border-radius:3px}
-.h{background:#b8c2d6}.p{background:#f2b45a}.d{background:#5aa0f2}.s{position:absolute;top:-2px;width:2px;height:18px;background:#d6336c}
-.legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px;vertical-align:-1px}
-.ok{color:#2b8a3e}.bad{color:#c92a2a}a{color:#1c6fd1}
-</style></head><body>
-<h1>llamatap · latency</h1>
-<div class="sub">The last "#);
-    let _ = write!(h, "{}", recent.len());
-    h.push_str(r#" LLM requests; times in milliseconds from arrival at llamatap. <label><input type="checkbox" id="auto" checked> auto-refresh</label></div>
-<div class="legend sub" style="margin-top:8px"><span><i class="h"></i>waiting for upstream headers</span><span><i class="p"></i>prefill (headers → first token)</span><span><i class="d"></i>decode (first token → end)</span><span><i style="background:#d6336c"></i>first sentence</span></div>
-"#);
-    // Percentiles per stage and model.
+    let mut h = String::with_capacity(8 * 1024 + recent.len() * 1500);
+    h.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>llamatap · latency</title>\n<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>");
+    h.push_str(STYLE);
+    h.push_str("</style></head><body>\n<header><h1>llamatap · latency</h1>");
+    h.push_str("<span class=muted>recent LLM requests; times in milliseconds from arrival at llamatap</span>");
+    h.push_str("<label class=auto><input type=checkbox id=auto checked> auto-refresh (5 s)</label></header>\n<main id=main>");
+    summary(&mut h, recent);
+    percentiles(&mut h, recent);
+    requests(&mut h, recent, jaeger_url);
+    h.push_str("</main>\n");
+    h.push_str(SCRIPT);
+    h.push_str("</body></html>\n");
+    h
+}
+
+/// Cards: counts by outcome, window, cache reuse.
+fn summary(h: &mut String, recent: &[RecentRequest]) {
+    let n = recent.len();
+    let ok = recent.iter().filter(|r| r.outcome == "ok").count();
+    let hang = recent
+        .iter()
+        .filter(|r| r.outcome == "client_hangup")
+        .count();
+    let err = recent.iter().filter(|r| is_error(r.outcome)).count();
+    let window = match (recent.first(), recent.last()) {
+        (Some(a), Some(b)) => format!("{} – {} UTC", clock(a.received), clock(b.received)),
+        _ => "–".into(),
+    };
+    let reuse = cache_reuse(recent.iter())
+        .map(|x| format!("{:.0}%", x * 100.0))
+        .unwrap_or_else(|| "–".into());
+    let mut ttft: Vec<f64> = recent
+        .iter()
+        .filter_map(|r| r.first_token)
+        .map(ms_f)
+        .collect();
+    let ttft95 = quantile(&mut ttft, 0.95)
+        .map(|x| format!("{x:.1} ms"))
+        .unwrap_or_else(|| "–".into());
+    h.push_str("<div class=cards>");
+    for (value, what) in [
+        (n.to_string(), "requests in the window"),
+        (ok.to_string(), "ok"),
+        (hang.to_string(), "client hang-ups"),
+        (err.to_string(), "errors"),
+        (ttft95, "first token p95"),
+        (reuse, "prompt tokens from cache"),
+        (window, "window"),
+    ] {
+        let _ = write!(
+            h,
+            "<div class=card><b>{}</b><span>{what}</span></div>",
+            esc(&value)
+        );
+    }
+    h.push_str("</div>\n");
+}
+
+/// p50 / p95 per stage and model.
+fn percentiles(h: &mut String, recent: &[RecentRequest]) {
     let mut by_model: BTreeMap<&str, Vec<&RecentRequest>> = BTreeMap::new();
     for r in recent {
         by_model.entry(r.model.as_str()).or_default().push(r);
     }
-    h.push_str("<h2>p50 / p95 per stage and model</h2><table><tr><th class=l>model</th><th>n</th>");
+    h.push_str("<h2>p50 / p95 per stage and model</h2><table><thead><tr><th class=l>model</th><th>requests</th>");
     for (name, _) in STAGES {
         let _ = write!(h, "<th>{name}</th>");
     }
-    h.push_str("</tr>");
+    h.push_str("<th>decode tokens/s</th><th>prompt cache reuse</th></tr></thead><tbody>");
+    if by_model.is_empty() {
+        let _ = write!(
+            h,
+            "<tr><td class=empty colspan={}>no data yet</td></tr>",
+            STAGES.len() + 4
+        );
+    }
     for (model, rs) in &by_model {
         let _ = write!(
             h,
-            "<tr><td class=l>{}</td><td>{}</td>",
+            "<tr><td class=l title=\"{}\">{}</td><td>{}</td>",
             esc(model),
+            esc(short_model(model)),
             rs.len()
         );
         for (_, get) in STAGES {
-            let mut v: Vec<f64> = rs
-                .iter()
-                .filter_map(|r| get(r))
-                .map(|d| d.as_secs_f64() * 1000.0)
-                .collect();
-            let p50 = quantile(&mut v, 0.5);
-            let p95 = quantile(&mut v, 0.95);
-            match (p50, p95) {
-                (Some(a), Some(b)) => {
-                    let _ = write!(h, "<td>{a:.1} / {b:.1}</td>");
-                }
-                _ => h.push_str("<td>–</td>"),
+            let mut v: Vec<f64> = rs.iter().filter_map(|r| get(r)).map(ms_f).collect();
+            pair(h, &mut v, 1);
+        }
+        let mut speed: Vec<f64> = rs.iter().filter_map(|r| decode_speed(r)).collect();
+        pair(h, &mut speed, 0);
+        match cache_reuse(rs.iter().copied()) {
+            Some(x) => {
+                let _ = write!(h, "<td>{:.0}%</td>", x * 100.0);
             }
+            None => h.push_str("<td class=dim>–</td>"),
         }
         h.push_str("</tr>");
     }
-    h.push_str("</table>");
-    // Waterfalls, newest first.
-    h.push_str("<h2>Requests</h2><table><tr><th class=l>time (UTC)</th><th class=l>model</th><th class=l>route</th><th class=l>outcome</th><th>headers</th><th>ttft</th><th>first sentence</th><th>end</th><th>prefill</th><th>decode</th><th>tokens in/cached/out</th><th class=l>waterfall</th><th class=l>trace</th></tr>");
+    h.push_str("</tbody></table>\n");
+}
+
+/// One `p50 / p95` cell.
+fn pair(h: &mut String, v: &mut [f64], decimals: usize) {
+    match (quantile(v, 0.5), quantile(v, 0.95)) {
+        (Some(a), Some(b)) => {
+            let _ = write!(h, "<td>{a:.decimals$} / {b:.decimals$}</td>");
+        }
+        _ => h.push_str("<td class=dim>–</td>"),
+    }
+}
+
+/// The requests table, newest first, each with its waterfall.
+fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) {
     let scale = recent
         .iter()
-        .map(|r| r.end.as_secs_f64())
+        .map(|r| ms_f(r.end))
         .fold(0.0_f64, f64::max)
         .max(0.001);
+    h.push_str("<h2>Requests, newest first</h2><div class=legend>");
+    for (cls, what) in [
+        ("w", "waiting for upstream headers"),
+        ("t", "headers → first token"),
+        ("s", "first token → end (streaming)"),
+        ("m", "first sentence complete"),
+        ("p", "llama-server prefill"),
+        ("d", "llama-server decode"),
+    ] {
+        let style = if cls == "m" {
+            " style=\"background:var(--sent);width:3px\""
+        } else {
+            ""
+        };
+        let _ = write!(h, "<span><i class={cls}{style}></i>{what}</span>");
+    }
+    if jaeger_url.is_none() {
+        h.push_str("<span>set <code>admin.jaeger_url</code> to link trace ids to Jaeger</span>");
+    }
+    let _ = write!(
+        h,
+        "</div><table><thead><tr><th class=l>time (UTC)</th><th class=l>model</th><th class=l>route</th><th class=l>outcome</th>\
+<th>headers</th><th>1st token</th><th>1st sentence</th><th>end</th><th>prefill</th><th>decode</th>\
+<th title=\"tokens: prompt (of which from the KV cache) → output\">in (cached) → out</th>\
+<th class=l>waterfall: 0 – {scale:.0} ms</th><th class=l>trace</th></tr></thead><tbody>"
+    );
+    if recent.is_empty() {
+        h.push_str("<tr><td class=empty colspan=13>No LLM request yet: send one through the proxy and it appears here.</td></tr>");
+    }
     for r in recent.iter().rev() {
-        let t = r
-            .received
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let (hh, mm, ss) = ((t / 3600) % 24, (t / 60) % 60, t % 60);
-        let cls = if r.outcome == "ok" { "ok" } else { "bad" };
+        let cls = match r.outcome {
+            "ok" => "ok",
+            "client_hangup" => "hang",
+            _ => "err",
+        };
+        let status = r.status.map(|s| format!(" {s}")).unwrap_or_default();
+        let opt = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_else(|| "–".into());
         let _ = write!(
             h,
-            "<tr><td class=l>{hh:02}:{mm:02}:{ss:02}</td><td class=l>{}</td><td class=l>{}</td><td class='l {cls}'>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}/{}</td><td class=l>",
+            "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td><td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
+<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({}) → {}</td><td class=l>",
+            clock(r.received),
             esc(&r.model),
-            r.route,
-            r.outcome,
-            r.status.map(|s| format!(" ({s})")).unwrap_or_default(),
+            esc(short_model(&r.model)),
+            esc(r.route),
+            esc(r.outcome),
             ms(r.upstream_headers),
             ms(r.first_token),
             ms(r.first_sentence),
             ms(Some(r.end)),
             ms(r.prefill),
             ms(r.decode),
-            r.input_tokens.map(|n| n.to_string()).unwrap_or_else(|| "–".into()),
-            r.cached_tokens.map(|n| n.to_string()).unwrap_or_else(|| "–".into()),
-            r.output_tokens.map(|n| n.to_string()).unwrap_or_else(|| "–".into()),
+            opt(r.input_tokens),
+            opt(r.cached_tokens),
+            opt(r.output_tokens),
         );
-        waterfall(&mut h, r, scale);
+        waterfall(h, r, scale);
         h.push_str("</td><td class=l>");
         match (&r.trace_id, jaeger_url) {
             (Some(id), Some(base)) => {
                 let _ = write!(
                     h,
-                    "<a href=\"{}/trace/{id}\" target=_blank>{}</a>",
+                    "<a href=\"{}/trace/{}\" target=_blank rel=noopener title=\"open trace {} in Jaeger\"><code>{}</code></a>",
                     esc(base.trim_end_matches('/')),
-                    &id[..id.len().min(12)]
+                    esc(id),
+                    esc(id),
+                    esc(&id[..id.len().min(8)])
                 );
             }
             (Some(id), None) => {
-                let _ = write!(h, "<code title=\"{id}\">{}</code>", &id[..id.len().min(12)]);
+                let _ = write!(
+                    h,
+                    "<code title=\"{}\">{}</code>",
+                    esc(id),
+                    esc(&id[..id.len().min(12)])
+                );
             }
-            _ => h.push('–'),
+            _ => h.push_str("<span class=dim>–</span>"),
         }
-        h.push_str("</td></tr>");
+        h.push_str("</td></tr>\n");
     }
-    h.push_str("</table>\n<script>setInterval(function(){if(document.getElementById('auto').checked)location.reload()},5000)</script></body></html>\n");
-    h
+    h.push_str("</tbody></table>\n");
+}
+
+/// One segment `[from, to]` (ms) as a positioned bar.
+fn seg(h: &mut String, class: &str, from: f64, to: f64, scale: f64) {
+    let left = (from / scale * 100.0).clamp(0.0, 100.0);
+    let right = (to / scale * 100.0).clamp(0.0, 100.0);
+    let width = (right - left).max(0.4);
+    let _ = write!(
+        h,
+        "<i class='{class}' style='left:{left:.2}%;width:{width:.2}%'></i>"
+    );
 }
 
 fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
-    let pct = |d: Duration| (d.as_secs_f64() / scale * 100.0).clamp(0.0, 100.0);
-    let headers = r.upstream_headers.map(pct).unwrap_or(0.0);
-    let first = r.first_token_any.or(r.first_token).map(pct);
-    let end = pct(r.end);
-    h.push_str("<div class=bar>");
-    let _ = write!(
-        h,
-        "<div class='seg h' style='left:0;width:{headers:.2}%'></div>"
+    let end = ms_f(r.end);
+    let headers = r.upstream_headers.map(ms_f);
+    let first = r.first_token_any.or(r.first_token).map(ms_f);
+    let title = format!(
+        "headers {} · first token {} · first sentence {} · end {} · prefill {} · decode {} (ms)",
+        ms(r.upstream_headers),
+        ms(r.first_token),
+        ms(r.first_sentence),
+        ms(Some(r.end)),
+        ms(r.prefill),
+        ms(r.decode)
     );
-    match first {
-        Some(f) => {
-            let _ = write!(
-                h,
-                "<div class='seg p' style='left:{headers:.2}%;width:{:.2}%'></div>",
-                (f - headers).max(0.0)
-            );
-            let _ = write!(
-                h,
-                "<div class='seg d' style='left:{f:.2}%;width:{:.2}%'></div>",
-                (end - f).max(0.3)
-            );
+    let _ = write!(h, "<div class=wf title=\"{}\">", esc(&title));
+    // Lane a: the proxy's moments.
+    match (headers, first) {
+        (Some(hd), Some(f)) => {
+            seg(h, "a w", 0.0, hd, scale);
+            seg(h, "a t", hd, f.max(hd), scale);
+            seg(h, "a s", f.max(hd), end, scale);
         }
-        None => {
-            let _ = write!(
-                h,
-                "<div class='seg p' style='left:{headers:.2}%;width:{:.2}%'></div>",
-                (end - headers).max(0.3)
-            );
+        (Some(hd), None) => {
+            seg(h, "a w", 0.0, hd, scale);
+            if end - hd > 0.05 * scale {
+                seg(h, "a t", hd, end, scale);
+            }
         }
+        (None, _) => seg(h, "a w", 0.0, end, scale),
     }
-    if let Some(s) = r.first_sentence.map(pct) {
-        let _ = write!(
-            h,
-            "<div class=s style='left:{s:.2}%' title='first sentence'></div>"
-        );
+    if let Some(s) = r.first_sentence.map(ms_f) {
+        let left = (s / scale * 100.0).clamp(0.0, 99.5);
+        let _ = write!(h, "<i class=m style='left:{left:.2}%'></i>");
+    }
+    // Lane b: llama-server's own prefill and decode, ending with generation.
+    let gen_end = r.last_token.map(ms_f).unwrap_or(end);
+    let decode = r.decode.map(ms_f).unwrap_or(0.0);
+    let decode_start = (gen_end - decode).max(0.0);
+    if r.decode.is_some() {
+        seg(h, "b d", decode_start, gen_end, scale);
+    }
+    if let Some(p) = r.prefill.map(ms_f) {
+        seg(h, "b p", (decode_start - p).max(0.0), decode_start, scale);
     }
     h.push_str("</div>");
 }
@@ -214,4 +418,82 @@ pub fn json(recent: &[RecentRequest]) -> String {
         })
         .collect();
     serde_json::json!({ "requests": items }).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(model: &str, outcome: &'static str, end_ms: u64) -> RecentRequest {
+        let d = Duration::from_millis;
+        RecentRequest {
+            received: UNIX_EPOCH + Duration::from_secs(3600 + 61),
+            model: model.into(),
+            route: "chat_completions",
+            outcome,
+            status: Some(200),
+            streamed: true,
+            upstream_headers: Some(d(5)),
+            first_token_any: Some(d(20)),
+            first_token: Some(d(20)),
+            first_sentence: Some(d(40)),
+            last_token: Some(d(end_ms - 1)),
+            end: d(end_ms),
+            prefill: Some(d(12)),
+            decode: Some(d(end_ms - 25)),
+            input_tokens: Some(100),
+            cached_tokens: Some(75),
+            output_tokens: Some(50),
+            trace_id: Some("0123456789abcdef0123456789abcdef".into()),
+        }
+    }
+
+    #[test]
+    fn quantile_is_nearest_rank() {
+        let mut v = vec![5.0, 1.0, 4.0, 2.0, 3.0];
+        assert_eq!(quantile(&mut v, 0.5), Some(3.0));
+        assert_eq!(quantile(&mut v, 0.95), Some(5.0));
+        assert_eq!(quantile(&mut [], 0.5), None);
+    }
+
+    #[test]
+    fn page_has_rows_percentiles_and_trace_links() {
+        let rs = vec![
+            req("/models/tiny.gguf", "ok", 100),
+            req("/models/tiny.gguf", "client_hangup", 300),
+        ];
+        let html = render(&rs, Some("http://jaeger:16686/"));
+        assert!(html.contains("http://jaeger:16686/trace/0123456789abcdef0123456789abcdef"));
+        assert!(html.contains(">tiny.gguf<"), "short model name shown");
+        assert!(
+            html.contains("title=\"/models/tiny.gguf\""),
+            "full label kept"
+        );
+        assert!(html.contains("client_hangup"));
+        assert!(html.contains("75%"), "cache reuse per model");
+        assert!(html.contains("01:01:01"), "UTC clock");
+        assert!(html.contains("waterfall: 0 – 300 ms"));
+        assert_eq!(html.matches("<div class=wf").count(), 2);
+        assert!(
+            !html.contains(" src=") && !html.contains("<link"),
+            "no external assets"
+        );
+    }
+
+    #[test]
+    fn empty_window_and_no_jaeger() {
+        let html = render(&[], None);
+        assert!(html.contains("No LLM request yet"));
+        assert!(html.contains("admin.jaeger_url"));
+        let html = render(&[req("m", "upstream_error", 50)], None);
+        assert!(html.contains("<code title=\"0123456789abcdef0123456789abcdef\">"));
+        assert!(html.contains("pill err"));
+    }
+
+    #[test]
+    fn labels_are_escaped() {
+        let html = render(&[req("<b>\"x\"</b>", "ok", 50)], None);
+        assert!(!html.contains("<b>\"x\"</b>"));
+        assert!(html.contains("&lt;b&gt;&quot;x&quot;&lt;/b&gt;"));
+    }
 }

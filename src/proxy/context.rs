@@ -37,6 +37,8 @@ pub struct RequestCtx {
     pub json_body: Option<Vec<u8>>,
     /// Response body bytes forwarded.
     pub response_bytes: u64,
+    /// Request body bytes received.
+    pub request_bytes: u64,
     /// The response is an event stream.
     pub streaming: bool,
     /// Response finished at.
@@ -66,6 +68,7 @@ impl RequestCtx {
             stream_facts: None,
             json_body: None,
             response_bytes: 0,
+            request_bytes: 0,
             streaming: false,
             ended: None,
             failure: None,

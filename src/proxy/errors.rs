@@ -104,6 +104,7 @@ pub fn message(f: &Failure, e: &Error) -> String {
         "upstream_error" => "the upstream llama-server failed",
         "client_timeout" => "timed out reading the request",
         "bad_request" => "invalid request",
+        "request_too_large" => "the request body is larger than llamatap's limits.max_body_bytes",
         _ => "llamatap failed to proxy the request",
     };
     format!("{what} ({})", e.etype().as_str())

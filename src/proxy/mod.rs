@@ -9,6 +9,7 @@
 
 pub mod context;
 pub mod errors;
+pub mod guard;
 pub mod watch;
 
 use std::sync::Arc;
@@ -106,7 +107,13 @@ impl ProxyHttp for LlamaProxy {
                 ctx.received_wall,
             ));
         }
-        Ok(false)
+        match guard::check(req, ctx.route, &self.config) {
+            None => Ok(false),
+            Some(r) => {
+                refuse(session, ctx, r).await;
+                Ok(true)
+            }
+        }
     }
 
     /// Every attempt goes to the one configured llama-server.
@@ -140,6 +147,12 @@ impl ProxyHttp for LlamaProxy {
                 .map_err(|e| Error::because(ErrorType::InternalError, "bad upstream path", e))?;
             upstream_request.set_uri(uri);
         }
+        if let Some(key) = &self.config.upstream_api_key {
+            upstream_request.insert_header("Authorization", format!("Bearer {}", key.expose()))?;
+        } else if !self.config.api_keys.is_empty() {
+            // The client's key is llamatap's, not llama-server's.
+            upstream_request.remove_header("Authorization");
+        }
         if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_mut()) {
             let (traceparent, tracestate) = t.start_upstream(span, SystemTime::now());
             upstream_request.insert_header("traceparent", traceparent)?;
@@ -161,6 +174,15 @@ impl ProxyHttp for LlamaProxy {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        if let Some(b) = body.as_ref() {
+            ctx.request_bytes += b.len() as u64;
+            if ctx.request_bytes > self.config.max_body_bytes {
+                return Error::e_explain(
+                    ErrorType::HTTPStatus(413),
+                    "request body over limits.max_body_bytes",
+                );
+            }
+        }
         if ctx.route.operation_name().is_none() {
             return Ok(());
         }
@@ -323,8 +345,30 @@ impl ProxyHttp for LlamaProxy {
     }
 }
 
+/// Answers a refused request with an OpenAI-shaped error; the upstream never sees it.
+async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refusal) {
+    let body = errors::json_body(r.message, r.kind, r.code);
+    ctx.status = Some(r.status);
+    ctx.ended = Some(Instant::now());
+    ctx.failure = Some((Outcome::Rejected, r.code, r.message.to_string()));
+    if let Ok(mut resp) = ResponseHeader::build(r.status, Some(4)) {
+        let _ = resp.insert_header("Content-Type", "application/json");
+        let _ = resp.insert_header("Content-Length", body.len().to_string());
+        if r.status == 401 {
+            let _ = resp.insert_header("WWW-Authenticate", "Bearer");
+        }
+        let ds = session.as_downstream_mut();
+        let _ = ds.write_error_response(resp, Bytes::from(body)).await;
+    }
+}
+
 /// Decides the outcome of a finished request.
 fn outcome(e: Option<&Error>, ctx: &mut RequestCtx) -> (Outcome, Option<(&'static str, String)>) {
+    if e.is_none() {
+        if let Some((o, code, msg)) = ctx.failure.take() {
+            return (o, Some((code, msg)));
+        }
+    }
     if let Some(e) = e {
         let (o, code, msg) = ctx.failure.take().unwrap_or_else(|| {
             let f = errors::classify(e);
