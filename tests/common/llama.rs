@@ -67,6 +67,22 @@ impl LlamaServer {
     /// Panics with instructions when the binary or the model is missing, or
     /// with the server's log when it does not come up.
     pub fn start(model: &str, extra_args: &[&str]) -> LlamaServer {
+        Self::start_with(model, extra_args, None)
+    }
+
+    /// As [`LlamaServer::start`], on a given port (to bring a server back
+    /// where a proxy expects it).
+    pub fn start_on_port(model: &str, extra_args: &[&str], port: u16) -> LlamaServer {
+        Self::start_with(model, extra_args, Some(port))
+    }
+
+    /// Kills the process now (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn start_with(model: &str, extra_args: &[&str], fixed_port: Option<u16>) -> LlamaServer {
         let binary = llama_server_binary();
         let model = model_path(model);
         if !binary.is_file() {
@@ -88,7 +104,7 @@ impl LlamaServer {
         // llama-server binds it; try again on a bind failure.
         let mut last_log = String::new();
         for _attempt in 0..5 {
-            let port = free_port();
+            let port = fixed_port.unwrap_or_else(free_port);
             let log_path = new_log_path(port);
             let log_file = File::create(&log_path)
                 .unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
