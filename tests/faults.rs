@@ -299,7 +299,7 @@ fn a_thousand_clients_hang_up_at_once_and_nothing_is_left() {
         "memory keeps growing storm after storm: {after:?} KiB"
     );
     // Healthy afterwards.
-    let mut r = http::post(
+    let r = http::post(
         &proxy.addr(),
         "/v1/chat/completions",
         "{\"stream\":true,\"x\":\"decode!\"}",
