@@ -50,6 +50,7 @@ tr:last-child td{border-bottom:0}
 tbody tr:hover td{background:#f8fafc}
 .l{text-align:left}
 .dim{color:#a0a7b4}
+.miss{color:#c2410c;font-weight:600}
 .pill{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;line-height:18px}
 .ok{background:#e6f6ea;color:#1e7a34}.hang{background:#fff3db;color:#9a5b00}.err{background:#fde8e8;color:#b42318}
 .wf{position:relative;width:250px;height:20px;background:linear-gradient(90deg,#f1f3f6 1px,transparent 1px) 0 0/25% 100%;border-radius:3px}
@@ -294,10 +295,18 @@ fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) 
         };
         let status = r.status.map(|s| format!(" {s}")).unwrap_or_default();
         let opt = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_else(|| "–".into());
+        // A prompt with nothing from the KV cache: the first of its kind, or
+        // one that changes at its very start (which defeats the cache).
+        let cached = match (r.input_tokens, r.cached_tokens) {
+            (Some(n), Some(0)) if n > 0 => {
+                "<span class=miss title=\"nothing reused from the KV cache: a new prompt, or one that changes at its start\">(0)</span>".to_string()
+            }
+            (_, c) => format!("({})", opt(c)),
+        };
         let _ = write!(
             h,
             "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td><td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
-<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({}) → {}</td><td class=l>",
+<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {} → {}</td><td class=l>",
             clock(r.received),
             esc(&r.model),
             esc(short_model(&r.model)),
@@ -310,7 +319,7 @@ fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) 
             ms(r.prefill),
             ms(r.decode),
             opt(r.input_tokens),
-            opt(r.cached_tokens),
+            cached,
             opt(r.output_tokens),
         );
         waterfall(h, r, scale);
@@ -478,6 +487,15 @@ mod tests {
             !html.contains(" src=") && !html.contains("<link"),
             "no external assets"
         );
+    }
+
+    #[test]
+    fn a_prompt_with_no_cache_reuse_stands_out() {
+        let mut miss = req("m", "ok", 80);
+        miss.cached_tokens = Some(0);
+        let html = render(&[req("m", "ok", 50), miss], None);
+        assert_eq!(html.matches("class=miss").count(), 1);
+        assert!(html.contains("100 (75) → 50"));
     }
 
     #[test]

@@ -12,7 +12,8 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::record::{Outcome, RequestRecord};
+use crate::record::{HangupPhase, Outcome, RequestRecord};
+use crate::request::Route;
 
 /// Stage histogram buckets, seconds: sub-millisecond to a minute (the OTel
 /// GenAI TTFT boundaries, extended both ways).
@@ -59,7 +60,7 @@ pub struct Metrics {
     pub max_gap: HistogramVec,
     /// `llamatap_cancellations_total{model,phase}`.
     pub cancellations: IntCounterVec,
-    /// `llamatap_wasted_prefill_seconds_total{model}`: prefill time of requests whose client hung up.
+    /// `llamatap_hangup_elapsed_seconds_total{model}`: seconds from arrival to hang-up, summed.
     pub wasted: CounterVec,
     /// `llamatap_sse_events_skipped_total`.
     pub skipped_events: IntCounter,
@@ -138,6 +139,7 @@ impl Metrics {
         };
         m.register_all()?;
         m.build_info.set(1.0);
+        m.seed_model(super::models::OTHER);
         for r in ["exported", "dropped_queue_full", "dropped_export_failed"] {
             m.spans.with_label_values(&[r]);
         }
@@ -224,12 +226,34 @@ impl Metrics {
         }
     }
 
-    /// Replaces the `llamatap_upstream_models` series.
+    /// Replaces the `llamatap_upstream_models` series and creates every
+    /// counter series of each model at zero, so the first error or hang-up
+    /// shows in `rate()` and dashboards read 0, not "no data".
     pub fn set_models(&self, names: &[String]) {
         self.upstream_models.reset();
         for n in names {
             self.upstream_models.with_label_values(&[n]).set(1);
+            self.seed_model(n);
         }
+        self.seed_model(super::models::OTHER);
+    }
+
+    /// Creates the counter series of one model label at zero.
+    pub fn seed_model(&self, model: &str) {
+        for route in Route::all().iter().filter(|r| r.operation_name().is_some()) {
+            for outcome in Outcome::ALL {
+                self.requests
+                    .with_label_values(&[model, route.as_str(), outcome.as_str()]);
+            }
+        }
+        for phase in HangupPhase::ALL {
+            self.cancellations
+                .with_label_values(&[model, phase.as_str()]);
+        }
+        for kind in ["prompt", "cached", "completion"] {
+            self.tokens.with_label_values(&[model, kind]);
+        }
+        self.wasted.with_label_values(&[model]);
     }
 
     /// The exposition text.

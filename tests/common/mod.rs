@@ -5,6 +5,7 @@
 pub mod http;
 pub mod llama;
 pub mod otlp;
+pub mod prometheus;
 pub mod proxy;
 pub mod upstream;
 
