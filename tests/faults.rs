@@ -362,3 +362,146 @@ fn hangup_storm_against_llama_server_with_parallel_slots() {
     assert_eq!(r.head.status, 200);
     assert!(String::from_utf8_lossy(&r.read_all().unwrap()).contains("[DONE]"));
 }
+
+#[test]
+fn zero_downtime_upgrade_keeps_the_stream_in_flight() {
+    let up = Scripted::start(|s, _req| {
+        upstream::sse_head(s);
+        for i in 0..15 {
+            upstream::chunk(s, upstream::chat_event(&format!("t{i} ")).as_bytes());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        upstream::chunk(s, b"data: [DONE]\n\n");
+        upstream::end_chunks(s);
+    });
+    let mut old = Llamatap::start(&up.url(), &[]);
+    let mut r = http::post(&old.addr(), "/v1/chat/completions", &chat(true, 8)).unwrap();
+    r.read_until(b"t0").unwrap();
+    let mut new = old.spawn_upgrade(&up.url());
+    std::thread::sleep(Duration::from_millis(500));
+    old.signal("QUIT");
+    // The stream in flight on the old process finishes whole.
+    let rest = r.read_all().unwrap();
+    assert!(r.clean_end);
+    let text = String::from_utf8_lossy(&rest);
+    assert!(text.contains("t14") && text.contains("[DONE]"), "{text}");
+    // Meanwhile and afterwards, new connections are served (by the new process).
+    for _ in 0..5 {
+        let mut r = http::post(&old.addr(), "/v1/chat/completions", &chat(true, 8)).unwrap();
+        assert_eq!(r.head.status, 200);
+        drop(r.read_until(b"t0").unwrap());
+    }
+    let status = old
+        .wait_exit(Duration::from_secs(15))
+        .expect("old process did not exit");
+    assert!(status.success());
+    let mut r = http::post(&old.addr(), "/v1/chat/completions", &chat(true, 8)).unwrap();
+    assert_eq!(r.head.status, 200);
+    assert!(String::from_utf8_lossy(&r.read_all().unwrap()).contains("[DONE]"));
+    assert!(
+        new.try_wait().unwrap().is_none(),
+        "the new process must keep serving"
+    );
+    let _ = new.kill();
+    let _ = new.wait();
+}
+
+#[test]
+fn slow_loris_clients_are_timed_out() {
+    let up = Scripted::start(|s, _req| upstream::json(s, 200, "{}"));
+    let proxy = Llamatap::start(&up.url(), &[]);
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    use std::io::{Read, Write};
+    s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let start = Instant::now();
+    s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+    let mut buf = [0u8; 256];
+    let n = s.read(&mut buf).unwrap_or(0);
+    let waited = start.elapsed();
+    eprintln!("slow-loris connection closed after {waited:?} ({n} bytes)");
+    assert!(waited < Duration::from_secs(75), "held {waited:?}");
+    assert_eq!(http::get(&proxy.admin(), "/healthz").unwrap().0, 200);
+}
+
+#[test]
+fn conflicting_content_length_and_transfer_encoding_cannot_smuggle() {
+    let up = Scripted::start(|s, req| {
+        upstream::json(
+            s,
+            200,
+            &serde_json::json!({"path": req.path, "body": String::from_utf8_lossy(&req.body)})
+                .to_string(),
+        );
+    });
+    let proxy = Llamatap::start(&up.url(), &[]);
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    use std::io::{Read, Write};
+    // Content-Length covers the chunked body only partly; a proxy that
+    // believed it would read "GET /smuggled" as a second request.
+    let smuggle = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+    s.write_all(smuggle.as_bytes()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    let paths: Vec<String> = up
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert!(
+        !paths.iter().any(|p| p == "/smuggled"),
+        "smuggled request reached the upstream: {paths:?}"
+    );
+    assert!(!text.contains("/smuggled"), "{text}");
+    assert_eq!(
+        text.matches("HTTP/1.1 ").count(),
+        1,
+        "one response, then the connection closes: {text}"
+    );
+}
+
+#[test]
+fn oversized_and_malformed_traceparent_are_ignored_safely() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let up = Scripted::start(move |s, req| {
+        s2.lock()
+            .unwrap()
+            .push(req.header("traceparent").map(str::to_string));
+        upstream::json(s, 200, "{}");
+    });
+    let (otlp_url, _spans) = common::otlp::http_receiver();
+    let proxy = Llamatap::start(
+        &up.url(),
+        &["--otlp-endpoint", &otlp_url, "--otlp-protocol", "http"],
+    );
+    let huge = format!("00-{}-00f067aa0ba902b7-01", "a".repeat(8000));
+    let huge_state = format!("k={}", "v".repeat(8000));
+    for (tp, ts) in [
+        (huge.as_str(), "a=b"),
+        ("00-zz-zz-zz", huge_state.as_str()),
+        (
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            ",,,=",
+        ),
+    ] {
+        let mut r = http::send(
+            &proxy.addr(),
+            "POST",
+            "/v1/chat/completions",
+            &[("traceparent", tp), ("tracestate", ts)],
+            b"{}",
+        )
+        .unwrap();
+        assert_eq!(r.head.status, 200);
+        r.read_all().unwrap();
+    }
+    for tp in seen.lock().unwrap().iter() {
+        let tp = tp.as_deref().unwrap();
+        assert_eq!(tp.len(), 55, "a fresh traceparent goes upstream: {tp}");
+    }
+}

@@ -77,6 +77,40 @@ impl Llamatap {
         }
     }
 
+    /// Starts a second llamatap with `--upgrade` on the same ports and upgrade
+    /// socket: it waits for this one's listening sockets (send SIGQUIT to this one).
+    pub fn spawn_upgrade(&self, upstream: &str) -> Child {
+        let dir = std::env::temp_dir();
+        Command::new(env!("CARGO_BIN_EXE_llamatap"))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{}", self.port),
+                "--admin-listen",
+                &format!("127.0.0.1:{}", self.admin_port),
+                "--upstream",
+                upstream,
+                "--pid-file",
+                dir.join(format!("llamatap-{}-new.pid", self.port))
+                    .to_str()
+                    .unwrap(),
+                "--upgrade-sock",
+                dir.join(format!("llamatap-{}.sock", self.port))
+                    .to_str()
+                    .unwrap(),
+                "--upgrade",
+            ])
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn llamatap --upgrade")
+    }
+
+    /// Sends a signal (`TERM`, `QUIT`, ...).
+    pub fn signal(&self, sig: &str) {
+        unsafe_kill(self.child.id(), sig);
+    }
+
     /// `127.0.0.1:port` of the proxy.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
