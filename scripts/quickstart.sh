@@ -61,7 +61,7 @@ if [ -z "$upstream" ]; then
   llama_log="${TMPDIR:-/tmp}/llamatap-quickstart-llama-server.log"
   log "starting llama-server on 127.0.0.1:$LLAMA_PORT with $model (log: $llama_log)"
   "$bin" -m "$model" --host 127.0.0.1 --port "$LLAMA_PORT" \
-    --chat-template chatml --cache-ram 0 -t 1 --metrics --slots >"$llama_log" 2>&1 &
+    --chat-template chatml --cache-ram 0 -t 1 --metrics --slots --alias tiny.gguf >"$llama_log" 2>&1 &
   llama_pid=$!
 
   for _ in $(seq 1 600); do
