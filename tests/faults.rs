@@ -126,7 +126,9 @@ fn llama_server_killed_and_restarted_mid_load() {
     let mut r = http::post(&proxy.addr(), "/v1/chat/completions", &chat(true, 8)).unwrap();
     assert_eq!(r.head.status, 200);
     assert!(String::from_utf8_lossy(&r.read_all().unwrap()).contains("[DONE]"));
-    let m = proxy.metrics();
+    let m = proxy.wait_metrics(Duration::from_secs(3), |m| {
+        metric_sum(m, "llamatap_inflight_streams", &[]) == 0.0
+    });
     assert!(
         metric_sum(
             &m,
