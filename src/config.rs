@@ -511,6 +511,29 @@ fn parse_addr(key: &'static str, s: &str) -> Result<SocketAddr, ConfigError> {
     })
 }
 
+/// Splits `host:port` (IPv6 in brackets); the port defaults to 80.
+fn split_host_port(authority: &str) -> Option<(&str, u16)> {
+    let (host, port) = if authority.starts_with('[') {
+        let close = authority.find(']')?;
+        let (h, rest) = authority.split_at(close + 1);
+        match rest.strip_prefix(':') {
+            Some(p) => (h, Some(p)),
+            None if rest.is_empty() => (h, None),
+            None => return None,
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
+        None => 80,
+    };
+    Some((host, port))
+}
+
 /// Parses `http://host:port[/base]`.
 pub fn parse_upstream(s: &str) -> Result<Upstream, ConfigError> {
     let err = |m: &str| ConfigError::Invalid {
@@ -524,18 +547,25 @@ pub fn parse_upstream(s: &str) -> Result<Upstream, ConfigError> {
         Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
         None => (rest, ""),
     };
-    if authority.is_empty() || authority.contains('@') || path.contains(['?', '#']) {
+    if authority.is_empty()
+        || authority.contains('@')
+        || path.contains(['?', '#'])
+        || path.bytes().any(|b| !b.is_ascii_graphic())
+    {
         return Err(err("expected http://host:port[/path]"));
     }
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse::<u16>() {
-            Ok(port) if port > 0 => (h, port),
-            _ => return Err(err("bad port")),
-        },
-        _ => (authority, 80),
+    let (host, port) =
+        split_host_port(authority).ok_or_else(|| err("expected http://host:port[/path]"))?;
+    let valid = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
     };
-    if host.is_empty() {
-        return Err(err("missing host"));
+    if !valid {
+        return Err(err("invalid host"));
     }
     Ok(Upstream {
         address: format!("{host}:{port}"),

@@ -71,6 +71,16 @@ fn upstream_urls() {
     assert_eq!(u.port, 80);
     assert!(parse_upstream("http://").is_err());
     assert!(parse_upstream("http://u@h:1").is_err());
+    for bad in [
+        "http://[]",
+        "http://[",
+        "http://a]:1",
+        "http://[::1",
+        "http://h:1:2",
+        "http://h:x",
+    ] {
+        assert!(parse_upstream(bad).is_err(), "{bad}");
+    }
 }
 
 #[test]

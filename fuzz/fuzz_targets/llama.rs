@@ -1,0 +1,45 @@
+//! Fuzzes llama-server format parsing: `llamatap::llama::parse_event` and
+//! `parse_response` for every `StreamFormat::ALL`.
+//!
+//! Input layout: `[k, name .., data ..]`: the event name is the next
+//! `k % 64` bytes (fewer if the input is shorter), the rest is the event's
+//! `data` and also the whole response body given to `parse_response`.
+//!
+//! Invariants:
+//! - never panics;
+//! - `data: [DONE]` gives a delta with only `done` set;
+//! - `visible`, when present, is non-empty;
+//! - `visible_text_chars` of a response is at most the body's byte length.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use llamatap::llama::{parse_event, parse_response, Delta, StreamFormat};
+use llamatap::sse::SseEvent;
+
+fuzz_target!(|input: &[u8]| {
+    let Some((&k, rest)) = input.split_first() else {
+        return;
+    };
+    let (event, data) = rest.split_at(usize::from(k % 64).min(rest.len()));
+    let ev = SseEvent { event, data };
+    for format in StreamFormat::ALL {
+        let delta = parse_event(format, &ev);
+        if ev.is_done() {
+            let want = Delta {
+                done: true,
+                ..Delta::default()
+            };
+            assert_eq!(delta, want, "[DONE] in {format}");
+        }
+        if let Some(v) = &delta.visible {
+            assert!(!v.is_empty(), "empty visible text in {format}");
+        }
+        let facts = parse_response(format, data);
+        assert!(
+            facts.visible_text_chars <= data.len(),
+            "{format}: {} visible chars in a {}-byte body",
+            facts.visible_text_chars,
+            data.len()
+        );
+    }
+});
