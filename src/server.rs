@@ -57,6 +57,12 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
         graceful_shutdown_timeout_seconds: Some(1),
         pid_file: cli.pid_file.clone(),
         upgrade_sock: cli.upgrade_sock.clone(),
+        // Pingora's fast timeouts keep every timer (one per 10 ms deadline per
+        // thread) until its deadline, even after the read it guarded finished
+        // or the request was dropped: with a 600 s read timeout that retained
+        // ten minutes of timers (~160 B each). Longer timeouts use Tokio's,
+        // which are freed on cancel.
+        fast_timeout_to_tokio_threshold_seconds: Some(1),
         ..ServerConf::default()
     };
     let opt = Opt {
