@@ -300,3 +300,20 @@ fn hangup_during_prefill_frees_the_slot_without_generating() {
         "{m}"
     );
 }
+
+#[test]
+fn back_to_back_streams_never_hit_a_closed_pooled_connection() {
+    // llama-server closes its connection after each streamed answer without
+    // saying so; a request that takes that connection from the pool must be
+    // retried, not answered with 502.
+    let llama = LlamaServer::start("tiny", &["-np", "1"]);
+    let proxy = Llamatap::start(&llama.base_url, &[]);
+    for i in 0..60 {
+        let body = if i % 3 == 0 { chat_body("Hi", false, 4) } else { chat_body("Hi", true, 4) };
+        let mut r = http::post(&proxy.addr(), "/v1/chat/completions", &body).unwrap();
+        assert_eq!(r.head.status, 200, "request {i}");
+        r.read_all().unwrap();
+    }
+    let m = proxy.metrics();
+    assert_eq!(metric_sum(&m, "llamatap_requests_total", &["outcome=\"upstream_error\""]), 0.0);
+}

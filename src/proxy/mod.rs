@@ -96,6 +96,10 @@ impl ProxyHttp for LlamaProxy {
 
     /// Runs first for each request: classify the route, start the spans.
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        // Keep (up to Pingora's 64 KiB) the body as it is forwarded, so that a
+        // request sent on a pooled connection the upstream had already closed
+        // can be sent again (see error_while_proxy).
+        session.enable_retry_buffering();
         let req = session.req_header();
         ctx.route = Route::from_path(req.uri.path());
         ctx.started = true;
@@ -125,6 +129,7 @@ impl ProxyHttp for LlamaProxy {
         // A retry replays the body from its start.
         ctx.body.clear();
         ctx.body_truncated = false;
+        ctx.request_bytes = 0;
         Ok(Box::new(self.peer()))
     }
 
@@ -315,6 +320,31 @@ impl ProxyHttp for LlamaProxy {
             error_code: code,
             can_reuse_downstream: false,
         }
+    }
+
+    /// llama-server closes its connection right after a streamed answer,
+    /// without `Connection: close`; a request that took that connection from
+    /// the pool before the close arrived fails before any response byte.
+    /// Retry exactly that case on a new connection: reused connection, no
+    /// response yet, connection closed or reset, and the whole body buffered.
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<Error>,
+        ctx: &mut RequestCtx,
+        client_reused: bool,
+    ) -> Box<Error> {
+        let mut e = e.more_context(format!("Peer: {peer}"));
+        let stale = client_reused
+            && ctx.upstream_headers.is_none()
+            && !session.as_ref().retry_buffer_truncated()
+            && matches!(
+                e.etype(),
+                ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+            );
+        e.set_retry(stale);
+        e
     }
 
     /// Client hang-ups are normal traffic, not errors worth a log line.
