@@ -309,11 +309,22 @@ fn back_to_back_streams_never_hit_a_closed_pooled_connection() {
     let llama = LlamaServer::start("tiny", &["-np", "1"]);
     let proxy = Llamatap::start(&llama.base_url, &[]);
     for i in 0..60 {
-        let body = if i % 3 == 0 { chat_body("Hi", false, 4) } else { chat_body("Hi", true, 4) };
+        let body = if i % 3 == 0 {
+            chat_body("Hi", false, 4)
+        } else {
+            chat_body("Hi", true, 4)
+        };
         let mut r = http::post(&proxy.addr(), "/v1/chat/completions", &body).unwrap();
         assert_eq!(r.head.status, 200, "request {i}");
         r.read_all().unwrap();
     }
     let m = proxy.metrics();
-    assert_eq!(metric_sum(&m, "llamatap_requests_total", &["outcome=\"upstream_error\""]), 0.0);
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""]
+        ),
+        0.0
+    );
 }
