@@ -34,7 +34,7 @@ pub struct Cli {
     /// OTLP transport: grpc or http (http/protobuf).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", value_name = "PROTOCOL")]
     pub otlp_protocol: Option<String>,
-    /// Worker threads of the proxy [default: 2].
+    /// Worker threads of the proxy [default: 1].
     #[arg(long, env = "LLAMATAP_THREADS")]
     pub threads: Option<usize>,
     /// Seconds SIGTERM waits for in-flight requests [default: 10].

@@ -340,7 +340,7 @@ impl Config {
                 "must be between 0.0 and 1.0",
             ));
         }
-        let threads = o.threads.or(raw.threads).unwrap_or(2);
+        let threads = o.threads.or(raw.threads).unwrap_or(1);
         if threads == 0 || threads > 256 {
             return Err(invalid("threads", "must be between 1 and 256"));
         }

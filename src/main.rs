@@ -11,6 +11,11 @@ use llamatap::cli::Cli;
 use llamatap::config::Config;
 use llamatap::server;
 
+/// jemalloc: less CPU per allocation than glibc's malloc on the per-chunk
+/// path, and no allocator headers written into untouched buffer pages.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(path) = &cli.check_config {

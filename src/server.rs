@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pingora::apps::http_app::HttpServer;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use pingora::services::background::background_service;
@@ -78,7 +79,14 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
         proxy,
         "llamatap proxy",
     );
-    proxy_service.add_tcp(&config.listen.to_string());
+    // No L4 read buffer on client connections: Pingora's default gives each
+    // accepted connection a zeroed 64 KiB buffer, which only pays off for TLS's
+    // small record reads. Plain HTTP reads go straight into the header and
+    // body buffers, one copy fewer and 64 KiB less per held stream.
+    proxy_service.add_listener(
+        ListenerConfig::tcp(config.listen.to_string())
+            .l4_buffer(L4BufferSettings::default().read(0)),
+    );
 
     let admin = AdminApp::new(
         telemetry.clone(),

@@ -31,7 +31,7 @@ use llamatap_bench::proxies::{self, Kind, Running, LITELLM_KEY};
 use serde_json::{json, Value};
 
 const DEFAULT_VARIANTS: &str =
-    "direct,llamatap-full-t1,llamatap-full-t2,llamatap-off-t2,nginx-w1,nginx-w2,litellm-w1";
+    "direct,llamatap-full-t1,llamatap-off-t1,llamatap-full-t2,nginx-w1,nginx-w2,litellm-w1";
 
 struct Args {
     out: PathBuf,
