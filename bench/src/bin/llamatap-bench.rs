@@ -67,7 +67,7 @@ fn usage() -> ! {
     eprintln!(
         "llamatap-bench [options]
   --out FILE             JSON results (default: bench-results.json)
-  --md FILE              markdown tables (default: next to --out, .md)
+  --md FILE              markdown tables (default: next to --out, .tables.md)
   --variants LIST        default: {DEFAULT_VARIANTS}
   --rounds N             interleaved latency rounds (default 4)
   --round-secs S         seconds of arrivals per variant per round (default 6)
@@ -669,7 +669,7 @@ fn main() {
     let md_path = args
         .md
         .clone()
-        .unwrap_or_else(|| args.out.with_extension("md"));
+        .unwrap_or_else(|| args.out.with_extension("tables.md"));
     std::fs::write(&md_path, &md).expect("write md");
     println!("{md}");
     log(format!(
@@ -1431,8 +1431,8 @@ fn markdown(r: &Value, args: &Args) -> String {
     if real.is_object() && real["skipped"].is_null() {
         s += &format!(
             "\nReal llama-server (tiny model, {} requests per side, alternating, new connection each, max_tokens 8): \
-             TTFT direct p50 {} / p95 {} µs; through llamatap (full telemetry) p50 {} / p95 {} µs; \
-             paired difference (llamatap − direct) median {} µs (p10 {}, p90 {}); errors {}.\n",
+             TTFT (µs unless marked ms) direct p50 {} / p95 {}; through llamatap (full telemetry) p50 {} / p95 {}; \
+             paired difference (llamatap − direct) median {} (p10 {}, p90 {}); errors {}.\n",
             real["requests_per_side"],
             us(&real["ttft_direct"]["p50_us"]), us(&real["ttft_direct"]["p95_us"]),
             us(&real["ttft_llamatap"]["p50_us"]), us(&real["ttft_llamatap"]["p95_us"]),
