@@ -310,6 +310,35 @@ fn upstream_error_responses_pass_through_untouched() {
 }
 
 #[test]
+fn content_encoding_passes_untouched_both_ways() {
+    // Bytes that only look like gzip: llamatap must neither decode nor encode.
+    let gz: &'static [u8] = b"\x1f\x8b\x08\x00not-really-gzip\x00\xff";
+    let up = Scripted::start(move |s, req| {
+        let seen = req.header("accept-encoding").unwrap_or("").to_string();
+        if req.path == "/encoded" {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nX-Seen-Accept-Encoding: {seen}\r\nContent-Length: {}\r\n\r\n",
+                gz.len()
+            );
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(gz);
+        } else {
+            upstream::json(s, 200, &format!("{{\"seen\":\"{seen}\"}}"));
+        }
+    });
+    let proxy = Llamatap::start(&up.url(), &[]);
+    let accept = [("Accept-Encoding", "gzip, br")];
+    let mut r = http::send(&proxy.addr(), "GET", "/encoded", &accept, b"").unwrap();
+    assert_eq!(r.head.header("content-encoding"), Some("gzip"));
+    assert_eq!(r.head.header("x-seen-accept-encoding"), Some("gzip, br"));
+    assert_eq!(r.read_all().unwrap(), gz);
+    // A plain answer to a client that accepts gzip stays plain.
+    let mut r = http::send(&proxy.addr(), "GET", "/plain", &accept, b"").unwrap();
+    assert_eq!(r.head.header("content-encoding"), None);
+    assert_eq!(r.read_all().unwrap(), b"{\"seen\":\"gzip, br\"}");
+}
+
+#[test]
 fn requests_pass_unchanged_including_a_10_mb_body() {
     let up = Scripted::start(|s, req| {
         let digest = format!(

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::modules::http::HttpModules;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorSource, ErrorType, Result};
@@ -93,6 +94,11 @@ impl ProxyHttp for LlamaProxy {
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx::new()
     }
+
+    /// No downstream modules. Pingora's default adds a disabled compression
+    /// module, which would still run on every forwarded chunk; llamatap never
+    /// compresses or decompresses, bodies pass as they are.
+    fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
 
     /// Runs first for each request: classify the route, start the spans.
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
