@@ -13,6 +13,7 @@ use llamatap::server;
 
 /// jemalloc: less CPU per allocation than glibc's malloc on the per-chunk
 /// path, and no allocator headers written into untouched buffer pages.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
