@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::http;
 use common::llama::LlamaServer;
-use common::proxy::{metric_sum, Llamatap};
+use common::proxy::{metric_sum, rss_kib, Llamatap};
 use common::upstream::{self, Scripted};
 
 fn chat(stream: bool, max_tokens: u32) -> String {
@@ -25,16 +25,6 @@ fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap()
 }
 
 fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {

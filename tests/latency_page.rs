@@ -24,14 +24,7 @@ const JAEGER: &str = "http://jaeger.example:16686";
 const CAPACITY: usize = 14;
 
 fn chat(system: &str, user: &str, stream: bool, max_tokens: u32) -> String {
-    serde_json::json!({
-        "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
-        ],
-        "stream": stream, "max_tokens": max_tokens, "temperature": 0.7, "seed": 3,
-    })
-    .to_string()
+    common::llama::chat_with_system(system, user, stream, max_tokens, 3)
 }
 
 /// The trace id of a `traceresponse` header (`00-{trace}-{span}-{flags}`).

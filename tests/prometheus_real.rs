@@ -35,14 +35,7 @@ fn repo() -> PathBuf {
 }
 
 fn chat(system: &str, user: &str, stream: bool, max_tokens: u32) -> String {
-    serde_json::json!({
-        "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
-        ],
-        "stream": stream, "max_tokens": max_tokens, "temperature": 0.7, "seed": 7,
-    })
-    .to_string()
+    common::llama::chat_with_system(system, user, stream, max_tokens, 7)
 }
 
 /// Sends a request through the proxy and reads the whole answer.

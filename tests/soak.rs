@@ -15,18 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::http;
-use common::proxy::{metric_sum, Llamatap};
+use common::proxy::{metric_sum, rss_kib, Llamatap};
 use common::upstream::{self, Scripted};
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap()
-}
 
 #[test]
 #[ignore = "long: run with --ignored (see the module docs)"]

@@ -339,6 +339,25 @@ impl Drop for LlamaServer {
 }
 
 /// A loopback port that was free a moment ago.
+/// A chat request body with a system prompt, a user turn, fixed sampling
+/// (temperature 0.7) and `seed`.
+pub fn chat_with_system(
+    system: &str,
+    user: &str,
+    stream: bool,
+    max_tokens: u32,
+    seed: u64,
+) -> String {
+    serde_json::json!({
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": user},
+        ],
+        "stream": stream, "max_tokens": max_tokens, "temperature": 0.7, "seed": seed,
+    })
+    .to_string()
+}
+
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local_addr").port()

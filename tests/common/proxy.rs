@@ -177,6 +177,17 @@ impl Drop for Llamatap {
     }
 }
 
+/// Resident memory of process `pid` (`VmRSS`), in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
 /// Reads one line-terminated metric value: `name{labels} value`, by prefix.
 pub fn metric_value(text: &str, prefix: &str) -> Option<f64> {
     text.lines()
