@@ -50,7 +50,7 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     }
     let config = Arc::new(config);
     let telemetry = Telemetry::start(&config)?;
-    let upstream = Arc::new(UpstreamState::new(config.upstream.clone()));
+    let upstream = Arc::new(UpstreamState::new(config.upstreams[0].clone()));
 
     let conf = ServerConf {
         threads: config.threads,
@@ -110,11 +110,14 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
         "llamatap listening on {} (admin {}), upstream {}",
         config.listen,
         config.admin_listen,
-        config.upstream.address
+        config.upstreams[0].address
     );
     eprintln!(
         "llamatap: listening on {} (admin {}), upstream http://{}{}",
-        config.listen, config.admin_listen, config.upstream.address, config.upstream.base_path
+        config.listen,
+        config.admin_listen,
+        config.upstreams[0].address,
+        config.upstreams[0].base_path
     );
     server.run(RunArgs {
         shutdown_signal: Box::new(DrainOnTerm {

@@ -53,7 +53,7 @@ impl Telemetry {
     /// Builds metrics and, with an endpoint, tracing.
     pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
         let metrics = Metrics::new()?;
-        let tracing = Tracing::start(&cfg.telemetry, &cfg.upstream, metrics.spans.clone())?;
+        let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
         Ok(Arc::new(Telemetry {
             metrics,
             metrics_enabled: cfg.telemetry.metrics,

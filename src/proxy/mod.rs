@@ -146,7 +146,7 @@ impl ProxyHttp for LlamaProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let base = &self.config.upstream.base_path;
+        let base = &self.config.upstreams[0].base_path;
         if !base.is_empty() {
             let pq = upstream_request
                 .uri
