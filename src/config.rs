@@ -15,7 +15,7 @@ mod fleet;
 #[cfg(test)]
 mod tests;
 
-pub use fleet::{RawRouting, RawUpstream, Routing, RoutingPolicy, MAX_UPSTREAMS};
+pub use fleet::{RawRouting, RawUpstream, Routing, MAX_UPSTREAMS};
 
 /// Default proxy listener.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";

@@ -7,6 +7,7 @@
 //! per event.
 
 pub mod export;
+pub mod fleet;
 pub mod metrics;
 pub mod models;
 pub mod recent;
@@ -53,6 +54,8 @@ impl Telemetry {
     /// Builds metrics and, with an endpoint, tracing.
     pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
         let metrics = Metrics::new()?;
+        let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
+        metrics.fleet.seed_upstreams(&names);
         let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
         Ok(Arc::new(Telemetry {
             metrics,

@@ -279,13 +279,13 @@ fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) 
     }
     let _ = write!(
         h,
-        "</div><table><thead><tr><th class=l>time (UTC)</th><th class=l>model</th><th class=l>route</th><th class=l>outcome</th>\
+        "</div><table><thead><tr><th class=l>time (UTC)</th><th class=l>model</th><th class=l title=\"the llama-server that answered, and why it was chosen\">upstream</th><th class=l>route</th><th class=l>outcome</th>\
 <th>headers</th><th>1st token</th><th>1st sentence</th><th>end</th><th>prefill</th><th>decode</th>\
 <th title=\"tokens: prompt (of which from the KV cache) → output\">in (cached) → out</th>\
 <th class=l>waterfall: 0 – {scale:.0} ms</th><th class=l>trace</th></tr></thead><tbody>"
     );
     if recent.is_empty() {
-        h.push_str("<tr><td class=empty colspan=13>No LLM request yet: send one through the proxy and it appears here.</td></tr>");
+        h.push_str("<tr><td class=empty colspan=14>No LLM request yet: send one through the proxy and it appears here.</td></tr>");
     }
     for r in recent.iter().rev() {
         let cls = match r.outcome {
@@ -305,11 +305,13 @@ fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) 
         };
         let _ = write!(
             h,
-            "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td><td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
+            "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td><td class=l title=\"{}\">{}</td><td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {} → {}</td><td class=l>",
             clock(r.received),
             esc(&r.model),
             esc(short_model(&r.model)),
+            esc(r.route_reason.unwrap_or("")),
+            esc(r.upstream.as_deref().unwrap_or("–")),
             esc(r.route),
             esc(r.outcome),
             ms(r.upstream_headers),
@@ -423,6 +425,7 @@ pub fn json(recent: &[RecentRequest]) -> String {
                 "prefill_ms": msf(r.prefill), "decode_ms": msf(r.decode),
                 "input_tokens": r.input_tokens, "cached_tokens": r.cached_tokens, "output_tokens": r.output_tokens,
                 "trace_id": r.trace_id,
+                "upstream": r.upstream, "route_reason": r.route_reason,
             })
         })
         .collect();
@@ -454,6 +457,8 @@ mod tests {
             cached_tokens: Some(75),
             output_tokens: Some(50),
             trace_id: Some("0123456789abcdef0123456789abcdef".into()),
+            upstream: Some("gpu-a".into()),
+            route_reason: Some("prefix_hit"),
         }
     }
 

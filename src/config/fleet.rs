@@ -9,6 +9,7 @@
 use serde::Deserialize;
 
 use super::{invalid, parse_upstream, ConfigError, Upstream, DEFAULT_UPSTREAM};
+use crate::route::Policy;
 
 /// Most upstreams one llamatap fronts: each name is a metric label value.
 pub const MAX_UPSTREAMS: usize = 64;
@@ -39,48 +40,11 @@ pub struct RawRouting {
     pub session_header: Option<String>,
 }
 
-/// How a request's upstream is chosen among those that can serve it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RoutingPolicy {
-    /// The upstream whose prompt cache most likely holds the prompt's prefix,
-    /// unless it is overloaded; new conversations by rendezvous hashing.
-    PrefixAffinity,
-    /// The upstream with the fewest requests in flight.
-    LeastBusy,
-    /// Each upstream in turn.
-    RoundRobin,
-}
-
-impl RoutingPolicy {
-    /// The name used in configuration, labels and spans.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RoutingPolicy::PrefixAffinity => "prefix_affinity",
-            RoutingPolicy::LeastBusy => "least_busy",
-            RoutingPolicy::RoundRobin => "round_robin",
-        }
-    }
-
-    fn parse(s: &str) -> Result<RoutingPolicy, ConfigError> {
-        match s {
-            "prefix_affinity" => Ok(RoutingPolicy::PrefixAffinity),
-            "least_busy" => Ok(RoutingPolicy::LeastBusy),
-            "round_robin" => Ok(RoutingPolicy::RoundRobin),
-            other => Err(ConfigError::Invalid {
-                key: "routing.policy",
-                message: format!(
-                    "{other:?} is not one of prefix_affinity, least_busy, round_robin"
-                ),
-            }),
-        }
-    }
-}
-
 /// Validated routing settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routing {
     /// The policy.
-    pub policy: RoutingPolicy,
+    pub policy: Policy,
     /// Lower-cased header name whose value sticks a request to one upstream.
     pub session_header: Option<String>,
 }
@@ -164,11 +128,14 @@ pub fn upstreams(
 /// Validates `[routing]` with the `--routing-policy` override. The default
 /// policy is `prefix_affinity`; with one upstream the policy has no effect.
 pub fn routing(flag: Option<&str>, raw: &RawRouting) -> Result<Routing, ConfigError> {
-    let policy = RoutingPolicy::parse(
-        flag.or(raw.policy.as_deref())
-            .unwrap_or("prefix_affinity")
-            .trim(),
-    )?;
+    let name = flag
+        .or(raw.policy.as_deref())
+        .unwrap_or("prefix_affinity")
+        .trim();
+    let policy = Policy::parse(name).ok_or_else(|| ConfigError::Invalid {
+        key: "routing.policy",
+        message: format!("{name:?} is not one of prefix_affinity, least_busy, round_robin"),
+    })?;
     let session_header = match raw.session_header.as_deref().map(str::trim) {
         None | Some("") => None,
         Some(h) => {

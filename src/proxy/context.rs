@@ -6,6 +6,7 @@ use std::time::{Instant, SystemTime};
 use crate::llama::StreamFormat;
 use crate::observe::{StreamFacts, StreamObserver};
 use crate::record::{HangupPhase, Outcome, RequestRecord};
+use crate::route::{Chain, Decision};
 use crate::request::{RequestFacts, Route};
 use crate::telemetry::spans::RequestSpan;
 
@@ -49,6 +50,18 @@ pub struct RequestCtx {
     pub stream_counted: bool,
     /// `request_filter` ran (telemetry counted the request).
     pub started: bool,
+    /// The prompt's prefix chain, when the body was read before routing.
+    pub chain: Chain,
+    /// Session key from the configured session header.
+    pub session: Option<u64>,
+    /// The body was read before routing (model and chain are known).
+    pub preread: bool,
+    /// The fleet member of the current attempt (counted in its load).
+    pub member: Option<usize>,
+    /// The routing decision of the current attempt.
+    pub decision: Option<Decision>,
+    /// Members already tried (connect failures).
+    pub tried: Vec<usize>,
 }
 
 impl RequestCtx {
@@ -74,6 +87,12 @@ impl RequestCtx {
             failure: None,
             stream_counted: false,
             started: false,
+            chain: Chain::default(),
+            session: None,
+            preread: false,
+            member: None,
+            decision: None,
+            tried: Vec::new(),
         }
     }
 
@@ -143,6 +162,7 @@ impl RequestCtx {
             skipped_events: facts.skipped_events,
             response_bytes: self.response_bytes,
             client_address,
+            upstream: None,
         };
         if let (Some(body), Some(format)) = (self.json_body.take(), stream_format(self.route)) {
             let r = crate::llama::parse_response(format, &body);
