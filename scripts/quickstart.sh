@@ -13,6 +13,11 @@
 #   LLAMA_SERVER_PORT    local llama-server  (default 8081)
 #   LLAMATAP_HOST        bind address        (default 127.0.0.1)
 #
+# Binaries and model (environment):
+#   LLAMATAP_BIN           a built llamatap binary (default: cargo run --release)
+#   LLAMATAP_LLAMA_SERVER  llama-server binary } both set: used as they are,
+#   LLAMATAP_TINY_MODEL    model file (.gguf)  } scripts/ensure-deps.sh is skipped
+#
 # Ctrl-C stops llamatap and the llama-server this script started.
 set -euo pipefail
 
@@ -31,7 +36,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --upstream) upstream="${2:?--upstream needs a URL}"; shift 2 ;;
     --upstream=*) upstream="${1#--upstream=}"; shift ;;
-    -h|--help) sed -n '2,16{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) log "unknown argument: $1 (try --help)"; exit 2 ;;
   esac
 done
@@ -49,9 +54,13 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 if [ -z "$upstream" ]; then
-  deps="$(scripts/ensure-deps.sh --minimal)"
-  bin="$(sed -n 's/^LLAMATAP_LLAMA_SERVER=//p' <<<"$deps")"
-  model="$(sed -n 's/^LLAMATAP_TINY_MODEL=//p' <<<"$deps")"
+  bin="${LLAMATAP_LLAMA_SERVER:-}"
+  model="${LLAMATAP_TINY_MODEL:-}"
+  if [ -z "$bin" ] || [ -z "$model" ]; then
+    deps="$(scripts/ensure-deps.sh --minimal)"
+    bin="$(sed -n 's/^LLAMATAP_LLAMA_SERVER=//p' <<<"$deps")"
+    model="$(sed -n 's/^LLAMATAP_TINY_MODEL=//p' <<<"$deps")"
+  fi
 
   if curl -fsS --max-time 1 "http://127.0.0.1:$LLAMA_PORT/health" >/dev/null 2>&1; then
     log "something already answers on 127.0.0.1:$LLAMA_PORT; set LLAMA_SERVER_PORT or pass --upstream"
@@ -99,6 +108,12 @@ cat >&2 <<EOF
 
 EOF
 
+if [ -n "${LLAMATAP_BIN:-}" ]; then
+  llamatap=("$LLAMATAP_BIN")
+else
+  llamatap=(cargo run --release --bin llamatap --)
+fi
+
 # Not `exec`: the EXIT trap must still stop llama-server afterwards.
-cargo run --release --bin llamatap -- \
+"${llamatap[@]}" \
   --upstream "$upstream" --listen "$HOST:$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT"
