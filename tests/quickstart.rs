@@ -71,7 +71,16 @@ enum Stop {
 /// Starts the script, waits for `/readyz`, stops it as `stop` says and checks
 /// that everything it started is gone in time.
 fn stops_everything(stop: Stop, upstream: Option<&LlamaServer>) {
-    let mut qs = Quickstart::start(&format!("{stop:?}-{}", upstream.is_some()), upstream);
+    let name = match stop {
+        Stop::Script(sig, _) => sig,
+        Stop::LlamatapKilled => "llamatap-killed",
+    };
+    let mode = if upstream.is_some() {
+        "upstream"
+    } else {
+        "default"
+    };
+    let mut qs = Quickstart::start(&format!("{name}-{mode}"), upstream);
     qs.wait_ready();
 
     let children = qs.children();
