@@ -38,7 +38,7 @@ pub struct StreamFacts {
     pub finish_reasons: Vec<String>,
     /// Final timings.
     pub timings: Option<Timings>,
-    /// Usage.
+    /// Usage, merged over the events that reported part of it.
     pub usage: Option<Usage>,
     /// First model name reported.
     pub model: Option<String>,
@@ -153,7 +153,9 @@ fn apply(
         facts.timings = delta.timings;
     }
     if let Some(u) = delta.usage {
-        facts.usage = Some(u);
+        // Formats split usage across events (Anthropic: input tokens on
+        // `message_start`, output tokens on `message_delta`): merge, never replace.
+        facts.usage = Some(facts.usage.map_or(u, |seen| seen.merge(u)));
     }
     if facts.model.is_none() {
         facts.model = delta.model.map(Into::into);

@@ -273,6 +273,48 @@ fn formats_have_names_and_paths() {
 }
 
 #[test]
+fn anthropic_usage_is_split_across_two_events_and_merges_whole() {
+    // llama-server's shapes: input tokens (cache reads apart) on
+    // `message_start`, only the output tokens on `message_delta`.
+    let event = |name: &'static [u8], data: &'static [u8]| {
+        parse_event(
+            StreamFormat::AnthropicMessages,
+            &SseEvent { event: name, data },
+        )
+    };
+    let start = event(
+        b"message_start",
+        br#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"model":"tiny.gguf","stop_reason":null,"stop_sequence":null,"usage":{"cache_read_input_tokens":30,"input_tokens":6,"output_tokens":0}}}"#,
+    );
+    let end = event(
+        b"message_delta",
+        br#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":12}}"#,
+    );
+    let (start, end) = (start.usage.unwrap(), end.usage.unwrap());
+    assert_eq!(start.input_tokens, Some(36), "cache reads are input tokens");
+    assert_eq!(end.input_tokens, None, "message_delta reports no input");
+    let whole = Usage {
+        input_tokens: Some(36),
+        output_tokens: Some(12),
+        cached_input_tokens: Some(30),
+        reasoning_tokens: None,
+    };
+    assert_eq!(start.merge(end), whole);
+    // A later report of a field wins; a field it lacks is kept.
+    let later = Usage {
+        input_tokens: Some(40),
+        ..Usage::default()
+    };
+    assert_eq!(
+        whole.merge(later),
+        Usage {
+            input_tokens: Some(40),
+            ..whole
+        }
+    );
+}
+
+#[test]
 fn delta_helpers() {
     let data = String::from(
         r#"{"choices":[{"delta":{"content":"k"},"finish_reason":"stop"}],"model":"m","id":"i"}"#,
