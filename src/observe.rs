@@ -52,6 +52,17 @@ pub struct StreamFacts {
     pub skipped_events: u64,
 }
 
+impl StreamFacts {
+    /// The body ended without its format's terminal event
+    /// ([`StreamFormat::terminal_event`]): llama-server stopped writing
+    /// before the answer was complete. A stream with an event skipped for
+    /// size is not judged, since the skipped event may have been the
+    /// terminal one.
+    pub fn truncated(&self) -> bool {
+        !self.done && self.skipped_events == 0
+    }
+}
+
 /// Observes one event-stream body.
 #[derive(Debug)]
 pub struct StreamObserver {

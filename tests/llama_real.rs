@@ -331,15 +331,29 @@ fn back_to_back_streams_never_hit_a_closed_pooled_connection() {
 
 /// Prompt and completion tokens as llama-server reports them in a whole JSON
 /// answer or in the events of a stream, in any of its formats (prompt tokens
-/// include those read from the KV cache).
+/// include those read from the KV cache): usage, the native final result,
+/// else timings.
 fn reported_tokens(values: &[serde_json::Value]) -> (Option<u64>, Option<u64>) {
     let n = |v: &serde_json::Value| v.as_u64();
     let (mut prompt, mut completion) = (None, None);
     for v in values {
+        // Native: the final result (`stop: true`) counts the tokens.
+        if v["stop"] == true {
+            prompt = n(&v["tokens_evaluated"]).or(prompt);
+            completion = n(&v["tokens_predicted"]).or(completion);
+        }
         let usage = [&v["usage"], &v["message"]["usage"], &v["response"]["usage"]]
             .into_iter()
             .find(|u| u.is_object());
-        let Some(u) = usage else { continue };
+        let Some(u) = usage else {
+            // A chat stream without `stream_options.include_usage`: timings.
+            let t = &v["timings"];
+            if let (Some(p), Some(c)) = (n(&t["prompt_n"]), n(&t["predicted_n"])) {
+                prompt = Some(p + n(&t["cache_n"]).unwrap_or(0));
+                completion = Some(c);
+            }
+            continue;
+        };
         // OpenAI chat and completions; Responses; Anthropic (input excludes cache reads).
         let input = n(&u["prompt_tokens"])
             .or(n(&u["input_tokens"]).map(|i| i + n(&u["cache_read_input_tokens"]).unwrap_or(0)));
@@ -358,6 +372,9 @@ fn stream_values(body: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Each streamed format through llamatap: the prompt and completion tokens
+/// it records (metrics and span) equal llama-server's own counts, and the
+/// answer is `ok` (its terminal event was recognised).
 #[test]
 fn streamed_token_counts_equal_llama_servers_in_every_format() {
     let llama = LlamaServer::start("tiny", &["-np", "1"]);
@@ -399,6 +416,16 @@ fn streamed_token_counts_equal_llama_servers_in_every_format() {
             "/v1/completions",
             "completions",
             with(serde_json::json!({"prompt": prompt, "max_tokens": 12})),
+        ),
+        (
+            "/completion",
+            "completion",
+            with(serde_json::json!({"prompt": prompt, "n_predict": 12})),
+        ),
+        (
+            "/v1/chat/completions",
+            "chat_completions",
+            with(serde_json::json!({"messages": messages, "max_tokens": 12})),
         ),
     ];
     let mut spans_expected = 0;

@@ -40,6 +40,19 @@ impl StreamFormat {
         }
     }
 
+    /// The event that ends a complete answer in this format, as llama-server
+    /// writes it; a stream without it was cut short.
+    pub fn terminal_event(&self) -> &'static str {
+        match self {
+            StreamFormat::OpenAiChat | StreamFormat::OpenAiCompletion => "data: [DONE]",
+            StreamFormat::Native => "the final event with \"stop\": true",
+            StreamFormat::AnthropicMessages => "message_stop",
+            StreamFormat::OpenAiResponses => {
+                "response.completed (or response.incomplete, response.failed)"
+            }
+        }
+    }
+
     /// The format llama-server uses for a request path (query string ignored,
     /// one trailing `/` tolerated), or `None` for routes that do not generate.
     ///

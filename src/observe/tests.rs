@@ -136,3 +136,36 @@ fn usage_is_merged_across_the_events_of_a_stream() {
         }
     }
 }
+
+#[test]
+fn a_stream_without_its_terminal_event_is_truncated() {
+    for (name, format) in [
+        ("openai_chat.txt", StreamFormat::OpenAiChat),
+        ("openai_completion.txt", StreamFormat::OpenAiCompletion),
+        ("native_completion.txt", StreamFormat::Native),
+        ("anthropic_messages.txt", StreamFormat::AnthropicMessages),
+        ("openai_responses.txt", StreamFormat::OpenAiResponses),
+    ] {
+        let bytes = fixture(name);
+        let text = String::from_utf8(bytes).unwrap();
+        let events: Vec<&str> = text.split_inclusive("\n\n").collect();
+        let observe = |body: &str, max_event_bytes: usize| {
+            let t0 = Instant::now();
+            let mut o = StreamObserver::new(format, max_event_bytes, false);
+            o.on_chunk(body.as_bytes(), t0);
+            o.finish(t0)
+        };
+        assert!(!observe(&text, 1 << 20).truncated(), "{name} whole");
+        let cut = events[..events.len() - 1].concat();
+        assert!(
+            observe(&cut, 1 << 20).truncated(),
+            "{name} without its last event"
+        );
+        let half = &text[..text.len() - 3];
+        assert!(observe(half, 1 << 20).truncated(), "{name} cut mid-event");
+        // With the terminal event too large to read, nothing can be said.
+        let last = events.last().unwrap().len();
+        let facts = observe(&text, last / 2);
+        assert!(facts.skipped_events > 0 && !facts.truncated(), "{name}");
+    }
+}
