@@ -13,7 +13,17 @@
 #   LLAMA_SERVER_PORT    local llama-server  (default 8081)
 #   LLAMATAP_HOST        bind address        (default 127.0.0.1)
 #
-# Ctrl-C stops llamatap and the llama-server this script started.
+# Binaries and model (environment):
+#   LLAMATAP_BIN           a built llamatap binary (default: cargo run --release)
+#   LLAMATAP_LLAMA_SERVER  llama-server binary } both set: used as they are,
+#   LLAMATAP_TINY_MODEL    model file (.gguf)  } scripts/ensure-deps.sh is skipped
+#
+# Stopping: SIGTERM or SIGINT sent to this script (as `kill`, `timeout` or a
+# supervisor sends it) stops llamatap with SIGTERM (it drains for up to its
+# grace period, 10 s by default), then the llama-server this script started,
+# and exits with 143 or 130. Ctrl-C in a terminal reaches all three: llamatap
+# exits at once, then the script stops llama-server. If llamatap exits on its
+# own, the script stops llama-server and exits with llamatap's status.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,17 +41,24 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --upstream) upstream="${2:?--upstream needs a URL}"; shift 2 ;;
     --upstream=*) upstream="${1#--upstream=}"; shift ;;
-    -h|--help) sed -n '2,16{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) log "unknown argument: $1 (try --help)"; exit 2 ;;
   esac
 done
 
 llama_pid=""
+tap_pid=""
+# Stops llamatap (SIGTERM: it drains), then llama-server, waiting for each.
 cleanup() {
-  if [ -n "$llama_pid" ] && kill -0 "$llama_pid" 2>/dev/null; then
-    log "stopping llama-server (pid $llama_pid)"
-    kill "$llama_pid" 2>/dev/null || true
-    wait "$llama_pid" 2>/dev/null || true
+  trap '' INT TERM
+  stop "$tap_pid" llamatap
+  stop "$llama_pid" llama-server
+}
+stop() {
+  if [ -n "$1" ] && kill -0 "$1" 2>/dev/null; then
+    log "stopping $2 (pid $1)"
+    kill -TERM "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
   fi
 }
 trap cleanup EXIT
@@ -49,9 +66,13 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 if [ -z "$upstream" ]; then
-  deps="$(scripts/ensure-deps.sh --minimal)"
-  bin="$(sed -n 's/^LLAMATAP_LLAMA_SERVER=//p' <<<"$deps")"
-  model="$(sed -n 's/^LLAMATAP_TINY_MODEL=//p' <<<"$deps")"
+  bin="${LLAMATAP_LLAMA_SERVER:-}"
+  model="${LLAMATAP_TINY_MODEL:-}"
+  if [ -z "$bin" ] || [ -z "$model" ]; then
+    deps="$(scripts/ensure-deps.sh --minimal)"
+    bin="$(sed -n 's/^LLAMATAP_LLAMA_SERVER=//p' <<<"$deps")"
+    model="$(sed -n 's/^LLAMATAP_TINY_MODEL=//p' <<<"$deps")"
+  fi
 
   if curl -fsS --max-time 1 "http://127.0.0.1:$LLAMA_PORT/health" >/dev/null 2>&1; then
     log "something already answers on 127.0.0.1:$LLAMA_PORT; set LLAMA_SERVER_PORT or pass --upstream"
@@ -99,6 +120,19 @@ cat >&2 <<EOF
 
 EOF
 
-# Not `exec`: the EXIT trap must still stop llama-server afterwards.
-cargo run --release --bin llamatap -- \
-  --upstream "$upstream" --listen "$HOST:$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT"
+if [ -n "${LLAMATAP_BIN:-}" ]; then
+  llamatap=("$LLAMATAP_BIN")
+else
+  llamatap=(cargo run --release --bin llamatap --)
+fi
+
+# In the background, then `wait`: bash runs the INT and TERM traps only once
+# a foreground command has returned, but they do interrupt `wait`.
+"${llamatap[@]}" \
+  --upstream "$upstream" --listen "$HOST:$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" &
+tap_pid=$!
+status=0
+wait "$tap_pid" || status=$?
+tap_pid=""
+log "llamatap exited with status $status"
+exit "$status"

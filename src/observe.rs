@@ -38,7 +38,7 @@ pub struct StreamFacts {
     pub finish_reasons: Vec<String>,
     /// Final timings.
     pub timings: Option<Timings>,
-    /// Usage.
+    /// Usage, merged over the events that reported part of it.
     pub usage: Option<Usage>,
     /// First model name reported.
     pub model: Option<String>,
@@ -50,6 +50,17 @@ pub struct StreamFacts {
     pub done: bool,
     /// Events skipped for size.
     pub skipped_events: u64,
+}
+
+impl StreamFacts {
+    /// The body ended without its format's terminal event
+    /// ([`StreamFormat::terminal_event`]): llama-server stopped writing
+    /// before the answer was complete. A stream with an event skipped for
+    /// size is not judged, since the skipped event may have been the
+    /// terminal one.
+    pub fn truncated(&self) -> bool {
+        !self.done && self.skipped_events == 0
+    }
 }
 
 /// Observes one event-stream body.
@@ -153,7 +164,9 @@ fn apply(
         facts.timings = delta.timings;
     }
     if let Some(u) = delta.usage {
-        facts.usage = Some(u);
+        // Formats split usage across events (Anthropic: input tokens on
+        // `message_start`, output tokens on `message_delta`): merge, never replace.
+        facts.usage = Some(facts.usage.map_or(u, |seen| seen.merge(u)));
     }
     if facts.model.is_none() {
         facts.model = delta.model.map(Into::into);

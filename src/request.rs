@@ -1,5 +1,7 @@
-//! Request inspection: which llama-server route a path names, and the facts a
-//! JSON request body states (model, stream flag, sampling settings).
+//! Request inspection: which llama-server route a path names (with the
+//! route's label, GenAI operation and answer format, all from one table), and
+//! the facts a JSON request body states (model, stream flag, sampling
+//! settings).
 //!
 //! It reads only; it never rejects, rewrites or validates a request for
 //! llama-server (which answers bad requests itself), never fails and never
@@ -34,6 +36,8 @@ mod tests;
 
 use lenient::{Fields, Value};
 use std::fmt;
+
+use crate::llama::StreamFormat;
 
 /// Longest model name kept, in bytes: longer names are `None`, since a model
 /// name becomes a metric label and a span name.
@@ -104,60 +108,119 @@ const ROUTES: &[Route] = &[
     Route::Other,
 ];
 
+/// One row of the route table: everything llamatap knows about a route.
+struct RouteInfo {
+    /// The metric label: snake_case.
+    label: &'static str,
+    /// The exact paths llama-server serves it at.
+    paths: &'static [&'static str],
+    /// OTel GenAI operation name, for routes that generate or embed.
+    operation: Option<&'static str>,
+    /// Format of its streamed (and whole) LLM answers.
+    format: Option<StreamFormat>,
+}
+
+/// A row of the route table.
+const fn row(
+    label: &'static str,
+    paths: &'static [&'static str],
+    operation: Option<&'static str>,
+    format: Option<StreamFormat>,
+) -> RouteInfo {
+    RouteInfo {
+        label,
+        paths,
+        operation,
+        format,
+    }
+}
+
+const CHAT: Option<&str> = Some("chat");
+const TEXT_COMPLETION: Option<&str> = Some("text_completion");
+const EMBEDDINGS: Option<&str> = Some("embeddings");
+
 impl Route {
+    /// The route table, one row per route: the only place that maps paths,
+    /// labels, operation names and stream formats.
+    fn info(self) -> RouteInfo {
+        use StreamFormat::{
+            AnthropicMessages, Native, OpenAiChat, OpenAiCompletion, OpenAiResponses,
+        };
+        match self {
+            Route::ChatCompletions => row(
+                "chat_completions",
+                &["/v1/chat/completions", "/chat/completions", "/api/chat"],
+                CHAT,
+                Some(OpenAiChat),
+            ),
+            Route::Completions => row(
+                "completions",
+                &["/v1/completions"],
+                TEXT_COMPLETION,
+                Some(OpenAiCompletion),
+            ),
+            Route::Embeddings => row("embeddings", &["/v1/embeddings"], EMBEDDINGS, None),
+            Route::Models => row(
+                "models",
+                &["/v1/models", "/models", "/api/tags"],
+                None,
+                None,
+            ),
+            Route::Completion => row(
+                "completion",
+                &["/completion", "/completions"],
+                TEXT_COMPLETION,
+                Some(Native),
+            ),
+            Route::Infill => row("infill", &["/infill"], TEXT_COMPLETION, Some(Native)),
+            Route::Tokenize => row("tokenize", &["/tokenize"], None, None),
+            Route::Detokenize => row("detokenize", &["/detokenize"], None, None),
+            Route::ApplyTemplate => row("apply_template", &["/apply-template"], None, None),
+            Route::Embedding => row(
+                "embedding",
+                &["/embedding", "/embeddings"],
+                EMBEDDINGS,
+                None,
+            ),
+            Route::Reranking => row(
+                "reranking",
+                &["/rerank", "/reranking", "/v1/rerank", "/v1/reranking"],
+                None,
+                None,
+            ),
+            Route::Health => row("health", &["/health", "/v1/health"], None, None),
+            Route::Props => row("props", &["/props"], None, None),
+            // Also `/slots/<id>`, matched in `from_path`.
+            Route::Slots => row("slots", &["/slots"], None, None),
+            Route::Metrics => row("metrics", &["/metrics"], None, None),
+            Route::Messages => row("messages", &["/v1/messages"], CHAT, Some(AnthropicMessages)),
+            Route::Responses => row(
+                "responses",
+                &["/v1/responses", "/responses"],
+                CHAT,
+                Some(OpenAiResponses),
+            ),
+            Route::Ui => row("ui", &["/", "/index.html"], None, None),
+            Route::Other => row("other", &[], None, None),
+        }
+    }
+
     /// The route of a request path (without its query string; anything from
     /// `?` or `#` on is ignored all the same).
     pub fn from_path(path: &str) -> Route {
         let path = path.split(['?', '#']).next().unwrap_or_default();
-        match path {
-            "/v1/chat/completions" | "/chat/completions" | "/api/chat" => Route::ChatCompletions,
-            "/v1/completions" => Route::Completions,
-            "/v1/embeddings" => Route::Embeddings,
-            "/v1/models" | "/models" | "/api/tags" => Route::Models,
-            "/completion" | "/completions" => Route::Completion,
-            "/infill" => Route::Infill,
-            "/tokenize" => Route::Tokenize,
-            "/detokenize" => Route::Detokenize,
-            "/apply-template" => Route::ApplyTemplate,
-            "/embedding" | "/embeddings" => Route::Embedding,
-            "/rerank" | "/reranking" | "/v1/rerank" | "/v1/reranking" => Route::Reranking,
-            "/health" | "/v1/health" => Route::Health,
-            "/props" => Route::Props,
-            "/slots" => Route::Slots,
-            "/metrics" => Route::Metrics,
-            "/v1/messages" => Route::Messages,
-            "/v1/responses" | "/responses" => Route::Responses,
-            "/" | "/index.html" => Route::Ui,
-            _ => match path.strip_prefix("/slots/") {
-                Some(id) if !id.is_empty() && !id.contains('/') => Route::Slots,
-                _ => Route::Other,
-            },
+        if let Some(route) = ROUTES.iter().find(|r| r.info().paths.contains(&path)) {
+            return *route;
+        }
+        match path.strip_prefix("/slots/") {
+            Some(id) if !id.is_empty() && !id.contains('/') => Route::Slots,
+            _ => Route::Other,
         }
     }
 
     /// The metric label: snake_case, e.g. `chat_completions`.
     pub fn as_str(&self) -> &'static str {
-        match self {
-            Route::ChatCompletions => "chat_completions",
-            Route::Completions => "completions",
-            Route::Embeddings => "embeddings",
-            Route::Models => "models",
-            Route::Completion => "completion",
-            Route::Infill => "infill",
-            Route::Tokenize => "tokenize",
-            Route::Detokenize => "detokenize",
-            Route::ApplyTemplate => "apply_template",
-            Route::Embedding => "embedding",
-            Route::Reranking => "reranking",
-            Route::Health => "health",
-            Route::Props => "props",
-            Route::Slots => "slots",
-            Route::Metrics => "metrics",
-            Route::Messages => "messages",
-            Route::Responses => "responses",
-            Route::Ui => "ui",
-            Route::Other => "other",
-        }
+        self.info().label
     }
 
     /// Every route, in declaration order (to pre-register metric labels).
@@ -170,12 +233,13 @@ impl Route {
     /// `embeddings` (embeddings, embedding); `None` for other routes,
     /// reranking included.
     pub fn operation_name(&self) -> Option<&'static str> {
-        match self {
-            Route::ChatCompletions | Route::Messages | Route::Responses => Some("chat"),
-            Route::Completions | Route::Completion | Route::Infill => Some("text_completion"),
-            Route::Embeddings | Route::Embedding => Some("embeddings"),
-            _ => None,
-        }
+        self.info().operation
+    }
+
+    /// The format of the route's LLM answers, streamed or whole; `None` for
+    /// routes that do not generate text.
+    pub fn stream_format(&self) -> Option<StreamFormat> {
+        self.info().format
     }
 }
 

@@ -75,7 +75,6 @@ pub struct SseReader {
     /// How many bytes of the BOM matched so far; `BOM_DONE` once decided.
     bom_matched: u8,
     skipped: u64,
-    seen: u64,
 }
 
 /// `bom_matched` value once the start of the stream has been examined.
@@ -104,7 +103,6 @@ impl SseReader {
             skipping: false,
             bom_matched: 0,
             skipped: 0,
-            seen: 0,
         }
     }
 
@@ -138,32 +136,14 @@ impl SseReader {
         self.skipped
     }
 
-    /// Number of events dispatched so far.
-    pub fn events_seen(&self) -> u64 {
-        self.seen
-    }
-
-    /// True while an event has started but not ended: a stream cut now
-    /// would leave the receiver holding part of an event.
+    /// True while an event has started but not ended (or the first bytes
+    /// may still be part of a BOM): a stream cut now would leave the
+    /// receiver holding part of an event.
     pub fn has_pending(&self) -> bool {
-        self.in_line || self.event_bytes > 0 || self.skipping
-    }
-
-    /// End of stream: true if an unterminated event was pending (truncated
-    /// stream). Resets the parse state (not the counters), so the reader can
-    /// start a new stream.
-    pub fn finish(&mut self) -> bool {
-        let pending = self.in_line
+        self.in_line
             || self.event_bytes > 0
             || self.skipping
-            || (self.bom_matched != BOM_DONE && self.bom_matched > 0);
-        clear(&mut self.line);
-        self.in_line = false;
-        self.pending_cr = false;
-        self.reset_event();
-        self.skipping = false;
-        self.bom_matched = 0;
-        pending
+            || (self.bom_matched != BOM_DONE && self.bom_matched > 0)
     }
 
     /// Clears the current event's fields.
@@ -308,7 +288,6 @@ impl SseReader {
                             event: name,
                             data: payload,
                         });
-                        self.seen += 1;
                     }
                 }
                 self.reset_event();

@@ -328,3 +328,177 @@ fn back_to_back_streams_never_hit_a_closed_pooled_connection() {
         0.0
     );
 }
+
+/// Prompt and completion tokens as llama-server reports them in a whole JSON
+/// answer or in the events of a stream, in any of its formats (prompt tokens
+/// include those read from the KV cache): usage, the native final result,
+/// else timings.
+fn reported_tokens(values: &[serde_json::Value]) -> (Option<u64>, Option<u64>) {
+    let n = |v: &serde_json::Value| v.as_u64();
+    let (mut prompt, mut completion) = (None, None);
+    for v in values {
+        // Native: the final result (`stop: true`) counts the tokens.
+        if v["stop"] == true {
+            prompt = n(&v["tokens_evaluated"]).or(prompt);
+            completion = n(&v["tokens_predicted"]).or(completion);
+        }
+        let usage = [&v["usage"], &v["message"]["usage"], &v["response"]["usage"]]
+            .into_iter()
+            .find(|u| u.is_object());
+        let Some(u) = usage else {
+            // A chat stream without `stream_options.include_usage`: timings.
+            let t = &v["timings"];
+            if let (Some(p), Some(c)) = (n(&t["prompt_n"]), n(&t["predicted_n"])) {
+                prompt = Some(p + n(&t["cache_n"]).unwrap_or(0));
+                completion = Some(c);
+            }
+            continue;
+        };
+        // OpenAI chat and completions; Responses; Anthropic (input excludes cache reads).
+        let input = n(&u["prompt_tokens"])
+            .or(n(&u["input_tokens"]).map(|i| i + n(&u["cache_read_input_tokens"]).unwrap_or(0)));
+        prompt = input.or(prompt);
+        completion = n(&u["completion_tokens"])
+            .or(n(&u["output_tokens"]))
+            .or(completion);
+    }
+    (prompt, completion)
+}
+
+fn stream_values(body: &[u8]) -> Vec<serde_json::Value> {
+    http::sse_data(body)
+        .iter()
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect()
+}
+
+/// Each streamed format through llamatap: the prompt and completion tokens
+/// it records (metrics and span) equal llama-server's own counts, and the
+/// answer is `ok` (its terminal event was recognised).
+#[test]
+fn streamed_token_counts_equal_llama_servers_in_every_format() {
+    let llama = LlamaServer::start("tiny", &["-np", "1"]);
+    let (otlp_url, spans) = otlp::http_receiver();
+    let proxy = Llamatap::start(
+        &llama.base_url,
+        &["--otlp-endpoint", &otlp_url, "--otlp-protocol", "http"],
+    );
+    let (d, p) = (llama.addr(), proxy.addr());
+    let prompt = "Tell me a story about a cat.";
+    let messages = serde_json::json!([{"role": "user", "content": prompt}]);
+    let common = serde_json::json!({"temperature": 0.0, "seed": 42});
+    let with = |extra: serde_json::Value| {
+        let mut body = common.clone();
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    // What llama-server says the chat prompt costs: the messages route must agree.
+    let (_, chat) = json_post(
+        &d,
+        "/v1/chat/completions",
+        &with(serde_json::json!({"messages": messages, "max_tokens": 8})).to_string(),
+    );
+    let chat_prompt = reported_tokens(&[chat]).0.unwrap();
+    let cases = [
+        (
+            "/v1/messages",
+            "messages",
+            with(serde_json::json!({"messages": messages, "max_tokens": 12})),
+        ),
+        (
+            "/v1/responses",
+            "responses",
+            with(serde_json::json!({"input": messages, "max_output_tokens": 12})),
+        ),
+        (
+            "/v1/completions",
+            "completions",
+            with(serde_json::json!({"prompt": prompt, "max_tokens": 12})),
+        ),
+        (
+            "/completion",
+            "completion",
+            with(serde_json::json!({"prompt": prompt, "n_predict": 12})),
+        ),
+        (
+            "/v1/chat/completions",
+            "chat_completions",
+            with(serde_json::json!({"messages": messages, "max_tokens": 12})),
+        ),
+    ];
+    let mut spans_expected = 0;
+    for (path, route, body) in cases {
+        // Non-streamed, straight to llama-server.
+        let mut whole = body.clone();
+        whole["stream"] = false.into();
+        let (status, answer) = json_post(&d, path, &whole.to_string());
+        assert_eq!(status, 200, "{path}: {answer}");
+        let (want_prompt, _) = reported_tokens(&[answer]);
+        let want_prompt = want_prompt.unwrap_or_else(|| panic!("{path}: no prompt tokens"));
+        if route == "messages" {
+            assert_eq!(want_prompt, chat_prompt, "the same messages as chat");
+        }
+
+        // Streamed, through llamatap.
+        let before = proxy.metrics();
+        let tokens = |m: &str, kind: &str| {
+            metric_sum(m, "llamatap_tokens_total", &[&format!("kind=\"{kind}\"")])
+        };
+        let mut streamed = body.clone();
+        streamed["stream"] = true.into();
+        let mut r = http::post(&p, path, &streamed.to_string()).unwrap();
+        assert_eq!(r.head.status, 200, "{path}");
+        let out = r.read_all().unwrap();
+        let (stream_prompt, stream_completion) = reported_tokens(&stream_values(&out));
+        assert_eq!(
+            stream_prompt,
+            Some(want_prompt),
+            "{path}: llama-server's own stream"
+        );
+        let want_completion = stream_completion.unwrap();
+        assert!(want_completion > 0, "{path}");
+
+        let needle = format!("route=\"{route}\"");
+        // Completion tokens are counted last of the three kinds.
+        let after = proxy.wait_metrics(Duration::from_secs(5), |m| {
+            tokens(m, "completion") > tokens(&before, "completion")
+        });
+        assert_eq!(
+            metric_sum(
+                &after,
+                "llamatap_requests_total",
+                &[&needle, "outcome=\"ok\""]
+            ),
+            1.0,
+            "{path}\n{after}"
+        );
+        assert_eq!(
+            tokens(&after, "prompt") - tokens(&before, "prompt"),
+            want_prompt as f64,
+            "{path}: llamatap_tokens_total{{kind=\"prompt\"}}"
+        );
+        assert_eq!(
+            tokens(&after, "completion") - tokens(&before, "completion"),
+            want_completion as f64,
+            "{path}: llamatap_tokens_total{{kind=\"completion\"}}"
+        );
+        spans_expected += 2;
+        let got = spans.wait(spans_expected, Duration::from_secs(10));
+        let server = got
+            .iter()
+            .find(|s| s.kind == 2 && otlp::attr_str(s, "llamatap.route").as_deref() == Some(route))
+            .unwrap_or_else(|| panic!("{path}: no server span"));
+        assert_eq!(
+            attr_int(server, "gen_ai.usage.input_tokens"),
+            Some(want_prompt as i64),
+            "{path}"
+        );
+        assert_eq!(
+            attr_int(server, "gen_ai.usage.output_tokens"),
+            Some(want_completion as i64),
+            "{path}"
+        );
+    }
+}

@@ -676,3 +676,114 @@ fn hop_by_hop_headers_are_not_forwarded() {
         assert!(!names.contains(&hop), "{hop} was forwarded: {names:?}");
     }
 }
+
+/// A real llama-server stream of each format (`tests/fixtures/sse/`), with
+/// the route that answers in it.
+const FORMAT_FIXTURES: &[(&str, &str, &str)] = &[
+    (
+        "/v1/chat/completions",
+        "chat_completions",
+        "openai_chat.txt",
+    ),
+    ("/v1/completions", "completions", "openai_completion.txt"),
+    ("/completion", "completion", "native_completion.txt"),
+    ("/v1/messages", "messages", "anthropic_messages.txt"),
+    ("/v1/responses", "responses", "openai_responses.txt"),
+];
+
+fn fixture(name: &str) -> String {
+    let path = format!("{}/tests/fixtures/sse/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The fixture without its last event (`[DONE]`, the native `stop: true`
+/// event, `message_stop`, `response.completed`).
+fn without_terminal_event(stream: &str) -> String {
+    let events: Vec<&str> = stream.split_inclusive("\n\n").collect();
+    events[..events.len() - 1].concat()
+}
+
+#[test]
+fn a_stream_ended_without_its_terminal_event_is_truncated() {
+    // The upstream ends the chunked body cleanly (`0\r\n\r\n`), so HTTP sees
+    // nothing wrong; only the missing terminal event tells the answer was cut.
+    let up = Scripted::start(|s, req| {
+        let (_, _, name) = FORMAT_FIXTURES
+            .iter()
+            .find(|(path, _, _)| *path == req.path)
+            .unwrap();
+        let whole = fixture(name);
+        let body = if req.header("x-test-cut").is_some() {
+            without_terminal_event(&whole)
+        } else {
+            whole
+        };
+        upstream::sse_head(s);
+        for event in body.split_inclusive("\n\n") {
+            upstream::chunk(s, event.as_bytes());
+        }
+        upstream::end_chunks(s);
+    });
+    let (otlp_url, spans) = common::otlp::http_receiver();
+    let proxy = Llamatap::start(
+        &up.url(),
+        &["--otlp-endpoint", &otlp_url, "--otlp-protocol", "http"],
+    );
+    let body = r#"{"model":"tiny.gguf","stream":true}"#.as_bytes();
+    for (path, route, name) in FORMAT_FIXTURES {
+        for cut in [false, true] {
+            let headers: &[(&str, &str)] = if cut { &[("X-Test-Cut", "1")] } else { &[] };
+            let mut r = http::send(&proxy.addr(), "POST", path, headers, body).unwrap();
+            assert_eq!(r.head.status, 200);
+            let got = r.read_all().unwrap();
+            assert!(r.clean_end, "{path}");
+            let sent = if cut {
+                without_terminal_event(&fixture(name))
+            } else {
+                fixture(name)
+            };
+            // Byte-exact both ways: llamatap adds nothing, not even an error event.
+            assert_eq!(String::from_utf8(got).unwrap(), sent, "{path} cut={cut}");
+        }
+        let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+            metric_sum(
+                m,
+                "llamatap_requests_total",
+                &[&format!("route=\"{route}\"")],
+            ) >= 2.0
+        });
+        let count = |outcome: &str| {
+            metric_sum(
+                &m,
+                "llamatap_requests_total",
+                &[
+                    &format!("route=\"{route}\""),
+                    &format!("outcome=\"{outcome}\""),
+                ],
+            )
+        };
+        assert_eq!(count("ok"), 1.0, "{path}: the whole stream is ok\n{m}");
+        assert_eq!(
+            count("upstream_error"),
+            1.0,
+            "{path}: the cut stream is an upstream error\n{m}"
+        );
+    }
+    let n = 2 * FORMAT_FIXTURES.len();
+    let got = spans.wait(2 * n, Duration::from_secs(10));
+    let servers: Vec<_> = got.iter().filter(|s| s.kind == 2).collect();
+    assert_eq!(servers.len(), n);
+    for (path, route, _) in FORMAT_FIXTURES {
+        let mut types: Vec<Option<String>> = servers
+            .iter()
+            .filter(|s| common::otlp::attr_str(s, "llamatap.route").as_deref() == Some(route))
+            .map(|s| common::otlp::attr_str(s, "error.type"))
+            .collect();
+        types.sort();
+        assert_eq!(
+            types,
+            [None, Some("upstream_truncated".to_string())],
+            "{path}"
+        );
+    }
+}

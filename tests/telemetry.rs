@@ -23,7 +23,8 @@ fn unix_nanos(t: SystemTime) -> u64 {
 }
 
 /// Upstream: headers, a role-only event, a reasoning token, then visible tokens
-/// 80 ms apart; the first sentence ends with the 3rd visible token's trailing space.
+/// 80 ms apart; the first sentence is known complete at the 4th visible token,
+/// whose capital letter follows the 3rd's period and space.
 fn scripted_chat(
     sent: Arc<Mutex<Vec<(String, SystemTime)>>>,
     seen_traceparent: Arc<Mutex<Option<String>>>,
@@ -176,7 +177,7 @@ fn check_trace(protocol: &str) {
     close(ev("first_token").time_unix_nano, at("t0"), "first_token");
     close(
         ev("first_sentence").time_unix_nano,
-        at("t2"),
+        at("t3"),
         "first_sentence",
     );
     close(ev("last_token").time_unix_nano, at("t5"), "last_token");

@@ -1,6 +1,5 @@
 //! Fuzzes request inspection: `llamatap::request::inspect_body` on the raw
-//! input and `Route::from_path` / `StreamFormat::from_path` on its longest
-//! valid UTF-8 prefix.
+//! input and `Route::from_path` on its longest valid UTF-8 prefix.
 //!
 //! Invariants:
 //! - never panics;
@@ -8,12 +7,11 @@
 //!   (256) bytes;
 //! - a leading UTF-8 BOM changes nothing;
 //! - a query string or fragment does not change the route;
-//! - `Route::from_path` returns one of `Route::all()`, and a path that has a
-//!   stream format is a route that generates (has an operation name).
+//! - `Route::from_path` returns one of `Route::all()`, and a route that has
+//!   a stream format generates (has an operation name).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use llamatap::llama::StreamFormat;
 use llamatap::request::{inspect_body, Route, MAX_MODEL_BYTES};
 
 fuzz_target!(|data: &[u8]| {
@@ -42,13 +40,7 @@ fuzz_target!(|data: &[u8]| {
     let bare = path.split(['?', '#']).next().unwrap_or_default();
     assert_eq!(Route::from_path(bare), route, "query changed the route");
     assert_eq!(Route::from_path(&format!("{bare}?stream=true")), route);
-    let format = StreamFormat::from_path(path);
-    assert_eq!(
-        StreamFormat::from_path(bare),
-        format,
-        "query changed the format"
-    );
-    if format.is_some() && !bare.ends_with('/') {
+    if route.stream_format().is_some() {
         assert!(
             route.operation_name().is_some(),
             "{path:?} has a stream format but route {route} generates nothing"

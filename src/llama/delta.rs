@@ -41,11 +41,6 @@ pub struct Delta<'a> {
 }
 
 impl Delta<'_> {
-    /// True if this event carried a generated token on any channel.
-    pub fn is_token(&self) -> bool {
-        self.visible.is_some() || self.hidden_token
-    }
-
     /// A copy that owns its strings, to keep beyond the event's lifetime.
     pub fn into_owned(self) -> Delta<'static> {
         let own = |c: Option<Cow<'_, str>>| c.map(|s| Cow::Owned(s.into_owned()));

@@ -18,6 +18,11 @@ fn chat(data: &str) -> Delta<'_> {
     )
 }
 
+/// The event carried a token on some channel, as the observer counts them.
+fn is_token(d: &Delta<'_>) -> bool {
+    d.visible.is_some() || d.hidden_token
+}
+
 #[test]
 fn common_chunk_borrows_everything() {
     let data = r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" word"}}],"created":1,"id":"chatcmpl-x","model":"tiny.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}"#;
@@ -25,7 +30,7 @@ fn common_chunk_borrows_everything() {
     assert!(matches!(d.visible, Some(Cow::Borrowed(" word"))));
     assert!(matches!(d.model, Some(Cow::Borrowed("tiny.gguf"))));
     assert!(matches!(d.response_id, Some(Cow::Borrowed("chatcmpl-x"))));
-    assert!(d.is_token() && !d.hidden_token && !d.done && d.finish_reason.is_none());
+    assert!(is_token(&d) && !d.hidden_token && !d.done && d.finish_reason.is_none());
 }
 
 #[test]
@@ -40,12 +45,14 @@ fn role_only_and_empty_content_are_not_tokens() {
     let role = chat(
         r#"{"choices":[{"delta":{"role":"assistant","content":null},"finish_reason":null}],"model":"m"}"#,
     );
-    assert!(!role.is_token());
+    assert!(!is_token(&role));
     assert_eq!(role.model.as_deref(), Some("m"));
-    assert!(!chat(r#"{"choices":[{"delta":{"content":""}}]}"#).is_token());
-    assert!(
-        !chat(r#"{"choices":[{"delta":{"reasoning_content":"","tool_calls":[]}}]}"#).is_token()
-    );
+    assert!(!is_token(&chat(
+        r#"{"choices":[{"delta":{"content":""}}]}"#
+    )));
+    assert!(!is_token(&chat(
+        r#"{"choices":[{"delta":{"reasoning_content":"","tool_calls":[]}}]}"#
+    )));
     assert!(chat(r#"{"choices":[{"delta":{"reasoning_content":"\n"}}]}"#).hidden_token);
 }
 
@@ -236,7 +243,7 @@ fn garbage_never_panics_and_gives_an_empty_delta() {
             ] {
                 let d = parse_event(format, &SseEvent { event: name, data });
                 assert!(
-                    !d.is_token() && d.finish_reason.is_none(),
+                    !is_token(&d) && d.finish_reason.is_none(),
                     "{format} {:?}",
                     String::from_utf8_lossy(data)
                 );
@@ -251,25 +258,55 @@ fn garbage_never_panics_and_gives_an_empty_delta() {
 }
 
 #[test]
-fn formats_have_names_and_paths() {
+fn formats_have_unique_names_and_terminal_events() {
     let names: std::collections::HashSet<_> =
         StreamFormat::ALL.iter().map(|f| f.as_str()).collect();
     assert_eq!(names.len(), 5);
-    for (path, want) in [
-        ("/v1/chat/completions", Some(StreamFormat::OpenAiChat)),
-        ("/chat/completions?x=1", Some(StreamFormat::OpenAiChat)),
-        ("/v1/completions/", Some(StreamFormat::OpenAiCompletion)),
-        ("/completions", Some(StreamFormat::Native)),
-        ("/completion", Some(StreamFormat::Native)),
-        ("/infill", Some(StreamFormat::Native)),
-        ("/v1/messages", Some(StreamFormat::AnthropicMessages)),
-        ("/responses", Some(StreamFormat::OpenAiResponses)),
-        ("/v1/messages/count_tokens", None),
-        ("/health", None),
-        ("", None),
-    ] {
-        assert_eq!(StreamFormat::from_path(path), want, "{path}");
+    for format in StreamFormat::ALL {
+        assert!(!format.terminal_event().is_empty(), "{format}");
     }
+}
+
+#[test]
+fn anthropic_usage_is_split_across_two_events_and_merges_whole() {
+    // llama-server's shapes: input tokens (cache reads apart) on
+    // `message_start`, only the output tokens on `message_delta`.
+    let event = |name: &'static [u8], data: &'static [u8]| {
+        parse_event(
+            StreamFormat::AnthropicMessages,
+            &SseEvent { event: name, data },
+        )
+    };
+    let start = event(
+        b"message_start",
+        br#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"model":"tiny.gguf","stop_reason":null,"stop_sequence":null,"usage":{"cache_read_input_tokens":30,"input_tokens":6,"output_tokens":0}}}"#,
+    );
+    let end = event(
+        b"message_delta",
+        br#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":12}}"#,
+    );
+    let (start, end) = (start.usage.unwrap(), end.usage.unwrap());
+    assert_eq!(start.input_tokens, Some(36), "cache reads are input tokens");
+    assert_eq!(end.input_tokens, None, "message_delta reports no input");
+    let whole = Usage {
+        input_tokens: Some(36),
+        output_tokens: Some(12),
+        cached_input_tokens: Some(30),
+        reasoning_tokens: None,
+    };
+    assert_eq!(start.merge(end), whole);
+    // A later report of a field wins; a field it lacks is kept.
+    let later = Usage {
+        input_tokens: Some(40),
+        ..Usage::default()
+    };
+    assert_eq!(
+        whole.merge(later),
+        Usage {
+            input_tokens: Some(40),
+            ..whole
+        }
+    );
 }
 
 #[test]

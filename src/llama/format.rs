@@ -1,7 +1,9 @@
 //! Which of llama-server's streaming formats a response uses.
 //!
-//! The format follows from the request path alone. This module only names
-//! formats; parsing lives in the per-format modules.
+//! The format follows from the route alone
+//! ([`crate::request::Route::stream_format`], the one route table). This
+//! module only names formats and their terminal events; parsing lives in the
+//! per-format modules.
 
 /// A llama-server response format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,21 +42,16 @@ impl StreamFormat {
         }
     }
 
-    /// The format llama-server uses for a request path (query string ignored,
-    /// one trailing `/` tolerated), or `None` for routes that do not generate.
-    ///
-    /// Note that llama-server routes `/completions` (without `/v1`) to its
-    /// native handler, not to the OpenAI one.
-    pub fn from_path(path: &str) -> Option<StreamFormat> {
-        let path = path.split(['?', '#']).next().unwrap_or_default();
-        let path = path.strip_suffix('/').unwrap_or(path);
-        match path {
-            "/v1/chat/completions" | "/chat/completions" => Some(StreamFormat::OpenAiChat),
-            "/v1/completions" => Some(StreamFormat::OpenAiCompletion),
-            "/completion" | "/completions" | "/infill" => Some(StreamFormat::Native),
-            "/v1/messages" => Some(StreamFormat::AnthropicMessages),
-            "/v1/responses" | "/responses" => Some(StreamFormat::OpenAiResponses),
-            _ => None,
+    /// The event that ends a complete answer in this format, as llama-server
+    /// writes it; a stream without it was cut short.
+    pub fn terminal_event(&self) -> &'static str {
+        match self {
+            StreamFormat::OpenAiChat | StreamFormat::OpenAiCompletion => "data: [DONE]",
+            StreamFormat::Native => "the final event with \"stop\": true",
+            StreamFormat::AnthropicMessages => "message_stop",
+            StreamFormat::OpenAiResponses => {
+                "response.completed (or response.incomplete, response.failed)"
+            }
         }
     }
 }

@@ -9,8 +9,9 @@
 //! stream) is parsed without allocating, and llama-server's exact token
 //! chunk skips the JSON parser altogether (see `fast.rs`).
 //!
-//! Deliberately not here: routing (beyond [`StreamFormat::from_path`]),
-//! assembling a stream's facts over time, and any telemetry.
+//! Deliberately not here: routing (the route table in [`crate::request`]
+//! names each route's format), assembling a stream's facts over time, and
+//! any telemetry.
 //!
 //! Shapes follow llama.cpp's `tools/server/server-task.cpp`
 //! (`to_json_*` of `server_task_result_cmpl_partial` / `_final`) and the

@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -77,4 +79,93 @@ fn in_band_error_is_recorded() {
     assert_eq!(f.error.as_deref(), Some("boom"));
     assert!(!f.done);
     assert_eq!(f.first_token, None);
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/fixtures/sse/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn usage_is_merged_across_the_events_of_a_stream() {
+    // Anthropic sends the input tokens on `message_start` and only the output
+    // tokens on `message_delta`; the others send usage once, at the end.
+    let usage = |input, output, cached| Usage {
+        input_tokens: Some(input),
+        output_tokens: Some(output),
+        cached_input_tokens: Some(cached),
+        reasoning_tokens: None,
+    };
+    for (name, format, want) in [
+        (
+            "anthropic_messages.txt",
+            StreamFormat::AnthropicMessages,
+            usage(22, 11, 8),
+        ),
+        (
+            "anthropic_tool_use.txt",
+            StreamFormat::AnthropicMessages,
+            usage(120, 9, 0),
+        ),
+        (
+            "openai_responses.txt",
+            StreamFormat::OpenAiResponses,
+            usage(18, 10, 0),
+        ),
+        (
+            "openai_completion.txt",
+            StreamFormat::OpenAiCompletion,
+            usage(6, 8, 0),
+        ),
+        (
+            "native_completion.txt",
+            StreamFormat::Native,
+            usage(6, 8, 0),
+        ),
+    ] {
+        let bytes = fixture(name);
+        for size in [1, 97, bytes.len()] {
+            let t0 = Instant::now();
+            let mut o = StreamObserver::new(format, 1 << 20, false);
+            for chunk in bytes.chunks(size) {
+                o.on_chunk(chunk, t0);
+            }
+            let f = o.finish(t0);
+            assert_eq!(f.usage, Some(want), "{name} in {size}-byte chunks");
+            assert!(f.done, "{name}");
+        }
+    }
+}
+
+#[test]
+fn a_stream_without_its_terminal_event_is_truncated() {
+    for (name, format) in [
+        ("openai_chat.txt", StreamFormat::OpenAiChat),
+        ("openai_completion.txt", StreamFormat::OpenAiCompletion),
+        ("native_completion.txt", StreamFormat::Native),
+        ("anthropic_messages.txt", StreamFormat::AnthropicMessages),
+        ("openai_responses.txt", StreamFormat::OpenAiResponses),
+    ] {
+        let bytes = fixture(name);
+        let text = String::from_utf8(bytes).unwrap();
+        let events: Vec<&str> = text.split_inclusive("\n\n").collect();
+        let observe = |body: &str, max_event_bytes: usize| {
+            let t0 = Instant::now();
+            let mut o = StreamObserver::new(format, max_event_bytes, false);
+            o.on_chunk(body.as_bytes(), t0);
+            o.finish(t0)
+        };
+        assert!(!observe(&text, 1 << 20).truncated(), "{name} whole");
+        let cut = events[..events.len() - 1].concat();
+        assert!(
+            observe(&cut, 1 << 20).truncated(),
+            "{name} without its last event"
+        );
+        let half = &text[..text.len() - 3];
+        assert!(observe(half, 1 << 20).truncated(), "{name} cut mid-event");
+        // With the terminal event too large to read, nothing can be said.
+        let last = events.last().unwrap().len();
+        let facts = observe(&text, last / 2);
+        assert!(facts.skipped_events > 0 && !facts.truncated(), "{name}");
+    }
 }

@@ -98,7 +98,7 @@ impl RequestCtx {
 
     /// The stream format, when the route streams.
     pub fn format(&self) -> Option<StreamFormat> {
-        stream_format(self.route)
+        self.route.stream_format()
     }
 
     /// Where a hang-up now would fall.
@@ -164,7 +164,7 @@ impl RequestCtx {
             client_address,
             upstream: None,
         };
-        if let (Some(body), Some(format)) = (self.json_body.take(), stream_format(self.route)) {
+        if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {
             let r = crate::llama::parse_response(format, &body);
             rec.finish_reasons = r.finish_reasons;
             rec.timings = r.timings;
@@ -179,17 +179,5 @@ impl RequestCtx {
 impl Default for RequestCtx {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// The response format of a route's LLM answers.
-pub fn stream_format(route: Route) -> Option<StreamFormat> {
-    match route {
-        Route::ChatCompletions => Some(StreamFormat::OpenAiChat),
-        Route::Completions => Some(StreamFormat::OpenAiCompletion),
-        Route::Completion | Route::Infill => Some(StreamFormat::Native),
-        Route::Messages => Some(StreamFormat::AnthropicMessages),
-        Route::Responses => Some(StreamFormat::OpenAiResponses),
-        _ => None,
     }
 }

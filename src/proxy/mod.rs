@@ -444,20 +444,28 @@ fn outcome(e: Option<&Error>, ctx: &mut RequestCtx) -> (Outcome, Option<(&'stati
         });
         return (o, Some((code, msg)));
     }
-    let in_band = ctx
+    let facts = ctx
         .stream_facts
         .as_ref()
-        .and_then(|f| f.error.clone())
-        .or_else(|| ctx.observer.as_ref().and_then(|o| o.facts().error.clone()));
+        .or_else(|| ctx.observer.as_ref().map(|o| o.facts()));
+    let in_band = facts.and_then(|f| f.error.clone());
+    let truncated = facts.is_some_and(|f| f.truncated());
     match ctx.status {
         Some(s) if s >= 500 => (
             Outcome::UpstreamError,
             Some(("http_5xx", format!("upstream answered {s}"))),
         ),
         Some(s) if s >= 400 => (Outcome::ClientError, None),
-        _ => match in_band {
-            Some(m) => (Outcome::UpstreamError, Some(("upstream_error_event", m))),
-            None => (Outcome::Ok, None),
+        _ => match (in_band, ctx.format()) {
+            (Some(m), _) => (Outcome::UpstreamError, Some(("upstream_error_event", m))),
+            (None, Some(format)) if truncated => (
+                Outcome::UpstreamError,
+                Some((
+                    "upstream_truncated",
+                    format!("the event stream ended without {}", format.terminal_event()),
+                )),
+            ),
+            (None, _) => (Outcome::Ok, None),
         },
     }
 }

@@ -49,6 +49,54 @@ fn routes_llama_server_paths() {
 }
 
 #[test]
+fn each_route_has_one_operation_and_format() {
+    use crate::llama::StreamFormat as F;
+    let generating = [
+        (Route::ChatCompletions, "chat", F::OpenAiChat),
+        (Route::Completions, "text_completion", F::OpenAiCompletion),
+        (Route::Completion, "text_completion", F::Native),
+        (Route::Infill, "text_completion", F::Native),
+        (Route::Messages, "chat", F::AnthropicMessages),
+        (Route::Responses, "chat", F::OpenAiResponses),
+    ];
+    for route in Route::all() {
+        let want = generating.iter().find(|(r, _, _)| r == route);
+        assert_eq!(route.stream_format(), want.map(|w| w.2), "{route}");
+        match want {
+            Some((_, op, _)) => assert_eq!(route.operation_name(), Some(*op), "{route}"),
+            None if matches!(route, Route::Embeddings | Route::Embedding) => {
+                assert_eq!(route.operation_name(), Some("embeddings"))
+            }
+            None => assert_eq!(route.operation_name(), None, "{route}"),
+        }
+    }
+    // Every format is some route's, and the paths llama-server streams on
+    // name the right one.
+    for format in F::ALL {
+        assert!(Route::all()
+            .iter()
+            .any(|r| r.stream_format() == Some(format)));
+    }
+    for (path, format) in [
+        ("/v1/chat/completions", F::OpenAiChat),
+        ("/chat/completions?x=1", F::OpenAiChat),
+        ("/api/chat", F::OpenAiChat),
+        ("/v1/completions", F::OpenAiCompletion),
+        ("/completions", F::Native),
+        ("/completion", F::Native),
+        ("/infill", F::Native),
+        ("/v1/messages", F::AnthropicMessages),
+        ("/responses", F::OpenAiResponses),
+    ] {
+        assert_eq!(
+            Route::from_path(path).stream_format(),
+            Some(format),
+            "{path}"
+        );
+    }
+}
+
+#[test]
 fn other_paths_are_other() {
     for path in [
         "",

@@ -1,25 +1,41 @@
 //! Whether a period after a word ends a sentence: list markers, initials and
-//! abbreviations, in the languages llamatap's users speak most.
+//! abbreviations, in the languages llamatap's users speak most. Where it may
+//! end one, the caller still waits for the next word (see [`NextTest`]).
 
 /// What a period followed by whitespace means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Verdict {
-    /// The sentence ends at the period.
-    End,
     /// The period belongs to the word: the sentence goes on.
     NotEnd,
-    /// It ends unless the next visible character passes the test.
-    Await(NextTest),
+    /// The sentence ends at the period unless the next visible character
+    /// continues it.
+    EndUnless(NextTest),
 }
 
-/// Which next visible character keeps an abbreviation's sentence going.
+/// Which next visible character continues a sentence after its terminator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum NextTest {
-    /// A digit continues it (`No. 5`); anything else ends it (`No. I won't`).
-    NotDigit,
-    /// A lowercase letter continues it (`etc. and`); anything else ends it.
-    NotLowercase,
+    /// A lowercase letter (`etc. and`, `"Help!" he cried`); anything else
+    /// ends it.
+    Lowercase,
+    /// A lowercase letter or a digit (`No. 5`); anything else ends it
+    /// (`No. I won't`).
+    LowercaseOrDigit,
 }
+
+impl NextTest {
+    /// Whether `c`, the first visible character after the terminator,
+    /// continues the sentence.
+    pub(super) fn continues(self, c: char) -> bool {
+        match self {
+            NextTest::Lowercase => c.is_lowercase(),
+            NextTest::LowercaseOrDigit => c.is_lowercase() || c.is_numeric(),
+        }
+    }
+}
+
+/// A terminator that is not a period after a word: `!`, `?`, `…`, a run.
+pub(super) const ANY_TERMINATOR: Verdict = Verdict::EndUnless(NextTest::Lowercase);
 
 /// Longest word (in chars) looked at; longer words are never abbreviations.
 const MAX_WORD_CHARS: usize = 16;
@@ -39,24 +55,18 @@ const NEVER: &[&str] = &[
     "т.е", "т.к", "т.н", "ул", "проф", "акад", "напр",
 ];
 
-/// End unless a number follows (`No. 5`, `Jan. 3`).
+/// End unless a number (or, as after any word, a lowercase word) follows
+/// (`No. 5`, `Jan. 3`).
 const BEFORE_NUMBER: &[&str] = &[
     "no", "nos", "nr", "núm", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept",
     "oct", "nov", "dec",
-];
-
-/// End unless a lowercase word follows: at a true sentence end these are
-/// common (`…, etc. Then`), and mid-sentence a lowercase word follows them.
-const AMBIGUOUS: &[&str] = &[
-    "etc", "usw", "jr", "inc", "ltd", "co", "corp", "bros", "al", "min", "max", "sec", "hrs", "ft",
-    "lb", "lbs", "oz", "ph.d", "ee.uu", "др", "т.д", "т.п", "см", "им", "тыс", "млн", "млрд",
 ];
 
 /// Classifies the period at byte `period` of `sentence`, given the offset of
 /// the sentence's first letter or digit.
 pub(super) fn classify(sentence: &str, period: usize, first_alnum: Option<usize>) -> Verdict {
     let Some(head) = sentence.get(..period) else {
-        return Verdict::End;
+        return ANY_TERMINATOR;
     };
     let mut start = period;
     for (count, (at, c)) in head.char_indices().rev().enumerate() {
@@ -64,7 +74,7 @@ pub(super) fn classify(sentence: &str, period: usize, first_alnum: Option<usize>
             break;
         }
         if count == MAX_WORD_CHARS {
-            return Verdict::End;
+            return ANY_TERMINATOR;
         }
         start = at;
     }
@@ -72,7 +82,7 @@ pub(super) fn classify(sentence: &str, period: usize, first_alnum: Option<usize>
     let start = period - word.len();
     let mut chars = word.chars();
     let Some(first) = chars.next() else {
-        return Verdict::End;
+        return ANY_TERMINATOR;
     };
     let opens_sentence = first_alnum == Some(start);
     let single = chars.next().is_none();
@@ -87,19 +97,10 @@ pub(super) fn classify(sentence: &str, period: usize, first_alnum: Option<usize>
     if is(NEVER) {
         Verdict::NotEnd
     } else if is(BEFORE_NUMBER) {
-        Verdict::Await(NextTest::NotDigit)
-    } else if is(AMBIGUOUS) || is_dotted_initials(word) {
-        Verdict::Await(NextTest::NotLowercase)
+        Verdict::EndUnless(NextTest::LowercaseOrDigit)
     } else {
-        Verdict::End
+        // Any other word, `etc.` `Inc.` `U.S.` `a.m.` included: a lowercase
+        // word after it continues the sentence.
+        ANY_TERMINATOR
     }
-}
-
-/// Single letters joined by periods: `U.S`, `a.m`, `p.m`.
-fn is_dotted_initials(word: &str) -> bool {
-    word.contains('.')
-        && word.split('.').all(|part| {
-            let mut chars = part.chars();
-            matches!((chars.next(), chars.next()), (Some(c), None) if c.is_alphabetic())
-        })
 }

@@ -5,7 +5,8 @@ pub(super) fn is_newline(c: char) -> bool {
     matches!(c, '\n' | '\u{2028}' | '\u{2029}')
 }
 
-/// Ends a sentence once whitespace or CJK text follows.
+/// Ends a sentence once whitespace or CJK text follows (and no lowercase
+/// letter after the whitespace).
 pub(super) fn is_terminator(c: char) -> bool {
     matches!(
         c,
@@ -26,7 +27,8 @@ pub(super) fn is_terminator(c: char) -> bool {
     )
 }
 
-/// Ends a sentence at once (CJK full stops, full-width `！` and `？`).
+/// Ends a sentence without a space (CJK full stops, full-width `！` and `？`);
+/// only a closer right after it still belongs to the sentence.
 pub(super) fn is_immediate(c: char) -> bool {
     matches!(c, '。' | '！' | '？' | '｡')
 }

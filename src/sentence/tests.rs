@@ -22,7 +22,8 @@ const CASES: &[Case] = &[
     ("en", "J. R. R. Tolkien wrote it. Yes", Some(("J. R. R. Tolkien wrote it.", 26))),
     ("en", "1. Boil the water. 2. Add salt.", Some(("1. Boil the water.", 18))),
     ("en", "12. Stir well. Then", Some(("12. Stir well.", 14))),
-    ("en", "a. First option. b. Second", Some(("a. First option.", 16))),
+    ("en", "a. First option.\nb. Second", Some(("a. First option.", 16))),
+    ("en", "a. First option. b. Second", Some(("a. First option. b.", 19))),
     ("en", "2) Add salt. Then", Some(("2) Add salt.", 12))),
     ("en", "**1.** Preheat the oven. Then", Some(("**1.** Preheat the oven.", 24))),
     ("en", "No. 5 is the best. Yes", Some(("No. 5 is the best.", 18))),
@@ -37,8 +38,22 @@ const CASES: &[Case] = &[
     ("en", "It costs approx. 5 dollars. Ok", Some(("It costs approx. 5 dollars.", 27))),
     ("en", "Wow!!! That is great.", Some(("Wow!!!", 6))),
     ("en", "Really?! Yes.", Some(("Really?!", 8))),
-    ("en", "Well... let me think.", Some(("Well...", 7))),
-    ("en", "Wait… what?", Some(("Wait…", 5))),
+    ("en", "Well... Let me think.", Some(("Well...", 7))),
+    ("en", "Well... let me think. Ok", Some(("Well... let me think.", 21))),
+    ("en", "Hmm... maybe later. Ok", Some(("Hmm... maybe later.", 19))),
+    ("en", "Wait… what?", Some(("Wait… what?", 11))),
+    ("en", "Wait… What?", Some(("Wait…", 5))),
+    ("en", "\"Help!\" he cried. Then", Some(("\"Help!\" he cried.", 17))),
+    ("en", "\"Help!\" He cried.", Some(("\"Help!\"", 7))),
+    ("en", "What? no way! Fine", Some(("What? no way!", 13))),
+    ("en", "(Really?) yes, really. Ok", Some(("(Really?) yes, really.", 22))),
+    ("en", "**Stop!** said he. Ok", Some(("**Stop!** said he.", 18))),
+    ("en", "Hi there. how odd. Ok", Some(("Hi there. how odd.", 18))),
+    ("en", "Wow!!! amazing. Ok", Some(("Wow!!! amazing.", 15))),
+    ("en", "Done! 5 more. Ok", Some(("Done!", 5))),
+    ("en", "Done! \"Next\" one", Some(("Done!", 5))),
+    ("en", "No. maybe not. Ok", Some(("No. maybe not.", 14))),
+    ("en", "Done. iOS 18 is out. Ok", Some(("Done. iOS 18 is out.", 20))),
     ("en", "He said \"Stop.\" Then he left.", Some(("He said \"Stop.\"", 15))),
     ("en", "She said ‘fine.’ Then", Some(("She said ‘fine.’", 16))),
     ("en", "(See above.) Next", Some(("(See above.)", 12))),
@@ -76,13 +91,20 @@ const CASES: &[Case] = &[
     ("zh", "你好。我是你的助手。", Some(("你好。", 3))),
     ("zh", "我们在3.5版本中修复了它。谢谢", Some(("我们在3.5版本中修复了它。", 14))),
     ("zh", "你好.我是助手", Some(("你好.", 3))),
-    ("zh", "他说：“好的。”然后走了。", Some(("他说：“好的。", 7))),
+    ("zh", "他说：“好的。”然后走了。", Some(("他说：“好的。”", 8))),
+    ("zh", "她说：“好的。”", Some(("她说：“好的。”", 8))),
+    ("zh", "她说：“好的。”然后", Some(("她说：“好的。”", 8))),
+    ("zh", "他说：「好。」」然后", Some(("他说：「好。」", 7))),
+    ("zh", "（完了！）然后", Some(("（完了！）", 5))),
+    ("zh", "你好。 我", Some(("你好。", 3))),
+    ("zh", "你好。\n我", Some(("你好。", 3))),
     ("zh", "好的！谢谢", Some(("好的！", 3))),
     ("zh", "什么？！真的吗", Some(("什么？", 3))),
     ("zh", "。你好。", Some(("。你好。", 4))),
     ("zh", "没有标点的句子", Some(("没有标点的句子", 7))),
     ("ja", "こんにちは！元気ですか？", Some(("こんにちは！", 6))),
-    ("ja", "「はい。」と言った。", Some(("「はい。", 4))),
+    ("ja", "「はい。」と言った。", Some(("「はい。」", 5))),
+    ("ja", "本当？！", Some(("本当？", 3))),
     ("ja", "本研究では手法を示す．次に結果を述べる．", Some(("本研究では手法を示す．", 11))),
     ("ja", "円周率は３．１４です。次", Some(("円周率は３．１４です。", 11))),
     ("ja", "１．はじめに\n本文", Some(("１．はじめに", 6))),
@@ -99,6 +121,7 @@ const CASES: &[Case] = &[
     ("fr", "M. Dupont est là. Oui", Some(("M. Dupont est là.", 17))),
     ("fr", "« Oui. » Il est parti.", Some(("« Oui.", 6))),
     ("fr", "Des pommes, etc. Puis", Some(("Des pommes, etc.", 16))),
+    ("fr", "« Non ! » dit-il. Oui", Some(("« Non !", 7))),
     ("hi", "नमस्ते। आप कैसे हैं?", Some(("नमस्ते।", 7))),
     ("hi", "क्या आप ठीक हैं? हाँ।", Some(("क्या आप ठीक हैं?", 16))),
     ("hi", "यह १.५ किलो है। ठीक", Some(("यह १.५ किलो है।", 15))),
@@ -109,6 +132,7 @@ const CASES: &[Case] = &[
     ("ru", "Это т.е. пример. Да", Some(("Это т.е. пример.", 16))),
     ("ru", "А. С. Пушкин — поэт. Да", Some(("А. С. Пушкин — поэт.", 20))),
     ("ru", "Это я. Привет", Some(("Это я.", 6))),
+    ("ru", "Ого! сказал он. Да", Some(("Ого! сказал он.", 15))),
     ("ru", "Он живёт в Москве и т.д. Потом", Some(("Он живёт в Москве и т.д.", 24))),
     ("ru", "Он живёт в Москве и т.д. и т.п. Ну", Some(("Он живёт в Москве и т.д. и т.п.", 31))),
     ("th", "สวัสดีครับ ยินดีต้อนรับ\nต่อไป", Some(("สวัสดีครับ ยินดีต้อนรับ", 23))),
@@ -214,23 +238,38 @@ fn reported_at(parts: &[&str]) -> Option<usize> {
 }
 
 #[test]
-fn a_period_waits_for_the_whitespace_after_it() {
+fn a_terminator_waits_for_the_next_visible_character() {
     assert_eq!(reported_at(&["Hello", " there", ".", " How"]), Some(3));
     assert_eq!(reported_at(&["Hello there.", "\n"]), Some(1));
-    assert_eq!(reported_at(&["Pi is 3", ".", "14", ". "]), Some(3));
+    assert_eq!(reported_at(&["Pi is 3", ".", "14", ". ", "Next"]), Some(4));
+    assert_eq!(reported_at(&["Hi!", " ", " ", "Then"]), Some(3));
+    assert_eq!(
+        reported_at(&["\"Help!", "\"", " he", " cried.", " Then"]),
+        Some(4)
+    );
+    assert_eq!(reported_at(&["Hmm...", " maybe", " later.", "\n"]), Some(3));
 }
 
 #[test]
-fn cjk_full_stops_end_in_their_own_delta() {
-    assert_eq!(reported_at(&["你好", "。", "我"]), Some(1));
+fn cjk_full_stops_wait_one_character_for_a_closer() {
+    assert_eq!(reported_at(&["你好", "。", "我"]), Some(2));
     assert_eq!(reported_at(&["你好。我"]), Some(0));
+    assert_eq!(reported_at(&["好的。", "”", "然后"]), Some(1));
+    assert_eq!(reported_at(&["你好。"]), None);
+    let mut rule = SentenceRule::new();
+    assert_eq!(rule.push("好的。"), None);
+    let closed = rule.push("”然后").map(|s| s.text);
+    assert_eq!(closed.as_deref(), Some("好的。”"));
 }
 
 #[test]
 fn an_abbreviation_waits_for_the_next_word() {
     assert_eq!(reported_at(&["Pears, etc.", " ", " ", "Then"]), Some(3));
     assert_eq!(reported_at(&["No.", " ", "5 is best.", " Yes"]), Some(3));
-    assert_eq!(reported_at(&["Dr.", " Smith", " came.", " "]), Some(3));
+    assert_eq!(
+        reported_at(&["Dr.", " Smith", " came.", " ", "Ok"]),
+        Some(4)
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@ use super::*;
 /// One dispatched event, owned: (event name, data).
 pub(super) type Owned = (Vec<u8>, Vec<u8>);
 
-/// What a whole stream gave: events, skipped count, `finish()` result.
+/// What a whole stream gave: events, skipped count, `has_pending()` at its end.
 #[derive(Debug, PartialEq)]
 pub(super) struct Outcome {
     pub(super) events: Vec<Owned>,
@@ -19,9 +19,8 @@ pub(super) fn run<'a>(max: usize, chunks: impl IntoIterator<Item = &'a [u8]>) ->
     for chunk in chunks {
         reader.feed(chunk, |e| events.push((e.event.to_vec(), e.data.to_vec())));
     }
-    assert_eq!(reader.events_seen(), events.len() as u64);
     let skipped = reader.skipped_events();
-    let truncated = reader.finish();
+    let truncated = reader.has_pending();
     Outcome {
         events,
         skipped,
@@ -266,15 +265,20 @@ fn done_marker() {
 }
 
 #[test]
-fn finish_reports_truncation_and_resets() {
+fn has_pending_reports_a_cut_event() {
     for (stream, truncated) in [
         (&b"data: a\n\n"[..], false),
         (b"data: a\n\n\r", false),
         (b"", false),
+        (b"\xEF\xBB\xBF", false),
         (b"data: a\n", true),
         (b"data: a", true),
         (b"event: x\n", true),
         (b"data: a\n\ndata: b", true),
+        // Part of a BOM, held back: the client holds bytes of no event yet,
+        // and an error event written after them would not parse.
+        (b"\xEF", true),
+        (b"\xEF\xBB", true),
     ] {
         assert_eq!(
             one_shot(BIG, stream).truncated,
@@ -283,15 +287,6 @@ fn finish_reports_truncation_and_resets() {
             String::from_utf8_lossy(stream)
         );
     }
-    let mut reader = SseReader::new(BIG);
-    reader.feed(b"data: cut", |_| {});
-    assert!(reader.finish());
-    let mut got = Vec::new();
-    reader.feed(b"\xEF\xBB\xBFdata: fresh\n\n", |e| {
-        got.push(e.data.to_vec())
-    });
-    assert_eq!(got, vec![b"fresh".to_vec()]);
-    assert!(!reader.finish());
 }
 
 #[test]

@@ -1,0 +1,362 @@
+//! `scripts/quickstart.sh` stops what it started. SIGTERM or SIGINT sent to
+//! the script's pid alone (as a supervisor, `timeout` or a CI step sends it;
+//! Ctrl-C in a terminal reaches the whole process group instead) stops
+//! llamatap, then the llama-server the script started; the script exits with
+//! 128 + the signal number, nothing answers on its ports any more and none of
+//! its children is left. Both modes: the default one (the script starts
+//! llama-server) and `--upstream URL` (only llamatap; the upstream keeps
+//! running). If llamatap dies on its own, the script stops llama-server and
+//! exits with llamatap's status.
+//!
+//! The script runs this build's llamatap (`LLAMATAP_BIN`) and the test
+//! suite's llama-server and tiny model, on free ports.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::free_port;
+use common::llama::{self, LlamaServer};
+
+/// llamatap's grace period (its default, passed explicitly).
+const GRACE_SECONDS: u64 = 10;
+/// How long after the signal everything must be stopped.
+const STOP_WITHIN: Duration = Duration::from_secs(GRACE_SECONDS + 5);
+/// How long llamatap may take to be ready (the script may start llama-server first).
+const READY_WITHIN: Duration = Duration::from_secs(120);
+
+#[test]
+fn sigterm_stops_llamatap_and_llama_server() {
+    stops_everything(Stop::Script("TERM", 15), None);
+}
+
+#[test]
+fn sigint_stops_llamatap_and_llama_server() {
+    stops_everything(Stop::Script("INT", 2), None);
+}
+
+#[test]
+fn sigterm_with_upstream_stops_llamatap() {
+    let upstream = LlamaServer::start("tiny", &[]);
+    stops_everything(Stop::Script("TERM", 15), Some(&upstream));
+}
+
+#[test]
+fn sigint_with_upstream_stops_llamatap() {
+    let upstream = LlamaServer::start("tiny", &[]);
+    stops_everything(Stop::Script("INT", 2), Some(&upstream));
+}
+
+/// llamatap dying on its own (SIGKILL here) stops llama-server too, and the
+/// script exits with llamatap's status (128 + 9).
+#[test]
+fn llamatap_dying_stops_llama_server() {
+    stops_everything(Stop::LlamatapKilled, None);
+}
+
+/// What ends the script.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    /// This signal (name, number) sent to the script's pid alone.
+    Script(&'static str, i32),
+    /// SIGKILL sent to llamatap.
+    LlamatapKilled,
+}
+
+/// Starts the script, waits for `/readyz`, stops it as `stop` says and checks
+/// that everything it started is gone in time.
+fn stops_everything(stop: Stop, upstream: Option<&LlamaServer>) {
+    let name = match stop {
+        Stop::Script(sig, _) => sig,
+        Stop::LlamatapKilled => "llamatap-killed",
+    };
+    let mode = if upstream.is_some() {
+        "upstream"
+    } else {
+        "default"
+    };
+    let mut qs = Quickstart::start(&format!("{name}-{mode}"), upstream);
+    qs.wait_ready();
+
+    let children = qs.children();
+    let mut names: Vec<&str> = children.iter().map(|p| p.comm.as_str()).collect();
+    names.sort_unstable();
+    let expected: &[&str] = if upstream.is_some() {
+        &["llamatap"]
+    } else {
+        &["llama-server", "llamatap"]
+    };
+    assert_eq!(names, expected, "children of the script while it runs");
+
+    let deadline = Instant::now() + STOP_WITHIN;
+    let expected_code = match stop {
+        Stop::Script(sig, signo) => {
+            send_signal(qs.child.id(), sig);
+            128 + signo
+        }
+        Stop::LlamatapKilled => {
+            let tap = children.iter().find(|p| p.comm == "llamatap").unwrap();
+            send_signal(tap.pid, "KILL");
+            128 + 9
+        }
+    };
+
+    let status = qs.wait_exit(deadline);
+    let ports_closed = wait_until(deadline, || {
+        qs.ports
+            .iter()
+            .all(|p| TcpStream::connect(("127.0.0.1", *p)).is_err())
+    });
+    let left = |qs: &Quickstart| -> Vec<String> {
+        let mut left: Vec<String> = children
+            .iter()
+            .filter(|p| p.alive())
+            .map(|p| format!("{} ({})", p.pid, p.comm))
+            .collect();
+        left.extend(qs.port_users());
+        left
+    };
+    wait_until(deadline, || left(&qs).is_empty());
+
+    let log = qs.log();
+    assert_eq!(
+        status.map(|s| s.code()),
+        Some(Some(expected_code)),
+        "exit status within {STOP_WITHIN:?} of {stop:?} (None: still running)\n{log}"
+    );
+    assert!(
+        ports_closed,
+        "something still answers on {:?} {STOP_WITHIN:?} after {stop:?}\n{log}",
+        qs.ports
+    );
+    assert_eq!(left(&qs), Vec::<String>::new(), "processes left\n{log}");
+    if let Stop::Script(..) = stop {
+        // SIGINT too: llamatap is asked to drain, and only then is llama-server stopped.
+        let drained = log.find("llamatap: SIGTERM, draining");
+        assert!(drained.is_some(), "llamatap was not sent SIGTERM\n{log}");
+        if upstream.is_none() {
+            let llama_stopped = log.find("stopping llama-server");
+            assert!(drained < llama_stopped, "llama-server stopped first\n{log}");
+        }
+    }
+    if let Some(upstream) = upstream {
+        let health = upstream.request("GET", "/health", None, Duration::from_secs(5));
+        assert_eq!(
+            health.map(|(s, _)| s),
+            Ok(200),
+            "the script must leave an upstream it did not start running"
+        );
+    }
+}
+
+// === impl Quickstart ===
+
+/// The running script; on drop, it and everything it started are killed.
+struct Quickstart {
+    child: Child,
+    /// Proxy, admin and (in the default mode) llama-server ports.
+    ports: Vec<u16>,
+    dir: PathBuf,
+}
+
+impl Quickstart {
+    fn start(name: &str, upstream: Option<&LlamaServer>) -> Quickstart {
+        let binary = llama::llama_server_binary();
+        let model = llama::model_path("tiny");
+        assert!(
+            binary.is_file() && model.is_file(),
+            "{} or {} missing (set LLAMATAP_LLAMA_SERVER and LLAMATAP_TINY_MODEL, \
+             or run scripts/ensure-deps.sh)",
+            binary.display(),
+            model.display()
+        );
+        let dir =
+            std::env::temp_dir().join(format!("llamatap-quickstart-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ports = vec![free_port(), free_port(), free_port()];
+        let log = std::fs::File::create(dir.join("quickstart.log")).unwrap();
+        let mut cmd =
+            Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/quickstart.sh"));
+        if let Some(u) = upstream {
+            cmd.args(["--upstream", &u.base_url]);
+        }
+        cmd.env("LLAMATAP_BIN", env!("CARGO_BIN_EXE_llamatap"))
+            .env("LLAMATAP_LLAMA_SERVER", &binary)
+            .env("LLAMATAP_TINY_MODEL", &model)
+            .env("LLAMATAP_HOST", "127.0.0.1")
+            .env("LLAMATAP_PORT", ports[0].to_string())
+            .env("LLAMATAP_ADMIN_PORT", ports[1].to_string())
+            .env("LLAMA_SERVER_PORT", ports[2].to_string())
+            .env("LLAMATAP_GRACE_PERIOD_SECONDS", GRACE_SECONDS.to_string())
+            .env("LLAMATAP_PID_FILE", dir.join("llamatap.pid"))
+            .env("LLAMATAP_UPGRADE_SOCK", dir.join("upgrade.sock"))
+            .env("TMPDIR", &dir)
+            .env_remove("LLAMATAP_CONFIG")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let child = cmd.spawn().expect("run scripts/quickstart.sh");
+        if upstream.is_some() {
+            ports.truncate(2);
+        }
+        Quickstart { child, ports, dir }
+    }
+
+    /// Polls llamatap's `/readyz` until it answers 200.
+    fn wait_ready(&mut self) {
+        let admin = format!("127.0.0.1:{}", self.ports[1]);
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            if let Ok((200, _)) = common::http::get(&admin, "/readyz") {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("quickstart.sh exited early ({status})\n{}", self.log());
+            }
+            if Instant::now() >= deadline {
+                panic!("/readyz not 200 after {READY_WITHIN:?}\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_exit(&mut self, deadline: Instant) -> Option<ExitStatus> {
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The script's direct children now.
+    fn children(&self) -> Vec<Proc> {
+        procs()
+            .into_iter()
+            .filter(|p| p.ppid == self.child.id())
+            .collect()
+    }
+
+    /// Live processes with one of the ports on their command line.
+    fn port_procs(&self) -> Vec<Proc> {
+        let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+        procs()
+            .into_iter()
+            .filter(|p| {
+                p.args.iter().any(|a| {
+                    ports
+                        .iter()
+                        .any(|port| a == port || a.ends_with(&format!(":{port}")))
+                })
+            })
+            .collect()
+    }
+
+    fn port_users(&self) -> Vec<String> {
+        self.port_procs()
+            .iter()
+            .map(|p| format!("{} ({}: {})", p.pid, p.comm, p.args.join(" ")))
+            .collect()
+    }
+
+    /// The script's output (with llamatap's), and llama-server's log.
+    fn log(&self) -> String {
+        let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
+        format!(
+            "--- quickstart.sh ---\n{}--- llama-server ---\n{}",
+            read("quickstart.log"),
+            read("llamatap-quickstart-llama-server.log")
+        )
+    }
+}
+
+impl Drop for Quickstart {
+    fn drop(&mut self) {
+        for p in self.children().into_iter().chain(self.port_procs()) {
+            send_signal(p.pid, "KILL");
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+// === processes, from /proc ===
+
+/// One process, as `/proc/PID/stat` and `cmdline` describe it.
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    comm: String,
+    /// Field 22 of `stat`: tells a process from a later one with the same pid.
+    start_time: u64,
+    args: Vec<String>,
+}
+
+impl Proc {
+    fn read(pid: u32) -> Option<Proc> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (head, tail) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_string();
+        let fields: Vec<&str> = tail.split_whitespace().collect();
+        // fields[0] is field 3 (state).
+        if fields.first() == Some(&"Z") {
+            return None;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        Some(Proc {
+            pid,
+            ppid: fields.get(1)?.parse().ok()?,
+            comm,
+            start_time: fields.get(19)?.parse().ok()?,
+            args: cmdline
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect(),
+        })
+    }
+
+    /// Still running (not a zombie, and not replaced by another process).
+    fn alive(&self) -> bool {
+        Proc::read(self.pid).is_some_and(|now| now.start_time == self.start_time)
+    }
+}
+
+/// Every live process.
+fn procs() -> Vec<Proc> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter_map(Proc::read)
+        .collect()
+}
+
+fn send_signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status();
+}
+
+fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
