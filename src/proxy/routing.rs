@@ -160,6 +160,14 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
 pub fn finish(fleet: &Fleet, ctx: &mut RequestCtx, rec: &RequestRecord) -> Option<UpstreamFacts> {
     let i = ctx.member.take()?;
     fleet.release(i);
+    // The upstream died or stopped answering under this request: passive
+    // ejection, as for a refused connect.
+    if matches!(
+        rec.error_type,
+        Some("upstream_disconnected" | "upstream_timeout" | "upstream_unreachable")
+    ) {
+        fleet.eject(i);
+    }
     let decision = ctx.decision.take()?;
     let member = fleet.member(i)?;
     let prediction = match (rec.cached_input_tokens(), rec.input_tokens()) {
