@@ -91,11 +91,7 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
             .l4_buffer(L4BufferSettings::default().read(0)),
     );
 
-    let admin = AdminApp::new(
-        telemetry.clone(),
-        fleet.clone(),
-        config.jaeger_url.clone(),
-    );
+    let admin = AdminApp::new(telemetry.clone(), fleet.clone(), config.jaeger_url.clone());
     let mut admin_service = Service::new("llamatap admin".to_string(), HttpServer::new_app(admin));
     admin_service.add_tcp(&config.admin_listen.to_string());
     admin_service.threads = Some(1);

@@ -6,8 +6,8 @@ use std::time::{Instant, SystemTime};
 use crate::llama::StreamFormat;
 use crate::observe::{StreamFacts, StreamObserver};
 use crate::record::{HangupPhase, Outcome, RequestRecord};
-use crate::route::{Chain, Decision};
 use crate::request::{RequestFacts, Route};
+use crate::route::{Chain, Decision};
 use crate::telemetry::spans::RequestSpan;
 
 /// State of one proxied request.

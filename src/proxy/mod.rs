@@ -9,9 +9,9 @@
 
 pub mod context;
 pub mod errors;
+pub mod fleet;
 pub mod guard;
 mod routing;
-pub mod fleet;
 pub mod watch;
 
 use std::sync::Arc;
@@ -152,7 +152,12 @@ impl ProxyHttp for LlamaProxy {
     ) -> Box<Error> {
         if let Some(i) = ctx.member {
             self.fleet.eject(i);
-            if self.fleet.is_fleet() && self.fleet.can_fail_over(ctx.request.model.as_deref(), i, &ctx.tried) {
+            if self.fleet.is_fleet()
+                && self
+                    .fleet
+                    .can_fail_over(ctx.request.model.as_deref(), i, &ctx.tried)
+            {
+                ctx.tried.push(i);
                 e.set_retry(true);
             }
         }

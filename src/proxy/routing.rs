@@ -75,7 +75,8 @@ pub async fn prepare(
         Chain::default()
     };
     ctx.preread = true;
-    if let Err(NoRoute::UnknownModel { available }) = fleet.check_model(ctx.request.model.as_deref())
+    if let Err(NoRoute::UnknownModel { available }) =
+        fleet.check_model(ctx.request.model.as_deref())
     {
         let asked = bounded(ctx.request.model.as_deref().unwrap_or(""));
         let message = format!(
@@ -123,11 +124,12 @@ async fn preread(session: &mut Session, limit: usize) -> Result<(Vec<u8>, bool)>
     }
 }
 
-/// Picks the upstream of this attempt and counts it in that upstream's load.
+/// Picks the upstream of this attempt and counts it in that upstream's
+/// load. An upstream whose connect failed (in `ctx.tried`) is not chosen
+/// again; one whose pooled connection turned out stale may be.
 pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
     if let Some(previous) = ctx.member.take() {
         fleet.release(previous);
-        ctx.tried.push(previous);
     }
     let decision = fleet
         .choose(

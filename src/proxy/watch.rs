@@ -90,7 +90,10 @@ async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
     };
     let base = &m.upstream.base_path;
     // 503 ("loading model") and anything else but 200 is not ready.
-    let healthy = matches!(get(&target, &format!("{base}/health")).await, Some((200, _)));
+    let healthy = matches!(
+        get(&target, &format!("{base}/health")).await,
+        Some((200, _))
+    );
     m.set_healthy(healthy);
     if !healthy {
         return false;
