@@ -115,8 +115,9 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
         "llamatap: listening on {} (admin {}), upstream http://{}{}",
         config.listen, config.admin_listen, config.upstream.address, config.upstream.base_path
     );
+    let phases = server.watch_execution_phase();
     server.run(RunArgs {
-        shutdown_signal: Box::new(Signals::new(telemetry.clone(), config.grace_period)),
+        shutdown_signal: Box::new(Signals::new(telemetry.clone(), config.grace_period, phases)),
     });
     // Only reached when the drain thread could not start: the grace period
     // has passed already, so no time is left to flush.

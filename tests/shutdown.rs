@@ -1,11 +1,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Signals against the real binary: SIGINT exits at once, SIGTERM drains and
 //! flushes within the grace period and never longer (even when the trace
-//! collector black-holes every export).
+//! collector black-holes every export), and SIGQUIT hands the listening
+//! sockets to a new process without a single refused or dropped connection.
 
 mod common;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::otlp;
@@ -127,4 +129,76 @@ fn sigterm_with_nothing_in_flight_flushes_every_span_then_exits() {
     // Five SERVER spans and five CLIENT spans, none left in the queue.
     let got = spans.spans.lock().unwrap().len();
     assert_eq!(got, 10, "{got} spans reached the collector before the exit");
+}
+
+/// What a client saw while the listeners changed hands.
+#[derive(Default)]
+struct Seen {
+    ok: AtomicUsize,
+    failures: Mutex<Vec<String>>,
+}
+
+/// SIGQUIT while a client loop hits the port, the new process starting at
+/// the same moment as the signal (so the old one must wait for it to take
+/// the sockets): no request may fail, the old process exits 0, the new one
+/// serves on.
+#[test]
+fn sigquit_with_nothing_in_flight_hands_over_without_a_refused_connection() {
+    let up = upstream();
+    let mut old = Llamatap::start(&up.url(), &[]);
+    let seen = Arc::new(Seen::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = {
+        let (seen, stop, addr) = (seen.clone(), stop.clone(), old.addr());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                // One connection per request; short pauses so that most of
+                // the time nothing is in flight.
+                match common::http::get(&addr, "/v1/models") {
+                    Ok((200, _)) => {
+                        seen.ok.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok((status, _)) => seen.failures.lock().unwrap().push(format!("{status}")),
+                    Err(e) => seen.failures.lock().unwrap().push(e.to_string()),
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    assert!(wait_until(Duration::from_secs(10), || seen
+        .ok
+        .load(Ordering::SeqCst)
+        >= 10));
+    let quit = Instant::now();
+    old.signal("QUIT");
+    let mut new = old.spawn_upgrade(&up.url());
+    let status = old.wait_exit(Duration::from_secs(30));
+    let took = quit.elapsed();
+    let at_exit = seen.ok.load(Ordering::SeqCst);
+    // The new process serves on after the old one is gone.
+    let served_after = wait_until(Duration::from_secs(10), || {
+        seen.ok.load(Ordering::SeqCst) >= at_exit + 20 || !seen.failures.lock().unwrap().is_empty()
+    });
+    stop.store(true, Ordering::SeqCst);
+    client.join().unwrap();
+    let new_alive = new.try_wait().unwrap().is_none();
+    let _ = new.kill();
+    let _ = new.wait();
+    let failures = seen.failures.lock().unwrap().clone();
+    eprintln!(
+        "SIGQUIT hand-over: old exited after {took:?}; {} requests answered, {} failed",
+        seen.ok.load(Ordering::SeqCst),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "requests failed during the hand-over: {failures:?}"
+    );
+    let status = status.expect("the old process did not exit within 30 s of SIGQUIT");
+    assert!(status.success(), "{status:?}");
+    assert!(new_alive, "the new process must keep serving");
+    assert!(
+        served_after,
+        "no requests answered after the old process exited"
+    );
 }
