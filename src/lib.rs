@@ -13,7 +13,8 @@
 //! - [`request`]: request inspection (route, model, stream flag).
 //! - [`tracecontext`]: W3C `traceparent`/`tracestate` parsing.
 //!
-//! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`].
+//! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
+//! [`server`], [`shutdown`].
 
 pub mod admin;
 pub mod cli;
@@ -25,6 +26,7 @@ pub mod record;
 pub mod request;
 pub mod sentence;
 pub mod server;
+pub mod shutdown;
 pub mod sse;
 pub mod telemetry;
 pub mod tracecontext;
