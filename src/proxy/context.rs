@@ -114,7 +114,8 @@ impl RequestCtx {
         }
     }
 
-    /// Builds the record; `outcome` and error come from `logging`.
+    /// Builds the record, its strings bounded ([`RequestRecord::bound`]);
+    /// `outcome` and error come from `logging`.
     pub fn record(
         &mut self,
         method: String,
@@ -172,6 +173,7 @@ impl RequestCtx {
             rec.response_model = r.model;
             rec.response_id = r.response_id;
         }
+        rec.bound();
         rec
     }
 }

@@ -30,7 +30,7 @@ use super::context::RequestCtx;
 use super::errors;
 use super::fleet::{Fleet, NoRoute};
 use crate::config::Config;
-use crate::record::{Outcome, RequestRecord, UpstreamFacts};
+use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
 use crate::request;
 use crate::route::{session_key, Chain, Observation};
 use crate::telemetry::spans::Tracing;
@@ -78,7 +78,7 @@ pub async fn prepare(
     if let Err(NoRoute::UnknownModel { available }) =
         fleet.check_model(ctx.request.model.as_deref())
     {
-        let asked = bounded(ctx.request.model.as_deref().unwrap_or(""));
+        let asked = bounded(ctx.request.model.as_deref().unwrap_or(""), MAX_ECHOED_MODEL);
         let message = format!(
             "model {asked:?} is not served here; available: {}",
             available.join(", ")
@@ -209,19 +209,6 @@ fn models_body(models: &[String]) -> Vec<u8> {
     serde_json::json!({"object": "list", "data": data})
         .to_string()
         .into_bytes()
-}
-
-/// At most [`MAX_ECHOED_MODEL`] bytes of a client-sent name, cut on a
-/// character boundary.
-fn bounded(s: &str) -> &str {
-    if s.len() <= MAX_ECHOED_MODEL {
-        return s;
-    }
-    let mut end = MAX_ECHOED_MODEL;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// Writes a JSON answer of llamatap's own.

@@ -380,10 +380,9 @@ impl Tracing {
         span.server.span_context().trace_id().to_string()
     }
 
-    /// Flushes and stops export (at shutdown).
-    pub fn shutdown(&self) {
-        let _ = self.provider.force_flush();
-        let _ = self.provider.shutdown();
+    /// Exports the queued spans and stops export, giving up after `within`.
+    pub fn shutdown(&self, within: Duration) {
+        let _ = self.provider.shutdown_with_timeout(within);
     }
 }
 
