@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::http;
 use common::proxy::{metric_sum, Llamatap};
-use common::upstream::{self, Scripted};
+use common::upstream::{self, next_request, Scripted};
 
 fn chat_stream_bytes(words: &[&str]) -> Vec<u8> {
     let mut s = upstream::chat_role_event();
@@ -675,4 +675,241 @@ fn hop_by_hop_headers_are_not_forwarded() {
     for hop in ["x-secret-hop", "keep-alive", "proxy-authorization"] {
         assert!(!names.contains(&hop), "{hop} was forwarded: {names:?}");
     }
+}
+
+/// Starts llamatap with tracing to a real OTLP receiver.
+fn traced_proxy(upstream: &str) -> (Llamatap, common::otlp::Received) {
+    let (url, received) = common::otlp::http_receiver();
+    let proxy = Llamatap::start(
+        upstream,
+        &["--otlp-endpoint", &url, "--otlp-protocol", "http"],
+    );
+    (proxy, received)
+}
+
+/// The SERVER span of the only request that carried `path`, once exported.
+fn server_span(
+    received: &common::otlp::Received,
+    path: &str,
+    nth: usize,
+) -> opentelemetry_proto::tonic::trace::v1::Span {
+    let start = Instant::now();
+    loop {
+        let spans: Vec<_> = received
+            .wait(0, Duration::ZERO)
+            .into_iter()
+            .filter(|s| {
+                common::otlp::attr_str(s, "url.path").as_deref() == Some(path)
+                    && common::otlp::attr_str(s, "llamatap.outcome").is_some()
+            })
+            .collect();
+        if spans.len() > nth {
+            return spans[nth].clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no SERVER span #{nth} for {path}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The POST bodies the upstream read, in order.
+fn bodies(up: &Scripted) -> Vec<String> {
+    up.requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect()
+}
+
+#[test]
+fn a_post_the_upstream_read_whole_is_never_sent_twice() {
+    // A kept-alive connection (a route that cannot stream keeps its
+    // connections pooled); the second request on it is read whole
+    // (llama-server would now be working on it), then the connection is reset
+    // before any response byte. The POST reached llama-server: sending it
+    // again would run it twice.
+    let up = Scripted::start_conn(|mut s, log| {
+        let mut served = 0;
+        while next_request(&mut s, log).is_some() {
+            served += 1;
+            if served == 2 {
+                upstream::reset(s);
+                return;
+            }
+            upstream::json(&mut s, 200, r#"{"ok":true}"#);
+        }
+    });
+    let (proxy, received) = traced_proxy(&up.url());
+    let first = r#"{"model":"tiny.gguf","input":"first"}"#;
+    let second = r#"{"model":"tiny.gguf","input":"second"}"#;
+    let mut r = http::post(&proxy.addr(), "/v1/embeddings", first).unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+    let mut r = http::post(&proxy.addr(), "/v1/embeddings", second).unwrap();
+    assert_eq!(r.head.status, 502, "the reset must reach the client");
+    assert!(r
+        .head
+        .header("content-type")
+        .unwrap()
+        .contains("application/json"));
+    let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+    assert_eq!(v["error"]["type"], "upstream_error");
+    assert_eq!(v["error"]["code"], "upstream_disconnected");
+    assert_eq!(bodies(&up), [first, second], "the POST was sent twice");
+    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+        metric_sum(
+            m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""],
+        ) >= 1.0
+    });
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""]
+        ),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        common::proxy::metric_value(&m, "llamatap_upstream_retries_total"),
+        Some(0.0),
+        "{m}"
+    );
+    let span = server_span(&received, "/v1/embeddings", 1);
+    assert_eq!(
+        common::otlp::attr_int(&span, "llamatap.upstream.retries"),
+        Some(0)
+    );
+}
+
+#[test]
+fn a_request_whose_body_never_left_is_retried_on_a_new_connection() {
+    // The pooled connection is reset after the upstream read only the second
+    // request's head: not one body byte was written, so llama-server cannot
+    // have started it, and it goes out again on a new connection.
+    let reset = Arc::new(Mutex::new(false));
+    let flag = reset.clone();
+    let up = Scripted::start_conn(move |mut s, log| {
+        let mut served = 0;
+        loop {
+            if served == 1 {
+                if upstream::read_head(&mut s).is_some() {
+                    upstream::reset(s);
+                    *flag.lock().unwrap() = true;
+                }
+                return;
+            }
+            if next_request(&mut s, log).is_none() {
+                return;
+            }
+            served += 1;
+            upstream::json(&mut s, 200, r#"{"ok":true}"#);
+        }
+    });
+    let (proxy, received) = traced_proxy(&up.url());
+    let first = r#"{"model":"tiny.gguf","input":"first"}"#;
+    let second = r#"{"model":"tiny.gguf","input":"second"}"#;
+    let mut r = http::post(&proxy.addr(), "/v1/embeddings", first).unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+    // The head now, the body once the upstream has reset the pooled connection.
+    let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    write!(
+        s,
+        "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        second.len()
+    )
+    .unwrap();
+    let start = Instant::now();
+    while !*reset.lock().unwrap() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no reset");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    s.write_all(second.as_bytes()).unwrap();
+    let mut r = http::Reader::read_head(s).unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+    assert_eq!(bodies(&up), [first, second]);
+    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+        metric_sum(m, "llamatap_requests_total", &["outcome=\"ok\""]) >= 2.0
+    });
+    assert_eq!(
+        common::proxy::metric_value(&m, "llamatap_upstream_retries_total"),
+        Some(1.0),
+        "{m}"
+    );
+    let span = server_span(&received, "/v1/embeddings", 1);
+    assert_eq!(
+        common::otlp::attr_int(&span, "llamatap.upstream.retries"),
+        Some(1)
+    );
+}
+
+#[test]
+fn a_connection_that_carried_a_stream_is_never_reused() {
+    // llama-server closes its connection after every streamed answer, a
+    // moment after the last byte and without `Connection: close`. This
+    // upstream keeps it open instead and counts what the proxy sends on it
+    // afterwards: with pooling, the next request would race that close.
+    let late = Arc::new(Mutex::new(0u32));
+    let pooled = Arc::new(Mutex::new(0u32));
+    let (l, p) = (late.clone(), pooled.clone());
+    let up = Scripted::start_conn(move |mut s, log| {
+        let mut streamed = false;
+        let mut served = 0;
+        while let Some(req) = next_request(&mut s, log) {
+            if streamed {
+                // llama-server would be closing now, reading the request away.
+                *l.lock().unwrap() += 1;
+                return;
+            }
+            if served > 0 {
+                *p.lock().unwrap() += 1;
+            }
+            served += 1;
+            if req.path == "/v1/embeddings" {
+                upstream::json(&mut s, 200, r#"{"ok":true}"#);
+            } else {
+                streamed = true;
+                upstream::sse_head(&mut s);
+                upstream::chunk(&mut s, &chat_stream_bytes(&["Hi", "."]));
+                upstream::end_chunks(&mut s);
+            }
+        }
+    });
+    let proxy = Llamatap::start(&up.url(), &[]);
+    for path in [
+        "/v1/chat/completions",
+        "/v1/chat/completions",
+        "/completion",
+        "/v1/messages",
+    ] {
+        let mut r = http::post(&proxy.addr(), path, CHAT).unwrap();
+        assert_eq!(r.head.status, 200, "{path}");
+        r.read_all().unwrap();
+    }
+    assert_eq!(
+        *late.lock().unwrap(),
+        0,
+        "a request went out on a used connection"
+    );
+    let reqs = up.requests.lock().unwrap().clone();
+    assert_eq!(reqs.len(), 4);
+    assert!(reqs.iter().all(|r| r.header("connection") == Some("close")));
+    // Routes that cannot stream keep their pooled connections.
+    for _ in 0..2 {
+        let mut r = http::post(&proxy.addr(), "/v1/embeddings", "{}").unwrap();
+        assert_eq!(r.head.status, 200);
+        r.read_all().unwrap();
+    }
+    assert_eq!(
+        *pooled.lock().unwrap(),
+        1,
+        "the pooled connection was not reused"
+    );
 }

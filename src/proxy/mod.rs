@@ -133,6 +133,7 @@ impl ProxyHttp for LlamaProxy {
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         // A retry replays the body from its start.
+        ctx.upstream_attempts += 1;
         ctx.body.clear();
         ctx.body_truncated = false;
         ctx.request_bytes = 0;
@@ -157,6 +158,14 @@ impl ProxyHttp for LlamaProxy {
                 .parse()
                 .map_err(|e| Error::because(ErrorType::InternalError, "bad upstream path", e))?;
             upstream_request.set_uri(uri);
+        }
+        if ctx.format().is_some() {
+            // llama-server closes the connection after every streamed answer,
+            // a moment after its last byte and without saying so; a pooled
+            // connection would race that close (see error_while_proxy).
+            // Asked up front, it answers `Connection: close`, so Pingora never
+            // pools a connection from a route that can stream.
+            upstream_request.insert_header("Connection", "close")?;
         }
         if let Some(key) = &self.config.upstream_api_key {
             upstream_request.insert_header("Authorization", format!("Bearer {}", key.expose()))?;
@@ -331,8 +340,11 @@ impl ProxyHttp for LlamaProxy {
     /// llama-server closes its connection right after a streamed answer,
     /// without `Connection: close`; a request that took that connection from
     /// the pool before the close arrived fails before any response byte.
-    /// Retry exactly that case on a new connection: reused connection, no
-    /// response yet, connection closed or reset, and the whole body buffered.
+    /// Retry on a new connection only when the request provably never reached
+    /// llama-server whole: reused connection, no response yet, closed or
+    /// reset, the body still buffered, and nothing of the request usable
+    /// written (see [`unsent`]). A request llama-server may have started is
+    /// never sent twice: it fails with 502.
     fn error_while_proxy(
         &self,
         peer: &HttpPeer,
@@ -348,7 +360,8 @@ impl ProxyHttp for LlamaProxy {
             && matches!(
                 e.etype(),
                 ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
-            );
+            )
+            && unsent(session, e.etype());
         e.set_retry(stale);
         e
     }
@@ -379,6 +392,17 @@ impl ProxyHttp for LlamaProxy {
         let rec = ctx.record(method, path, outcome, error, client);
         self.telemetry.request_finished(&rec, ctx.span.take());
     }
+}
+
+/// Whether a failed attempt left llama-server without a whole request, so
+/// that it cannot have started it. Pingora counts the body bytes it wrote on
+/// the attempt; none were written, and either the request has a body (the
+/// head alone is an incomplete request: llama-server reads the whole body
+/// before it runs anything) or the failure was a write (a bodiless request's
+/// only write is its head, so the head itself did not go out).
+fn unsent(session: &mut Session, etype: &ErrorType) -> bool {
+    session.upstream_body_bytes_sent() == Some(0)
+        && (!session.as_mut().is_body_empty() || *etype == ErrorType::WriteError)
 }
 
 /// Answers a refused request with an OpenAI-shaped error; the upstream never sees it.
