@@ -913,3 +913,60 @@ fn a_connection_that_carried_a_stream_is_never_reused() {
         "the pooled connection was not reused"
     );
 }
+
+#[test]
+fn an_unresolvable_upstream_host_gives_502_and_the_proxy_lives_on() {
+    // The start-up lookup fails; requests must not resolve (or panic) on the
+    // proxy's thread: they get 502 until the background watcher resolves it.
+    let mut proxy = Llamatap::start("http://nonexistent.invalid:8081", &[]);
+    for _ in 0..3 {
+        let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
+        assert_eq!(r.head.status, 502);
+        assert!(r
+            .head
+            .header("content-type")
+            .unwrap()
+            .contains("application/json"));
+        let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+        assert_eq!(v["error"]["type"], "upstream_error");
+        assert_eq!(v["error"]["code"], "upstream_unresolved");
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nonexistent.invalid"));
+    }
+    assert!(proxy.child.try_wait().unwrap().is_none(), "llamatap died");
+    assert!(!proxy.stderr().contains("panicked"), "{}", proxy.stderr());
+    assert_eq!(http::get(&proxy.admin(), "/readyz").unwrap().0, 503);
+    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+        metric_sum(
+            m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""],
+        ) >= 3.0
+    });
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""]
+        ),
+        3.0,
+        "{m}"
+    );
+}
+
+#[test]
+fn a_host_name_upstream_is_reached_at_its_resolved_address() {
+    let up = Scripted::start(|s, _req| upstream::json(s, 200, r#"{"ok":true}"#));
+    let port = up.addr.rsplit(':').next().unwrap();
+    let proxy = Llamatap::start(&format!("http://localhost:{port}"), &[]);
+    let mut r = http::post(&proxy.addr(), "/v1/embeddings", "{}").unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+    let start = Instant::now();
+    while http::get(&proxy.admin(), "/readyz").unwrap().0 != 200 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

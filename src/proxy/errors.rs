@@ -20,6 +20,17 @@ pub struct Failure {
     pub kind: &'static str,
 }
 
+/// The error type of a request made while the upstream's host name has never
+/// resolved.
+const UNRESOLVED: &str = "UpstreamUnresolved";
+
+/// The error for a request made while the upstream's `host:port` has never
+/// resolved (the watcher keeps trying; nothing is looked up on the request's
+/// path).
+pub fn unresolved(address: &str) -> Box<Error> {
+    Error::explain(ErrorType::Custom(UNRESOLVED), address.to_string()).into_up()
+}
+
 /// Classifies a Pingora error.
 pub fn classify(e: &Error) -> Failure {
     use ErrorType::*;
@@ -63,6 +74,12 @@ pub fn classify(e: &Error) -> Failure {
             "upstream_timeout",
             "upstream_error",
         ),
+        (_, Custom(UNRESOLVED)) => f(
+            502,
+            Outcome::UpstreamError,
+            "upstream_unresolved",
+            "upstream_error",
+        ),
         (_, ConnectRefused | ConnectNoRoute | ConnectError | SocketError | BindError) => f(
             502,
             Outcome::UpstreamError,
@@ -97,6 +114,12 @@ pub fn message(f: &Failure, e: &Error) -> String {
         "upstream_connect_timeout" => "timed out connecting to the upstream llama-server",
         "upstream_timeout" => "timed out waiting for the upstream llama-server",
         "upstream_unreachable" => "cannot connect to the upstream llama-server",
+        "upstream_unresolved" => {
+            let address = e.context.as_ref().map_or("", |c| c.as_str());
+            return format!(
+                "the upstream llama-server's host name does not resolve (yet): {address}"
+            );
+        }
         "upstream_disconnected" => {
             "the upstream llama-server closed the connection before the response was complete"
         }

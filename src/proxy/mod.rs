@@ -12,6 +12,7 @@ pub mod errors;
 pub mod guard;
 pub mod watch;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -53,8 +54,10 @@ impl LlamaProxy {
         }
     }
 
-    fn peer(&self) -> HttpPeer {
-        let mut peer = HttpPeer::new(self.upstream.address(), false, String::new());
+    /// The peer at the last resolved address: a `SocketAddr`, so building it
+    /// never looks a name up.
+    fn peer(&self, address: SocketAddr) -> HttpPeer {
+        let mut peer = HttpPeer::new(address, false, String::new());
         let o = &mut peer.options;
         o.connection_timeout = Some(self.config.connect_timeout);
         o.total_connection_timeout = Some(self.config.connect_timeout);
@@ -126,18 +129,22 @@ impl ProxyHttp for LlamaProxy {
         }
     }
 
-    /// Every attempt goes to the one configured llama-server.
+    /// Every attempt goes to the one configured llama-server, at the address
+    /// the watcher last resolved; none yet is a 502 (`upstream_unresolved`).
     async fn upstream_peer(
         &self,
         _session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        // A retry replays the body from its start.
+        let Some(address) = self.upstream.address() else {
+            return Err(errors::unresolved(&self.config.upstream.address));
+        };
         ctx.upstream_attempts += 1;
+        // A retry replays the body from its start.
         ctx.body.clear();
         ctx.body_truncated = false;
         ctx.request_bytes = 0;
-        Ok(Box::new(self.peer()))
+        Ok(Box::new(self.peer(address)))
     }
 
     /// Headers are built: apply the base path and hand the trace context on.

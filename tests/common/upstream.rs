@@ -83,24 +83,26 @@ impl Scripted {
 }
 
 /// The next request on `s` that is not one of llamatap's own background
-/// checks (those get a healthy llama-server's answers), logged. None on EOF.
+/// checks (those get a healthy llama-server's answers), logged. None on EOF
+/// or once a check asked for `Connection: close`.
 pub fn next_request(s: &mut TcpStream, log: &Log) -> Option<ReqInfo> {
     loop {
         let req = read_request(s)?;
-        if req.path == "/health" {
-            json(s, 200, r#"{"status":"ok"}"#);
-            continue;
+        let answer = match req.path.as_str() {
+            "/health" => r#"{"status":"ok"}"#,
+            "/v1/models" => r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
+            _ => {
+                log.lock().unwrap().push(req.clone());
+                return Some(req);
+            }
+        };
+        json(s, 200, answer);
+        if req
+            .header("connection")
+            .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+        {
+            return None;
         }
-        if req.path == "/v1/models" {
-            json(
-                s,
-                200,
-                r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
-            );
-            continue;
-        }
-        log.lock().unwrap().push(req.clone());
-        return Some(req);
     }
 }
 
