@@ -23,7 +23,7 @@ pub enum Outcome {
     UpstreamError,
     /// llamatap itself failed.
     ProxyError,
-    /// llamatap refused the request before it reached the upstream (API key, size limits).
+    /// llamatap refused the request; the upstream never got it whole (API key, size limits).
     Rejected,
 }
 

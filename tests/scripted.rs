@@ -970,3 +970,77 @@ fn a_host_name_upstream_is_reached_at_its_resolved_address() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn an_oversized_body_gets_the_same_413_whatever_its_framing() {
+    // Content-Length over the limit is refused before the upstream; a chunked
+    // body is counted as it streams. Same answer, same outcome, both traced.
+    let up = Scripted::start(|s, _req| upstream::json(s, 200, "{}"));
+    let cfg = common::temp_config("limits413", "[limits]\nmax_body_bytes = 1000\n");
+    let (url, received) = common::otlp::http_receiver();
+    let proxy = Llamatap::start(
+        &up.url(),
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--otlp-endpoint",
+            &url,
+            "--otlp-protocol",
+            "http",
+        ],
+    );
+    let body = format!(r#"{{"model":"tiny.gguf","prompt":"{}"}}"#, "x".repeat(1500));
+    let by_length = http::post(&proxy.addr(), "/v1/completions", &body).unwrap();
+    let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    let mut chunked = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for piece in body.as_bytes().chunks(400) {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    s.write_all(&chunked).unwrap();
+    let by_chunks = http::Reader::read_head(s).unwrap();
+    let mut answers = Vec::new();
+    for (framing, mut r) in [("content-length", by_length), ("chunked", by_chunks)] {
+        assert_eq!(r.head.status, 413, "{framing}");
+        assert!(
+            r.head
+                .header("content-type")
+                .is_some_and(|v| v.contains("application/json")),
+            "{framing}"
+        );
+        assert!(
+            r.head.header("traceresponse").is_some(),
+            "{framing}: no traceresponse"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+        assert_eq!(v["error"]["code"], "request_too_large", "{framing}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{framing}");
+        answers.push(v);
+    }
+    assert_eq!(answers[0], answers[1], "the two 413 bodies differ");
+    assert!(
+        up.requests.lock().unwrap().is_empty(),
+        "the upstream received a whole oversized request"
+    );
+    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+        metric_sum(m, "llamatap_requests_total", &[]) >= 2.0
+    });
+    assert_eq!(
+        metric_sum(&m, "llamatap_requests_total", &["outcome=\"rejected\""]),
+        2.0,
+        "{m}"
+    );
+    for nth in 0..2 {
+        let span = server_span(&received, "/v1/completions", nth);
+        assert_eq!(
+            common::otlp::attr_str(&span, "error.type").as_deref(),
+            Some("request_too_large")
+        );
+        assert_eq!(
+            common::otlp::attr_str(&span, "llamatap.outcome").as_deref(),
+            Some("rejected")
+        );
+    }
+}

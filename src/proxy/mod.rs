@@ -204,10 +204,7 @@ impl ProxyHttp for LlamaProxy {
         if let Some(b) = body.as_ref() {
             ctx.request_bytes += b.len() as u64;
             if ctx.request_bytes > self.config.max_body_bytes {
-                return Error::e_explain(
-                    ErrorType::HTTPStatus(413),
-                    "request body over limits.max_body_bytes",
-                );
+                return Err(errors::too_large());
             }
         }
         if ctx.route.operation_name().is_none() {
@@ -319,21 +316,18 @@ impl ProxyHttp for LlamaProxy {
         ctx.failure = Some((f.outcome, f.code, msg.clone()));
         let mut code = f.status;
         if f.status != 0 {
-            let ds = session.as_downstream_mut();
-            if ds.response_written().is_none() {
-                let body = errors::json_body(&msg, f.kind, f.code);
-                if let Ok(mut resp) = ResponseHeader::build(f.status, Some(3)) {
-                    let _ = resp.insert_header("Content-Type", "application/json");
-                    let _ = resp.insert_header("Content-Length", body.len().to_string());
-                    if let Some(span) = &ctx.span {
-                        let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
-                    }
-                    ctx.status = Some(f.status);
-                    let _ = ds.write_error_response(resp, Bytes::from(body)).await;
-                }
+            if session.as_downstream().response_written().is_none() {
+                let reply = ErrorReply {
+                    status: f.status,
+                    kind: f.kind,
+                    code: f.code,
+                    message: &msg,
+                };
+                write_error(session, ctx, reply).await;
             } else if ctx.streaming {
                 let mid = ctx.observer.as_ref().is_some_and(|o| o.mid_event());
                 let event = errors::sse_error_event(&msg, f.kind, f.code, mid);
+                let ds = session.as_downstream_mut();
                 let _ = ds.write_response_body(Bytes::from(event), true).await;
                 code = ctx.status.unwrap_or(200);
             }
@@ -414,19 +408,44 @@ fn unsent(session: &mut Session, etype: &ErrorType) -> bool {
 
 /// Answers a refused request with an OpenAI-shaped error; the upstream never sees it.
 async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refusal) {
-    let body = errors::json_body(r.message, r.kind, r.code);
-    ctx.status = Some(r.status);
     ctx.ended = Some(Instant::now());
     ctx.failure = Some((Outcome::Rejected, r.code, r.message.to_string()));
-    if let Ok(mut resp) = ResponseHeader::build(r.status, Some(4)) {
-        let _ = resp.insert_header("Content-Type", "application/json");
-        let _ = resp.insert_header("Content-Length", body.len().to_string());
-        if r.status == 401 {
-            let _ = resp.insert_header("WWW-Authenticate", "Bearer");
-        }
-        let ds = session.as_downstream_mut();
-        let _ = ds.write_error_response(resp, Bytes::from(body)).await;
+    let reply = ErrorReply {
+        status: r.status,
+        kind: r.kind,
+        code: r.code,
+        message: r.message,
+    };
+    write_error(session, ctx, reply).await;
+}
+
+/// An error answered by llamatap itself.
+struct ErrorReply<'a> {
+    status: u16,
+    kind: &'a str,
+    code: &'a str,
+    message: &'a str,
+}
+
+/// The one writer of llamatap's own error responses (refusals and proxy
+/// failures alike): the OpenAI-shaped JSON body, `traceresponse` when tracing
+/// is on, and `WWW-Authenticate` on a 401.
+async fn write_error(session: &mut Session, ctx: &mut RequestCtx, reply: ErrorReply<'_>) {
+    let body = errors::json_body(reply.message, reply.kind, reply.code);
+    let Ok(mut resp) = ResponseHeader::build(reply.status, Some(4)) else {
+        return;
+    };
+    let _ = resp.insert_header("Content-Type", "application/json");
+    let _ = resp.insert_header("Content-Length", body.len().to_string());
+    if reply.status == 401 {
+        let _ = resp.insert_header("WWW-Authenticate", "Bearer");
     }
+    if let Some(span) = &ctx.span {
+        let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
+    }
+    ctx.status = Some(reply.status);
+    let ds = session.as_downstream_mut();
+    let _ = ds.write_error_response(resp, Bytes::from(body)).await;
 }
 
 /// Decides the outcome of a finished request.
