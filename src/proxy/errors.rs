@@ -192,4 +192,20 @@ mod tests {
         );
         assert_eq!(message(&f, &e), TOO_LARGE_MESSAGE);
     }
+
+    #[test]
+    fn an_unresolved_upstream_is_a_502_naming_it() {
+        let e = unresolved("llama.internal:8081");
+        let f = classify(&e);
+        assert_eq!(
+            (f.status, f.outcome, f.code, f.kind),
+            (
+                502,
+                Outcome::UpstreamError,
+                "upstream_unresolved",
+                "upstream_error"
+            )
+        );
+        assert!(message(&f, &e).ends_with("llama.internal:8081"));
+    }
 }
