@@ -49,6 +49,8 @@ pub struct RequestCtx {
     pub stream_counted: bool,
     /// `request_filter` ran (telemetry counted the request).
     pub started: bool,
+    /// Upstream attempts made (the first one and each retry).
+    pub upstream_attempts: u32,
 }
 
 impl RequestCtx {
@@ -74,6 +76,7 @@ impl RequestCtx {
             failure: None,
             stream_counted: false,
             started: false,
+            upstream_attempts: 0,
         }
     }
 
@@ -143,6 +146,7 @@ impl RequestCtx {
             max_token_gap: facts.max_token_gap,
             skipped_events: facts.skipped_events,
             response_bytes: self.response_bytes,
+            upstream_retries: self.upstream_attempts.checked_sub(1),
             client_address,
         };
         if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {

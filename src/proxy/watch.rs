@@ -1,7 +1,9 @@
 //! Watches the upstream in the background: resolves its address, checks
 //! `/health` (for `/readyz` and `llamatap_upstream_up`) and reads `/v1/models`
 //! (the allowed `model` labels). One small HTTP/1.1 GET at a time, with a
-//! timeout; never on a request's path.
+//! timeout; never on a request's path. Name lookups happen here (and once at
+//! start-up), never on a request's path: requests only read the last
+//! resolved address.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,12 +45,10 @@ impl UpstreamState {
         }
     }
 
-    /// The address to connect to: resolved if possible, else `host:port` as configured.
-    pub fn address(&self) -> String {
-        match self.resolved.read().ok().and_then(|g| *g) {
-            Some(a) => a.to_string(),
-            None => self.upstream.address.clone(),
-        }
+    /// The address to connect to, as last resolved; `None` while the host
+    /// name has never resolved.
+    pub fn address(&self) -> Option<SocketAddr> {
+        self.resolved.read().ok().and_then(|g| *g)
     }
 
     /// The last health check passed.
@@ -62,6 +62,7 @@ impl UpstreamState {
     }
 }
 
+/// The first address `host:port` resolves to (a blocking lookup).
 fn resolve(address: &str) -> Option<SocketAddr> {
     address.to_socket_addrs().ok().and_then(|mut a| a.next())
 }
@@ -88,8 +89,8 @@ impl UpstreamWatch {
     }
 
     async fn check(&self, models_due: bool) -> bool {
-        let addr = self.state.upstream.address.clone();
-        if let Some(a) = tokio::task::spawn_blocking(move || resolve(&addr))
+        let name = self.state.upstream.address.clone();
+        if let Some(a) = tokio::task::spawn_blocking(move || resolve(&name))
             .await
             .ok()
             .flatten()
@@ -98,16 +99,21 @@ impl UpstreamWatch {
                 *g = Some(a);
             }
         }
-        let target = self.state.address();
+        let Some(target) = self.state.address() else {
+            self.state.ready.store(false, Ordering::Relaxed);
+            self.telemetry.metrics.upstream_up.set(0);
+            return false;
+        };
+        let host = &self.state.upstream.address;
         let base = &self.state.upstream.base_path;
         let healthy = matches!(
-            get(&target, &format!("{base}/health")).await,
+            get(target, host, &format!("{base}/health")).await,
             Some((200, _))
         );
         self.state.ready.store(healthy, Ordering::Relaxed);
         self.telemetry.metrics.upstream_up.set(i64::from(healthy));
         if healthy && models_due {
-            if let Some((200, body)) = get(&target, &format!("{base}/v1/models")).await {
+            if let Some((200, body)) = get(target, host, &format!("{base}/v1/models")).await {
                 let names = parse_model_list(&body);
                 if !names.is_empty() {
                     self.telemetry.models.replace(names);
@@ -140,18 +146,19 @@ impl BackgroundService for UpstreamWatch {
     }
 }
 
-/// A minimal GET: status and body, or `None` on any failure or timeout.
-pub async fn get(addr: &str, path: &str) -> Option<(u16, Vec<u8>)> {
-    tokio::time::timeout(CHECK_TIMEOUT, get_inner(addr, path))
+/// A minimal GET to `addr` (`host` names it in the `Host` header): status and
+/// body, or `None` on any failure or timeout.
+async fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Vec<u8>)> {
+    tokio::time::timeout(CHECK_TIMEOUT, get_inner(addr, host, path))
         .await
         .ok()
         .flatten()
 }
 
-async fn get_inner(addr: &str, path: &str) -> Option<(u16, Vec<u8>)> {
+async fn get_inner(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Vec<u8>)> {
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
     let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: llamatap\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nUser-Agent: llamatap\r\n\r\n"
     );
     s.write_all(req.as_bytes()).await.ok()?;
     let mut buf = Vec::new();

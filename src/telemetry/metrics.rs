@@ -68,6 +68,8 @@ pub struct Metrics {
     pub spans: IntCounterVec,
     /// `llamatap_upstream_up`.
     pub upstream_up: IntGauge,
+    /// `llamatap_upstream_retries_total`.
+    pub upstream_retries: IntCounter,
     /// `llamatap_upstream_models{model}`.
     pub upstream_models: IntGaugeVec,
     /// `llamatap_build_info{version}`.
@@ -127,6 +129,7 @@ impl Metrics {
                 &["result"],
             )?,
             upstream_up: IntGauge::new("llamatap_upstream_up", "1 when the upstream's /health answered 200 at the last check.")?,
+            upstream_retries: IntCounter::new("llamatap_upstream_retries_total", "Requests sent again on a new upstream connection because the first one provably never reached llama-server whole.")?,
             upstream_models: IntGaugeVec::new(
                 Opts::new("llamatap_upstream_models", "Model names the upstream reports (1 per name); these are the allowed model labels."),
                 &["model"],
@@ -160,6 +163,7 @@ impl Metrics {
         r.register(Box::new(self.skipped_events.clone()))?;
         r.register(Box::new(self.spans.clone()))?;
         r.register(Box::new(self.upstream_up.clone()))?;
+        r.register(Box::new(self.upstream_retries.clone()))?;
         r.register(Box::new(self.upstream_models.clone()))?;
         r.register(Box::new(self.build_info.clone()))?;
         Ok(())
@@ -170,6 +174,8 @@ impl Metrics {
         self.requests
             .with_label_values(&[model, rec.route.as_str(), rec.outcome.as_str()])
             .inc();
+        self.upstream_retries
+            .inc_by(u64::from(rec.upstream_retries.unwrap_or(0)));
         let stage = |name: &str, d: Option<Duration>| {
             if let Some(d) = d {
                 self.stage
