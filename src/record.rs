@@ -80,7 +80,7 @@ pub enum Outcome {
     UpstreamError,
     /// llamatap itself failed.
     ProxyError,
-    /// llamatap refused the request before it reached the upstream (API key, size limits).
+    /// llamatap refused the request; the upstream never got it whole (API key, size limits).
     Rejected,
 }
 
@@ -196,6 +196,9 @@ pub struct RequestRecord {
     pub skipped_events: u64,
     /// Response body bytes forwarded.
     pub response_bytes: u64,
+    /// Times the request was sent again on a new upstream connection (None:
+    /// it never went upstream).
+    pub upstream_retries: Option<u32>,
     /// Client and server addresses, for `client.address` and friends.
     pub client_address: Option<String>,
     /// Which upstream answered and why it was chosen; `None` when the

@@ -62,6 +62,8 @@ pub struct RequestCtx {
     pub decision: Option<Decision>,
     /// Members already tried (connect failures).
     pub tried: Vec<usize>,
+    /// Upstream attempts made (the first one and each retry).
+    pub upstream_attempts: u32,
 }
 
 impl RequestCtx {
@@ -93,6 +95,7 @@ impl RequestCtx {
             member: None,
             decision: None,
             tried: Vec::new(),
+            upstream_attempts: 0,
         }
     }
 
@@ -162,6 +165,7 @@ impl RequestCtx {
             max_token_gap: facts.max_token_gap,
             skipped_events: facts.skipped_events,
             response_bytes: self.response_bytes,
+            upstream_retries: self.upstream_attempts.checked_sub(1),
             client_address,
             upstream: None,
         };

@@ -46,7 +46,7 @@ pub fn check(req: &RequestHeader, route: Route, config: &Config) -> Option<Refus
             status: 413,
             kind: "invalid_request_error",
             code: "request_too_large",
-            message: "the request body is larger than llamatap's limits.max_body_bytes",
+            message: super::errors::TOO_LARGE_MESSAGE,
         });
     }
     if !config.api_keys.is_empty() && !public(route, &req.method) {

@@ -146,15 +146,12 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         })?;
     ctx.member = Some(decision.upstream);
     ctx.decision = Some(decision);
-    fleet
+    let member = fleet
         .member(decision.upstream)
-        .and_then(|m| m.address())
-        .ok_or_else(|| {
-            Error::explain(
-                ErrorType::ConnectNoRoute,
-                "the upstream's address is not resolved yet",
-            )
-        })
+        .ok_or_else(|| Error::explain(ErrorType::InternalError, "routed to an unknown upstream"))?;
+    member
+        .address()
+        .ok_or_else(|| errors::unresolved(&member.upstream.address))
 }
 
 /// The request is over: release the upstream, learn from `cache_n`, and

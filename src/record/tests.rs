@@ -62,6 +62,7 @@ fn record() -> RequestRecord {
         response_bytes: 0,
         client_address: None,
         upstream: None,
+        upstream_retries: None,
     }
 }
 
