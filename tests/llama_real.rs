@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::http;
 use common::llama::LlamaServer;
 use common::otlp::{self, attr_int};
-use common::proxy::{metric_sum, Llamatap};
+use common::proxy::{assert_model_series_at_zero, metric_series, metric_sum, Llamatap};
 
 fn chat_body(content: &str, stream: bool, max_tokens: u32) -> String {
     serde_json::json!({
@@ -29,6 +29,28 @@ fn final_timings(body: &[u8]) -> serde_json::Value {
         .rfind(|v| v.get("timings").is_some())
         .map(|v| v["timings"].clone())
         .expect("no timings in the stream")
+}
+
+#[test]
+fn every_series_of_a_known_model_exists_at_zero_before_any_request() {
+    // So that the first requests after a start are an increase Prometheus
+    // can see (rate() needs a sample before them), not the birth of a series.
+    let llama = LlamaServer::start("tiny", &["-np", "1"]);
+    let config = common::temp_config("aliases", "[models]\naliases = [\"voice-assistant\"]\n");
+    let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
+    let model = format!("model=\"{}\"", llama.model_id);
+    // The upstream's model name is learned from its /v1/models, in the background.
+    let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
+        metric_series(m, "llamatap_upstream_models", &[&model]) == Some(1.0)
+    });
+    assert_eq!(
+        metric_series(&m, "llamatap_upstream_models", &[&model]),
+        Some(1.0),
+        "the upstream's model was never learned\n{m}"
+    );
+    for name in [llama.model_id.as_str(), "voice-assistant", "other", "none"] {
+        assert_model_series_at_zero(&m, name);
+    }
 }
 
 #[test]

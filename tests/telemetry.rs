@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::http;
 use common::otlp::{self, attr_int, attr_str, hex};
-use common::proxy::{metric_sum, Llamatap};
+use common::proxy::{assert_model_series_at_zero, metric_sum, Llamatap};
 use common::upstream::{self, Scripted};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 
@@ -338,4 +338,20 @@ fn without_an_endpoint_traceparent_passes_untouched() {
     assert!(r.head.header("traceresponse").is_none());
     r.read_all().unwrap();
     assert_eq!(seen.lock().unwrap().as_deref(), Some(tp.as_str()));
+}
+
+#[test]
+fn configured_aliases_have_every_series_at_zero_from_the_start() {
+    // No upstream at all: the aliases and the `other`/`none` labels are known
+    // from the configuration alone, before any check of /v1/models.
+    let nobody = format!("http://127.0.0.1:{}", common::free_port());
+    let config = common::temp_config(
+        "alias-series",
+        "[models]\naliases = [\"voice-assistant\", \"phone/agent:v2\"]\n",
+    );
+    let proxy = Llamatap::start(&nobody, &["--config", config.to_str().unwrap()]);
+    let m = proxy.metrics();
+    for name in ["voice-assistant", "phone/agent:v2", "other", "none"] {
+        assert_model_series_at_zero(&m, name);
+    }
 }

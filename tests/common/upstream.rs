@@ -53,18 +53,16 @@ impl Scripted {
                         // llamatap's own background checks get a healthy llama-server's answers.
                         if req.path == "/health" {
                             json(&mut s, 200, r#"{"status":"ok"}"#);
-                            continue;
-                        }
-                        if req.path == "/v1/models" {
+                        } else if req.path == "/v1/models" {
                             json(
                                 &mut s,
                                 200,
                                 r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
                             );
-                            continue;
+                        } else {
+                            log.lock().unwrap().push(req.clone());
+                            h(&mut s, &req);
                         }
-                        log.lock().unwrap().push(req.clone());
-                        h(&mut s, &req);
                         if req
                             .header("connection")
                             .is_some_and(|c| c.eq_ignore_ascii_case("close"))
