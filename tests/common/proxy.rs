@@ -77,6 +77,11 @@ impl Llamatap {
         }
     }
 
+    /// The upgrade socket this llamatap hands its listeners over on.
+    pub fn upgrade_sock(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("llamatap-{}.sock", self.port))
+    }
+
     /// Starts a second llamatap with `--upgrade` on the same ports and upgrade
     /// socket: it waits for this one's listening sockets (send SIGQUIT to this one).
     pub fn spawn_upgrade(&self, upstream: &str) -> Child {
