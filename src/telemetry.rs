@@ -55,11 +55,16 @@ impl Telemetry {
     pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
         let metrics = Metrics::new()?;
         let tracing = Tracing::start(&cfg.telemetry, &cfg.upstream, metrics.spans.clone())?;
+        let models = ModelNames::new(cfg.model_aliases.clone());
+        // The aliases are known now; the upstream's names come with its /v1/models.
+        for alias in models.list() {
+            metrics.seed_model(&alias);
+        }
         Ok(Arc::new(Telemetry {
             metrics,
             metrics_enabled: cfg.telemetry.metrics,
             tracing,
-            models: ModelNames::new(cfg.model_aliases.clone()),
+            models,
             recent: RecentRequests::new(cfg.recent_requests),
             inflight: AtomicI64::new(0),
         }))
