@@ -6,7 +6,10 @@
 #   LLAMATAP_TINY_MODEL=/root/.cache/llamatap/models/tiny.gguf
 #   LLAMATAP_SLOW_MODEL=/root/.cache/llamatap/models/slow.gguf
 #
-# Progress goes to stderr. Idempotent and fast (seconds) once all is there.
+# Progress goes to stderr, a few lines per step: the output of apt-get and of
+# the llama-server build goes to log files in the cache directory
+# (ensure-deps-apt.log, install-llama-server.log), and only a failure prints
+# the log's last 40 lines. Idempotent and fast (seconds) once all is there.
 #
 #   scripts/ensure-deps.sh            # everything the tests need
 #   scripts/ensure-deps.sh --minimal  # build tools, llama-server, tiny model
@@ -18,6 +21,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/run-logged.sh
+. "$ROOT/scripts/lib/run-logged.sh"
 CACHE="${LLAMATAP_CACHE:-$HOME/.cache/llamatap}"
 export LLAMATAP_CACHE="$CACHE"
 
@@ -25,7 +30,7 @@ minimal=0
 for arg in "$@"; do
   case "$arg" in
     --minimal) minimal=1 ;;
-    -h|--help) sed -n '2,17{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "ensure-deps: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -56,17 +61,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
       exit 1
     fi
   fi
-  log "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt_log="$(mktemp -t llamatap-apt.XXXXXX)"
-  if ! { "${sudo[@]}" apt-get update -q && \
-         "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"; } \
-       >"$apt_log" 2>&1; then
-    tail -n 30 "$apt_log" >&2
-    log "apt-get failed; full log: $apt_log"
-    exit 1
-  fi
-  rm -f "$apt_log"
+  apt_log="$CACHE/ensure-deps-apt.log"
+  mkdir -p "$CACHE"
+  : >"$apt_log"
+  run_logged "$apt_log" "apt-get update" "${sudo[@]}" apt-get update -q
+  run_logged "$apt_log" "installing Debian packages: ${missing[*]}" \
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 # nginx and prometheus are started by the tests themselves, as needed, with

@@ -58,11 +58,16 @@ impl Telemetry {
         let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
         metrics.fleet.seed_upstreams(&names);
         let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
+        let models = ModelNames::new(cfg.model_aliases.clone());
+        // The aliases are known now; the upstreams' names come with their /v1/models.
+        for alias in models.list() {
+            metrics.seed_model(&alias);
+        }
         Ok(Arc::new(Telemetry {
             metrics,
             metrics_enabled: cfg.telemetry.metrics,
             tracing,
-            models: ModelNames::new(cfg.model_aliases.clone()),
+            models,
             recent: RecentRequests::new(cfg.recent_requests),
             inflight: AtomicI64::new(0),
         }))

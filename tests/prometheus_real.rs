@@ -22,6 +22,7 @@ use common::http;
 use common::llama::LlamaServer;
 use common::otlp;
 use common::proxy::{metric_sum, Llamatap};
+use common::wait_until;
 use prom::{promtool, promtool_ok, Prometheus};
 
 /// Queries that may legitimately be empty because they count events the
@@ -225,6 +226,14 @@ fn finite_value(data: &serde_json::Value) -> Option<f64> {
     })
 }
 
+/// Now, in Unix seconds (Prometheus's timestamps).
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
 fn rel(p: &Path) -> String {
     p.strip_prefix(repo()).unwrap_or(p).display().to_string()
 }
@@ -261,11 +270,21 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
         proxy.admin()
     );
     let prometheus = Prometheus::start(&config);
+    // Before the workload, Prometheus has scraped the model's series at zero
+    // (llamatap creates them when it reads llama-server's /v1/models): every
+    // rate() below then has a sample from before the first request, however
+    // fast the workload is.
+    let seeded = format!(
+        "llamatap_stage_duration_seconds_count{{stage=\"ttft\",model={}}}",
+        serde_json::to_string(&llama.model_id).unwrap()
+    );
     assert!(
-        prometheus.wait_value("up{job=\"llamatap\"}", 1.0, Duration::from_secs(20)),
-        "Prometheus does not scrape llamatap:\n{}",
+        prometheus.wait_value(&seeded, 0.0, Duration::from_secs(60)),
+        "Prometheus never scraped {seeded} at 0: {:?}\n{}",
+        prometheus.query(&seeded),
         prometheus.log()
     );
+    let before = prometheus.sample_time(&seeded).unwrap();
     let setup = t0.elapsed();
 
     // The mixed workload.
@@ -273,9 +292,8 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     let sent = workload(&proxy, &llama);
     let load = t1.elapsed();
 
-    // Wait until Prometheus has scraped the final counters, then until the
-    // recording rules have been evaluated on them.
-    let m = proxy.wait_metrics(Duration::from_secs(10), |m| {
+    // llamatap's final counts...
+    let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
         metric_sum(
             m,
             "llamatap_stage_duration_seconds_count",
@@ -290,16 +308,32 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
         &["stage=\"e2e\""],
     );
     assert_eq!(llm, sent as f64, "LLM requests recorded\n{m}");
+    // ...are what Prometheus's latest scrape shows. (Counters only grow, so a
+    // family's sum equals llamatap's only once every series does.)
+    let e2e = "sum(llamatap_stage_duration_seconds_count{stage=\"e2e\"})";
     assert!(
-        prometheus.wait_value(
-            "sum(llamatap_requests_total)",
-            total,
-            Duration::from_secs(15)
-        ),
-        "Prometheus never saw sum(llamatap_requests_total) = {total}: {:?}",
-        prometheus.query("sum(llamatap_requests_total)")
+        wait_until(Duration::from_secs(60), || {
+            prometheus.value("sum(llamatap_requests_total)") == Some(total)
+                && prometheus.value(e2e) == Some(llm)
+        }),
+        "Prometheus never saw {total} requests and {llm} LLM requests: {:?}, {:?}",
+        prometheus.query("sum(llamatap_requests_total)"),
+        prometheus.query(e2e)
     );
-    thread::sleep(Duration::from_millis(2500));
+    let stored = unix_now();
+    // Every panel query is evaluated at the time of that scrape, over a
+    // window reaching back before the workload: each rate() sees the
+    // increase from the zero scrape to the final one.
+    let after = prometheus.sample_time("llamatap_requests_total").unwrap();
+    assert!(after > before, "scraped at {after} after {before}");
+    // The recording rules (one group, evaluated together) have run on it.
+    assert!(
+        wait_until(Duration::from_secs(60), || prometheus
+            .sample_time("llamatap:requests:rate5m")
+            .is_some_and(|t| t > stored)),
+        "the recording rules were not evaluated after {stored}: {:?}",
+        prometheus.query("timestamp(llamatap:requests:rate5m)")
+    );
 
     // The workload produced what the panels show.
     for (needle, what) in [
@@ -355,7 +389,7 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     );
 
     // Every panel query, with the model variable at "All" and at the model.
-    let window = format!("{}s", (t1.elapsed().as_secs() + 15).max(30));
+    let window = format!("{}s", ((after - before).ceil() as u64 + 5).max(30));
     let model_regex = grafana_regex_escape(&llama.model_id);
     let t2 = Instant::now();
     let mut failures = Vec::new();
@@ -372,7 +406,7 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
                     rel(&path)
                 );
                 evaluated += 1;
-                match prometheus.query(&q) {
+                match prometheus.query_at(&q, after) {
                     Err(e) => failures.push(format!(
                         "{} / {title} / {ref_id}: query failed: {e}\n    {q}",
                         rel(&path)

@@ -142,8 +142,15 @@ fn soak() {
     for w in workers {
         w.join().unwrap();
     }
-    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+    // Every request is recorded (a client can see its answer end just before
+    // llamatap records it).
+    let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
         metric_sum(m, "llamatap_inflight_requests", &[]) == 0.0
+            && metric_sum(
+                m,
+                "llamatap_requests_total",
+                &["outcome=\"upstream_error\""],
+            ) >= injected.load(Ordering::Relaxed) as f64
     });
     let total = ok.load(Ordering::Relaxed)
         + hangups.load(Ordering::Relaxed)

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::http;
 use common::otlp::{self, attr_int, attr_str, hex};
-use common::proxy::{metric_sum, Llamatap};
+use common::proxy::{assert_model_series_at_zero, metric_sum, Llamatap};
 use common::upstream::{self, Scripted};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 
@@ -22,9 +22,12 @@ fn unix_nanos(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
+/// The pause before each token of [`scripted_chat`].
+const TOKEN_GAP: Duration = Duration::from_millis(100);
+
 /// Upstream: headers, a role-only event, a reasoning token, then visible tokens
-/// 80 ms apart; the first sentence is known complete at the 4th visible token,
-/// whose capital letter follows the 3rd's period and space.
+/// [`TOKEN_GAP`] apart; the first sentence is known complete at the 4th
+/// visible token, whose capital letter follows the 3rd's period and space.
 fn scripted_chat(
     sent: Arc<Mutex<Vec<(String, SystemTime)>>>,
     seen_traceparent: Arc<Mutex<Option<String>>>,
@@ -38,7 +41,7 @@ fn scripted_chat(
         upstream::sse_head(s);
         std::thread::sleep(Duration::from_millis(50));
         upstream::chunk(s, upstream::chat_role_event().as_bytes());
-        std::thread::sleep(Duration::from_millis(80));
+        std::thread::sleep(TOKEN_GAP);
         let think = format!(
             "data: {}\n\n",
             serde_json::json!({"choices":[{"index":0,"delta":{"reasoning_content":"hmm"}}],"model":"tiny.gguf","object":"chat.completion.chunk"})
@@ -51,7 +54,7 @@ fn scripted_chat(
             .iter()
             .enumerate()
         {
-            std::thread::sleep(Duration::from_millis(80));
+            std::thread::sleep(TOKEN_GAP);
             sent.lock()
                 .unwrap()
                 .push((format!("t{i}"), SystemTime::now()));
@@ -95,7 +98,7 @@ fn check_trace(protocol: &str) {
     let out = r.read_all().unwrap();
     assert_eq!(http::chat_content(&out), "Hello there. How are you?");
 
-    let spans = received.wait(2, Duration::from_secs(10));
+    let spans = received.wait(2, Duration::from_secs(30));
     assert_eq!(spans.len(), 2, "expected a SERVER and a CLIENT span");
     let server = spans
         .iter()
@@ -147,7 +150,8 @@ fn check_trace(protocol: &str) {
     assert_eq!(attr_int(server, "llama_cpp.timings.prompt_n"), Some(20));
     assert_eq!(attr_int(server, "http.response.status_code"), Some(200));
 
-    // Events, in order, each within a few ms of when the upstream sent the token.
+    // Events, in order, each stamped less than one token gap after the
+    // upstream sent its token (a neighbouring token is a whole gap away).
     let names: Vec<&str> = server.events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(
         names,
@@ -165,8 +169,8 @@ fn check_trace(protocol: &str) {
     let close = |ev_ns: u64, sent_ns: u64, what: &str| {
         let d = ev_ns as i64 - sent_ns as i64;
         assert!(
-            (0..30_000_000).contains(&d),
-            "{what}: event {d} ns after the upstream sent it"
+            (0..TOKEN_GAP.as_nanos() as i64).contains(&d),
+            "{what}: event {d} ns after the upstream sent its token ({TOKEN_GAP:?} before the next)"
         );
     };
     close(
@@ -198,7 +202,7 @@ fn check_trace(protocol: &str) {
     assert!(client.end_time_unix_nano <= server.end_time_unix_nano);
 
     // The same request in the histograms.
-    let m = proxy.wait_metrics(Duration::from_secs(3), |m| {
+    let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
         metric_sum(
             m,
             "llamatap_stage_duration_seconds_count",
@@ -233,7 +237,7 @@ fn check_trace(protocol: &str) {
         metric_sum(&m, "llamatap_tokens_total", &["kind=\"completion\""]),
         7.0
     );
-    let m = proxy.wait_metrics(Duration::from_secs(3), |m| {
+    let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
         metric_sum(m, "llamatap_otel_spans_total", &["result=\"exported\""]) >= 2.0
     });
     assert_eq!(
@@ -278,7 +282,7 @@ fn invalid_traceparent_starts_a_new_trace() {
         assert_eq!(r.head.status, 200);
         r.read_all().unwrap();
     }
-    let spans = received.wait(8, Duration::from_secs(10));
+    let spans = received.wait(8, Duration::from_secs(30));
     let servers: Vec<_> = spans
         .iter()
         .filter(|s| s.kind == SpanKind::Server as i32)
@@ -304,7 +308,7 @@ fn a_dead_collector_does_not_touch_the_stream() {
         http::chat_content(&r.read_all().unwrap()),
         "Hello there. How are you?"
     );
-    let m = proxy.wait_metrics(Duration::from_secs(15), |m| {
+    let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
         metric_sum(
             m,
             "llamatap_otel_spans_total",
@@ -339,4 +343,20 @@ fn without_an_endpoint_traceparent_passes_untouched() {
     assert!(r.head.header("traceresponse").is_none());
     r.read_all().unwrap();
     assert_eq!(seen.lock().unwrap().as_deref(), Some(tp.as_str()));
+}
+
+#[test]
+fn configured_aliases_have_every_series_at_zero_from_the_start() {
+    // No upstream at all: the aliases and the `other`/`none` labels are known
+    // from the configuration alone, before any check of /v1/models.
+    let nobody = format!("http://127.0.0.1:{}", common::free_port());
+    let config = common::temp_config(
+        "alias-series",
+        "[models]\naliases = [\"voice-assistant\", \"phone/agent:v2\"]\n",
+    );
+    let proxy = Llamatap::start(&nobody, &["--config", config.to_str().unwrap()]);
+    let m = proxy.metrics();
+    for name in ["voice-assistant", "phone/agent:v2", "other", "none"] {
+        assert_model_series_at_zero(&m, name);
+    }
 }

@@ -145,6 +145,7 @@ impl Metrics {
         m.register_all()?;
         m.build_info.set(1.0);
         m.seed_model(super::models::OTHER);
+        m.seed_model(super::models::NONE);
         for r in ["exported", "dropped_queue_full", "dropped_export_failed"] {
             m.spans.with_label_values(&[r]);
         }
@@ -236,20 +237,33 @@ impl Metrics {
     }
 
     /// Replaces the `llamatap_upstream_models` series and creates every
-    /// counter series of each model at zero, so the first error or hang-up
-    /// shows in `rate()` and dashboards read 0, not "no data".
+    /// series of each model at zero (see [`Metrics::seed_model`]).
     pub fn set_models(&self, names: &[String]) {
         self.upstream_models.reset();
         for n in names {
             self.upstream_models.with_label_values(&[n]).set(1);
             self.seed_model(n);
         }
-        self.seed_model(super::models::OTHER);
     }
 
-    /// Creates the counter series of one model label at zero.
+    /// Creates every series a request can be recorded in under one model
+    /// label, at zero: each stage histogram, time per output token, the
+    /// longest token gap, and the counters of the LLM routes (every route for
+    /// `none`, where requests without a model land). A series that exists
+    /// before the first request makes that request an increase Prometheus
+    /// sees (`rate()` needs a sample before it), and dashboards read 0, not
+    /// "no data". `other` and `none` are seeded by [`Metrics::new`].
     pub fn seed_model(&self, model: &str) {
-        for route in Route::all().iter().filter(|r| r.operation_name().is_some()) {
+        for stage in STAGES {
+            self.stage.with_label_values(&[stage, model]);
+        }
+        self.tpot.with_label_values(&[model]);
+        self.max_gap.with_label_values(&[model]);
+        let every_route = model == super::models::NONE;
+        for route in Route::all()
+            .iter()
+            .filter(|r| every_route || r.operation_name().is_some())
+        {
             for outcome in Outcome::ALL {
                 self.requests
                     .with_label_values(&[model, route.as_str(), outcome.as_str()]);

@@ -26,10 +26,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::wait_until;
+
 /// How long `start` waits for `/health` to say ok.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
-/// How often the `wait_*` helpers poll.
-const POLL: Duration = Duration::from_millis(20);
 
 /// A running `llama-server`, killed when dropped.
 pub struct LlamaServer {
@@ -405,19 +405,6 @@ fn new_log_path(port: u16) -> PathBuf {
         SEQ.fetch_add(1, Ordering::Relaxed),
         port
     ))
-}
-
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(POLL);
-    }
 }
 
 fn http_request(

@@ -24,3 +24,19 @@ pub fn temp_config(name: &str, toml: &str) -> std::path::PathBuf {
     std::fs::write(&p, toml).unwrap();
     p
 }
+
+/// Polls `done` every 20 ms until it holds or `timeout` has passed; whether it
+/// held. Wait on the condition a test needs, never on a fixed sleep: a loaded
+/// machine is slow, a fast one is early, and a deadline costs only on failure.
+pub fn wait_until(timeout: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -172,23 +172,32 @@ impl Prometheus {
         self.api(&format!("/api/v1/query?query={}", urlencode(expr)))
     }
 
+    /// An instant query evaluated at `at` (Unix seconds): its `data`. A
+    /// pinned time makes every query of a test see the same samples, however
+    /// long the queries take.
+    pub fn query_at(&self, expr: &str, at: f64) -> Result<serde_json::Value, String> {
+        self.api(&format!(
+            "/api/v1/query?query={}&time={at:.3}",
+            urlencode(expr)
+        ))
+    }
+
+    /// The value of the first sample `expr` returns now, if any.
+    pub fn value(&self, expr: &str) -> Option<f64> {
+        let d = self.query(expr).ok()?;
+        d["result"][0]["value"][1].as_str()?.parse().ok()
+    }
+
     /// Waits until `expr` returns a vector whose first sample equals `value`.
     pub fn wait_value(&self, expr: &str, value: f64, timeout: Duration) -> bool {
-        let start = Instant::now();
-        loop {
-            if let Ok(d) = self.query(expr) {
-                let got = d["result"][0]["value"][1]
-                    .as_str()
-                    .and_then(|s| s.parse::<f64>().ok());
-                if got == Some(value) {
-                    return true;
-                }
-            }
-            if start.elapsed() > timeout {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        crate::common::wait_until(timeout, || self.value(expr) == Some(value))
+    }
+
+    /// The timestamp (Unix seconds) of the newest sample of the series
+    /// `selector` selects: when Prometheus scraped it (for a recorded series,
+    /// when the rule was evaluated).
+    pub fn sample_time(&self, selector: &str) -> Option<f64> {
+        self.value(&format!("max(timestamp({selector}))"))
     }
 }
 

@@ -77,6 +77,11 @@ impl Llamatap {
         }
     }
 
+    /// The upgrade socket this llamatap hands its listeners over on.
+    pub fn upgrade_sock(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("llamatap-{}.sock", self.port))
+    }
+
     /// Starts a second llamatap with `--upgrade` on the same ports and upgrade
     /// socket: it waits for this one's listening sockets (send SIGQUIT to this one).
     pub fn spawn_upgrade(&self, upstream: &str) -> Child {
@@ -207,6 +212,101 @@ pub fn metric_sum(text: &str, prefix: &str, needles: &[&str]) -> f64 {
         .filter(|l| needles.iter().all(|n| l.contains(n)))
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
         .sum()
+}
+
+/// The value of the one series `name{...}` whose labels include every
+/// `needle` (`key="value"`), or `None` when no such series is exported (a
+/// series at zero is `Some(0.0)`, unlike [`metric_sum`]).
+pub fn metric_series(text: &str, name: &str, needles: &[&str]) -> Option<f64> {
+    let open = format!("{name}{{");
+    text.lines()
+        .filter(|l| l.starts_with(&open))
+        .find(|l| {
+            let labels = &l[open.len()..l.rfind('}').unwrap_or(l.len())];
+            needles
+                .iter()
+                .all(|n| labels.split(',').any(|pair| pair == *n))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Asserts that every series of `model` llamatap can record a request under
+/// is exported at zero: each stage histogram (its `_count`, `_sum` and `+Inf`
+/// bucket), time per output token, the longest token gap, and the counters.
+pub fn assert_model_series_at_zero(text: &str, model: &str) {
+    use llamatap::record::{HangupPhase, Outcome};
+    use llamatap::request::Route;
+    use llamatap::telemetry::metrics::STAGES;
+    let m = format!("model=\"{model}\"");
+    let mut want: Vec<(String, Vec<String>)> = Vec::new();
+    let hist = |want: &mut Vec<(String, Vec<String>)>, name: &str, labels: Vec<String>| {
+        for (suffix, extra) in [
+            ("_count", None),
+            ("_sum", None),
+            ("_bucket", Some("le=\"+Inf\"")),
+        ] {
+            let mut l = labels.clone();
+            l.extend(extra.map(str::to_string));
+            want.push((format!("{name}{suffix}"), l));
+        }
+    };
+    for stage in STAGES {
+        hist(
+            &mut want,
+            "llamatap_stage_duration_seconds",
+            vec![format!("stage=\"{stage}\""), m.clone()],
+        );
+    }
+    hist(
+        &mut want,
+        "llamatap_time_per_output_token_seconds",
+        vec![m.clone()],
+    );
+    hist(&mut want, "llamatap_max_token_gap_seconds", vec![m.clone()]);
+    for route in Route::all().iter().filter(|r| r.operation_name().is_some()) {
+        for outcome in Outcome::ALL {
+            want.push((
+                "llamatap_requests_total".into(),
+                vec![
+                    m.clone(),
+                    format!("route=\"{}\"", route.as_str()),
+                    format!("outcome=\"{}\"", outcome.as_str()),
+                ],
+            ));
+        }
+    }
+    for kind in ["prompt", "cached", "completion"] {
+        want.push((
+            "llamatap_tokens_total".into(),
+            vec![m.clone(), format!("kind=\"{kind}\"")],
+        ));
+    }
+    for phase in HangupPhase::ALL {
+        want.push((
+            "llamatap_cancellations_total".into(),
+            vec![m.clone(), format!("phase=\"{}\"", phase.as_str())],
+        ));
+    }
+    want.push((
+        "llamatap_hangup_elapsed_seconds_total".into(),
+        vec![m.clone()],
+    ));
+    let missing: Vec<String> = want
+        .iter()
+        .filter(|(name, labels)| {
+            let needles: Vec<&str> = labels.iter().map(String::as_str).collect();
+            metric_series(text, name, &needles) != Some(0.0)
+        })
+        .map(|(name, labels)| format!("{name}{{{}}}", labels.join(",")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} series of model {model:?} not exported at 0, e.g. {:?}\n{text}",
+        missing.len(),
+        want.len(),
+        &missing[..missing.len().min(5)]
+    );
 }
 
 #[allow(dead_code)]
