@@ -812,6 +812,95 @@ fn dashboards_follow_the_house_rules() {
     }
 }
 
+/// The fleet's families that carry an `upstream` label.
+const PER_UPSTREAM: &[&str] = &[
+    "llamatap_upstream_up",
+    "llamatap_upstream_inflight_requests",
+    "llamatap_upstream_requests_total",
+    "llamatap_upstream_ttft_seconds",
+    "llamatap_upstream_tokens_total",
+    "llamatap_routing_predicted_cached_tokens_total",
+];
+
+#[test]
+fn dashboards_show_the_fleet_per_upstream_and_the_routing() {
+    // Every query of every dashboard: (file, panel title, expr).
+    let mut exprs = Vec::new();
+    for (file, dash) in dashboards() {
+        for p in all_panels(&dash) {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                if let Some(e) = t["expr"].as_str() {
+                    exprs.push((
+                        file.clone(),
+                        p["title"].as_str().unwrap_or_default().to_string(),
+                        e.to_string(),
+                        t["legendFormat"].as_str().unwrap_or_default().to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    // Each per-upstream family is shown per upstream somewhere: grouped by
+    // the label, and the legend names the upstream.
+    for family in PER_UPSTREAM {
+        assert!(
+            exprs.iter().any(|(_, _, e, legend)| {
+                metric_names(e).iter().any(|n| n == family)
+                    && (e.contains("by (upstream)") || e.contains("by (le, upstream)"))
+                    && legend.contains("{{upstream}}")
+            }),
+            "no dashboard panel shows {family} per upstream"
+        );
+    }
+    // The routing families by their one label.
+    for (family, label) in [
+        ("llamatap_routing_decisions_total", "reason"),
+        ("llamatap_routing_predictions_total", "result"),
+    ] {
+        assert!(
+            exprs.iter().any(|(_, _, e, legend)| {
+                metric_names(e).iter().any(|n| n == family)
+                    && e.contains(&format!("by ({label})"))
+                    && legend.contains(&format!("{{{{{label}}}}}"))
+            }),
+            "no dashboard panel shows {family} by {label}"
+        );
+    }
+    // TTFT p95 and cache reuse per upstream.
+    assert!(
+        exprs
+            .iter()
+            .any(|(_, _, e, _)| e.starts_with("histogram_quantile(0.95")
+                && e.contains("llamatap_upstream_ttft_seconds_bucket")
+                && e.contains("by (le, upstream)")),
+        "no TTFT p95 per upstream"
+    );
+    assert!(
+        exprs.iter().any(|(_, _, e, _)| {
+            let (num, den) = e.split_once(" / ").unwrap_or_default();
+            num.contains("llamatap_upstream_tokens_total{kind=\"cached\"")
+                && den.contains("llamatap_upstream_tokens_total{kind=\"prompt\"")
+        }),
+        "no prompt-cache reuse per upstream"
+    );
+    // A panel that folds the upstreams into one series says so.
+    for (file, title, e, _) in &exprs {
+        if metric_names(e).iter().any(|n| n == "llamatap_upstream_up") && !e.contains("upstream)") {
+            let dash = dashboards().into_iter().find(|(f, _)| f == file).unwrap().1;
+            let panel = all_panels(&dash)
+                .into_iter()
+                .find(|p| p["title"] == title.as_str())
+                .unwrap();
+            assert!(
+                panel["description"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("every upstream")),
+                "{file}: {title}: {e} folds the upstreams into one value; its description must say so"
+            );
+        }
+    }
+}
+
 #[test]
 fn every_published_port_is_documented() {
     let c = compose();
