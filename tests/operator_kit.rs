@@ -1010,6 +1010,68 @@ fn dashboards_show_the_fleet_per_upstream_and_the_routing() {
     }
 }
 
+/// `llamatap --check-config` on `content`: (success, stderr).
+fn check_config(name: &str, content: &str) -> (bool, String) {
+    let file = common::temp_config(name, content);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_llamatap"))
+        .arg("--check-config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn example_config_fleet_block_loads_once_uncommented_in_place_of_upstream() {
+    let example = read("conf/llamatap.example.toml");
+    // Uncomment the [[upstreams]] example: its entries and their keys.
+    let uncommented: Vec<String> = example
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest)
+                if rest == "[[upstreams]]"
+                    || ["url = ", "name = ", "weight = "]
+                        .iter()
+                        .any(|k| rest.starts_with(k)) =>
+            {
+                rest.to_string()
+            }
+            _ => l.to_string(),
+        })
+        .collect();
+    assert!(
+        uncommented.iter().filter(|l| *l == "[[upstreams]]").count() >= 2,
+        "the example shows at least two [[upstreams]]"
+    );
+    // With `upstream` still set, the file is refused.
+    let (ok, err) = check_config("fleet-both", &uncommented.join("\n"));
+    assert!(!ok && err.contains("not both"), "{err}");
+    // In place of `upstream`, it loads, with a session header too.
+    let fleet: Vec<String> = uncommented
+        .into_iter()
+        .filter(|l| !l.starts_with("upstream = "))
+        .map(|l| {
+            if l.starts_with("session_header = ") {
+                "session_header = \"x-session-id\"".into()
+            } else {
+                l
+            }
+        })
+        .collect();
+    let (ok, err) = check_config("fleet", &fleet.join("\n"));
+    assert!(ok, "the example's fleet fails --check-config: {err}");
+    // The example as shipped names the defaults.
+    let parsed: toml::Value = toml::from_str(&example).unwrap();
+    assert_eq!(
+        parsed["routing"]["policy"].as_str(),
+        Some("prefix_affinity")
+    );
+    assert_eq!(parsed["routing"]["session_header"].as_str(), Some(""));
+}
+
 #[test]
 fn every_published_port_is_documented() {
     let c = compose();
