@@ -24,6 +24,13 @@ pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:8081";
 /// Default admin listener (loopback only).
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 
+/// Largest `admin.recent_requests`: the latency page draws every one.
+pub const MAX_RECENT_REQUESTS: usize = 10_000;
+/// Largest `telemetry.export_queue_size`: spans waiting for export, each
+/// holding at most about 20 KiB of strings (they are bounded), so a full
+/// queue stays within a few hundred MiB even then.
+pub const MAX_EXPORT_QUEUE_SIZE: usize = 16_384;
+
 /// A configuration problem, reported as one line.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -375,7 +382,12 @@ impl Config {
                 .or_else(|| t.service_name.clone())
                 .unwrap_or_else(|| "llamatap".to_string()),
             sample_ratio: ratio,
-            export_queue_size: positive("telemetry.export_queue_size", t.export_queue_size, 4096)?,
+            export_queue_size: within(
+                "telemetry.export_queue_size",
+                t.export_queue_size,
+                4096,
+                MAX_EXPORT_QUEUE_SIZE,
+            )?,
             metrics: t.metrics.unwrap_or(true),
             capture_content: t.capture_content.unwrap_or(false),
             max_event_bytes: positive("telemetry.max_event_bytes", t.max_event_bytes, 1 << 20)?,
@@ -424,7 +436,12 @@ impl Config {
                 30,
             )?),
             jaeger_url: raw.admin.jaeger_url.filter(|u| !u.is_empty()),
-            recent_requests: positive("admin.recent_requests", raw.admin.recent_requests, 300)?,
+            recent_requests: within(
+                "admin.recent_requests",
+                raw.admin.recent_requests,
+                300,
+                MAX_RECENT_REQUESTS,
+            )?,
             api_keys: api_keys(o.api_keys.clone().or(raw.auth.api_keys))?,
             upstream_api_key: o
                 .upstream_api_key
@@ -504,6 +521,21 @@ fn invalid(key: &'static str, message: &str) -> ConfigError {
 fn positive(key: &'static str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
     match v.unwrap_or(default) {
         0 => Err(invalid(key, "must be greater than zero")),
+        n => Ok(n),
+    }
+}
+
+fn within(
+    key: &'static str,
+    v: Option<usize>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ConfigError> {
+    match positive(key, v, default)? {
+        n if n > max => Err(ConfigError::Invalid {
+            key,
+            message: format!("{n} is too large: at most {max}"),
+        }),
         n => Ok(n),
     }
 }

@@ -15,7 +15,8 @@
 //! - [`route`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
 //!
-//! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`].
+//! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
+//! [`server`], [`shutdown`].
 
 pub mod admin;
 pub mod cli;
@@ -28,6 +29,7 @@ pub mod request;
 pub mod route;
 pub mod sentence;
 pub mod server;
+pub mod shutdown;
 pub mod sse;
 pub mod telemetry;
 pub mod tracecontext;

@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::llama::{self, StreamFormat, Timings, Usage};
+use crate::record;
 use crate::sentence::SentenceRule;
 use crate::sse::SseReader;
 
@@ -34,7 +35,8 @@ pub struct StreamFacts {
     pub token_events: u64,
     /// Longest gap between two token-carrying events.
     pub max_token_gap: Option<Duration>,
-    /// Finish reasons seen.
+    /// Finish reasons seen: the first [`record::MAX_FINISH_REASONS`], each
+    /// cut to [`record::MAX_NAME_BYTES`].
     pub finish_reasons: Vec<String>,
     /// Final timings.
     pub timings: Option<Timings>,
@@ -158,7 +160,11 @@ fn apply(
         }
     }
     if let Some(r) = delta.finish_reason {
-        facts.finish_reasons.push(r.into());
+        // A stream may send one on every event: keep the first few, bounded.
+        if facts.finish_reasons.len() < record::MAX_FINISH_REASONS {
+            let r = record::bounded(&r, record::MAX_NAME_BYTES);
+            facts.finish_reasons.push(r);
+        }
     }
     if delta.timings.is_some() {
         facts.timings = delta.timings;

@@ -3,11 +3,68 @@
 //!
 //! Plain data, no framework types. Durations are measured on the monotonic
 //! clock from the request's arrival at the proxy.
+//!
+//! Every string a client or the upstream controls is cut to a documented
+//! length ([`RequestRecord::bound`]) before telemetry sees it, so a queued
+//! span or a latency-page entry has a bounded size whatever the traffic.
 
 use std::time::{Duration, SystemTime};
 
 use crate::llama::{Timings, Usage};
 use crate::request::{RequestFacts, Route};
+
+#[cfg(test)]
+mod tests;
+
+/// Longest request path kept (`url.path`), in bytes.
+pub const MAX_PATH_BYTES: usize = 1024;
+/// Longest method, response model, response id or finish reason kept, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Longest error message kept, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+/// Most finish reasons kept (the first ones).
+pub const MAX_FINISH_REASONS: usize = 16;
+/// Ends a string that was cut.
+pub const CUT_MARKER: &str = "…";
+
+/// Cuts `s` to at most `max` bytes, [`CUT_MARKER`] included, on a character
+/// boundary, and frees the rest. A string that fits is left alone.
+pub fn truncate(s: &mut String, max: usize) {
+    if s.len() <= max {
+        return;
+    }
+    let (end, marker) = cut(s, max);
+    s.truncate(end);
+    s.push_str(marker);
+    s.shrink_to_fit();
+}
+
+/// `s` cut as by [`truncate`], copying at most `max` bytes.
+pub fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let (end, marker) = cut(s, max);
+    let mut out = String::with_capacity(end + marker.len());
+    out.push_str(s.get(..end).unwrap_or_default());
+    out.push_str(marker);
+    out
+}
+
+/// Where to cut `s` (longer than `max`) so that it and the marker fit in
+/// `max` bytes, and the marker (none when even it does not fit).
+fn cut(s: &str, max: usize) -> (usize, &'static str) {
+    let marker = if max >= CUT_MARKER.len() {
+        CUT_MARKER
+    } else {
+        ""
+    };
+    let mut end = max - marker.len();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (end, marker)
+}
 
 /// How a request ended. A fixed list: it is a metric label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -23,7 +80,7 @@ pub enum Outcome {
     UpstreamError,
     /// llamatap itself failed.
     ProxyError,
-    /// llamatap refused the request before it reached the upstream (API key, size limits).
+    /// llamatap refused the request; the upstream never got it whole (API key, size limits).
     Rejected,
 }
 
@@ -139,6 +196,9 @@ pub struct RequestRecord {
     pub skipped_events: u64,
     /// Response body bytes forwarded.
     pub response_bytes: u64,
+    /// Times the request was sent again on a new upstream connection (None:
+    /// it never went upstream).
+    pub upstream_retries: Option<u32>,
     /// Client and server addresses, for `client.address` and friends.
     pub client_address: Option<String>,
     /// Which upstream answered and why it was chosen; `None` when the
@@ -171,6 +231,31 @@ pub struct UpstreamFacts {
 }
 
 impl RequestRecord {
+    /// Cuts every client- or upstream-controlled string to its bound:
+    /// method, response model, response id and finish reasons to
+    /// [`MAX_NAME_BYTES`] (at most [`MAX_FINISH_REASONS`] of them), the path
+    /// to [`MAX_PATH_BYTES`], the error message to [`MAX_MESSAGE_BYTES`]. The
+    /// request's model is bounded where it is read
+    /// ([`crate::request::MAX_MODEL_BYTES`]), the first sentence by the
+    /// sentence rule.
+    pub fn bound(&mut self) {
+        truncate(&mut self.method, MAX_NAME_BYTES);
+        truncate(&mut self.path, MAX_PATH_BYTES);
+        for (s, max) in [
+            (&mut self.error_message, MAX_MESSAGE_BYTES),
+            (&mut self.response_model, MAX_NAME_BYTES),
+            (&mut self.response_id, MAX_NAME_BYTES),
+        ] {
+            if let Some(s) = s {
+                truncate(s, max);
+            }
+        }
+        self.finish_reasons.truncate(MAX_FINISH_REASONS);
+        for r in &mut self.finish_reasons {
+            truncate(r, MAX_NAME_BYTES);
+        }
+    }
+
     /// All prompt tokens, cached included: `prompt_n + cache_n`, else usage.
     pub fn input_tokens(&self) -> Option<u64> {
         if let Some(t) = &self.timings {

@@ -1,19 +1,17 @@
 //! Assembles the Pingora server: the proxy service, the admin service and the
-//! upstream watcher, with llamatap's own shutdown handling (SIGTERM drains
-//! in-flight requests up to the grace period, then exits at once).
+//! upstream watcher, with llamatap's own signal handling ([`crate::shutdown`]).
 //!
 //! Startup failures (a port in use, telemetry that cannot start) come back as
 //! one-line [`StartError`]s; nothing here panics.
 
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use async_trait::async_trait;
 use pingora::apps::http_app::HttpServer;
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::{Opt, ServerConf};
-use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
@@ -23,6 +21,7 @@ use crate::config::Config;
 use crate::proxy::fleet::Fleet;
 use crate::proxy::watch::UpstreamWatch;
 use crate::proxy::LlamaProxy;
+use crate::shutdown::Signals;
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// A startup failure.
@@ -91,11 +90,7 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
             .l4_buffer(L4BufferSettings::default().read(0)),
     );
 
-    let admin = AdminApp::new(
-        telemetry.clone(),
-        fleet.clone(),
-        config.jaeger_url.clone(),
-    );
+    let admin = AdminApp::new(telemetry.clone(), fleet.clone(), config.jaeger_url.clone());
     let mut admin_service = Service::new("llamatap admin".to_string(), HttpServer::new_app(admin));
     admin_service.add_tcp(&config.admin_listen.to_string());
     admin_service.threads = Some(1);
@@ -130,13 +125,13 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
         config.admin_listen,
         upstreams.join(" ")
     );
+    let phases = server.watch_execution_phase();
     server.run(RunArgs {
-        shutdown_signal: Box::new(DrainOnTerm {
-            telemetry: telemetry.clone(),
-            grace: config.grace_period,
-        }),
+        shutdown_signal: Box::new(Signals::new(telemetry.clone(), config.grace_period, phases)),
     });
-    telemetry.shutdown();
+    // Only reached when the drain thread could not start: the grace period
+    // has passed already, so no time is left to flush.
+    telemetry.shutdown(Duration::ZERO);
     Ok(())
 }
 
@@ -144,68 +139,4 @@ fn check_bind(addr: std::net::SocketAddr, what: &'static str) -> Result<(), Star
     TcpListener::bind(addr)
         .map(drop)
         .map_err(|source| StartError::Bind { addr, what, source })
-}
-
-/// SIGTERM: stop accepting, let in-flight requests finish (up to the grace
-/// period), flush spans, exit as soon as nothing is in flight. SIGINT: fast
-/// shutdown. SIGQUIT: hand the listeners to a new process (`--upgrade`).
-struct DrainOnTerm {
-    telemetry: Arc<Telemetry>,
-    grace: Duration,
-}
-
-#[async_trait]
-impl ShutdownSignalWatch for DrainOnTerm {
-    async fn recv(&self) -> ShutdownSignal {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int), Ok(mut quit)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::quit()),
-        ) else {
-            std::future::pending::<()>().await;
-            return ShutdownSignal::FastShutdown;
-        };
-        let drain = tokio::select! {
-            _ = term.recv() => true,
-            _ = quit.recv() => {
-                eprintln!("llamatap: SIGQUIT, handing listeners over and draining");
-                drain_then_exit(self.telemetry.clone(), self.grace);
-                return ShutdownSignal::GracefulUpgrade;
-            }
-            _ = int.recv() => false,
-        };
-        if drain {
-            eprintln!(
-                "llamatap: SIGTERM, draining {} in-flight request(s) for up to {}s",
-                self.telemetry.inflight(),
-                self.grace.as_secs()
-            );
-            drain_then_exit(self.telemetry.clone(), self.grace);
-            ShutdownSignal::GracefulTerminate
-        } else {
-            self.telemetry.shutdown();
-            ShutdownSignal::FastShutdown
-        }
-    }
-}
-
-/// Exits the process as soon as no request is in flight (Pingora itself would
-/// sleep the whole grace period).
-fn drain_then_exit(telemetry: Arc<Telemetry>, grace: Duration) {
-    let spawned = std::thread::Builder::new()
-        .name("llamatap-drain".into())
-        .spawn(move || {
-            let start = Instant::now();
-            // Let the listeners stop first.
-            std::thread::sleep(Duration::from_millis(50));
-            while telemetry.inflight() > 0 && start.elapsed() < grace {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            telemetry.shutdown();
-            std::process::exit(0);
-        });
-    if spawned.is_err() {
-        log::error!("cannot start the drain thread; waiting the full grace period");
-    }
 }

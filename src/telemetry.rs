@@ -16,6 +16,7 @@ pub mod spans;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::Config;
 use crate::record::RequestRecord;
@@ -109,10 +110,11 @@ impl Telemetry {
         self.inflight.load(Ordering::Relaxed)
     }
 
-    /// Flushes spans (at shutdown).
-    pub fn shutdown(&self) {
+    /// Exports the spans still queued and stops export, giving up after
+    /// `within` (at shutdown: a black-holing collector cannot hold the exit).
+    pub fn shutdown(&self, within: Duration) {
         if let Some(t) = &self.tracing {
-            t.shutdown();
+            t.shutdown(within);
         }
     }
 }

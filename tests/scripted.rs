@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::http;
 use common::proxy::{metric_sum, Llamatap};
-use common::upstream::{self, Scripted};
+use common::upstream::{self, next_request, Scripted};
 
 fn chat_stream_bytes(words: &[&str]) -> Vec<u8> {
     let mut s = upstream::chat_role_event();
@@ -784,6 +784,374 @@ fn a_stream_ended_without_its_terminal_event_is_truncated() {
             types,
             [None, Some("upstream_truncated".to_string())],
             "{path}"
+        );
+    }
+}
+
+/// Starts llamatap with tracing to a real OTLP receiver.
+fn traced_proxy(upstream: &str) -> (Llamatap, common::otlp::Received) {
+    let (url, received) = common::otlp::http_receiver();
+    let proxy = Llamatap::start(
+        upstream,
+        &["--otlp-endpoint", &url, "--otlp-protocol", "http"],
+    );
+    (proxy, received)
+}
+
+/// The SERVER span of the only request that carried `path`, once exported.
+fn server_span(
+    received: &common::otlp::Received,
+    path: &str,
+    nth: usize,
+) -> opentelemetry_proto::tonic::trace::v1::Span {
+    let start = Instant::now();
+    loop {
+        let spans: Vec<_> = received
+            .wait(0, Duration::ZERO)
+            .into_iter()
+            .filter(|s| {
+                common::otlp::attr_str(s, "url.path").as_deref() == Some(path)
+                    && common::otlp::attr_str(s, "llamatap.outcome").is_some()
+            })
+            .collect();
+        if spans.len() > nth {
+            return spans[nth].clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no SERVER span #{nth} for {path}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The POST bodies the upstream read, in order.
+fn bodies(up: &Scripted) -> Vec<String> {
+    up.requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect()
+}
+
+#[test]
+fn a_post_the_upstream_read_whole_is_never_sent_twice() {
+    // A kept-alive connection (a route that cannot stream keeps its
+    // connections pooled); the second request on it is read whole
+    // (llama-server would now be working on it), then the connection is reset
+    // before any response byte. The POST reached llama-server: sending it
+    // again would run it twice.
+    let up = Scripted::start_conn(|mut s, log| {
+        let mut served = 0;
+        while next_request(&mut s, log).is_some() {
+            served += 1;
+            if served == 2 {
+                upstream::reset(s);
+                return;
+            }
+            upstream::json(&mut s, 200, r#"{"ok":true}"#);
+        }
+    });
+    let (proxy, received) = traced_proxy(&up.url());
+    let first = r#"{"model":"tiny.gguf","input":"first"}"#;
+    let second = r#"{"model":"tiny.gguf","input":"second"}"#;
+    let mut r = http::post(&proxy.addr(), "/v1/embeddings", first).unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+    let mut r = http::post(&proxy.addr(), "/v1/embeddings", second).unwrap();
+    assert_eq!(r.head.status, 502, "the reset must reach the client");
+    assert!(r
+        .head
+        .header("content-type")
+        .unwrap()
+        .contains("application/json"));
+    let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+    assert_eq!(v["error"]["type"], "upstream_error");
+    assert_eq!(v["error"]["code"], "upstream_disconnected");
+    assert_eq!(bodies(&up), [first, second], "the POST was sent twice");
+    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+        metric_sum(
+            m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""],
+        ) >= 1.0
+    });
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""]
+        ),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        common::proxy::metric_value(&m, "llamatap_upstream_retries_total"),
+        Some(0.0),
+        "{m}"
+    );
+    let span = server_span(&received, "/v1/embeddings", 1);
+    assert_eq!(
+        common::otlp::attr_int(&span, "llamatap.upstream.retries"),
+        Some(0)
+    );
+}
+
+#[test]
+fn a_request_whose_body_never_left_is_retried_on_a_new_connection() {
+    // The pooled connection is reset after the upstream read only the second
+    // request's head: not one body byte was written, so llama-server cannot
+    // have started it, and it goes out again on a new connection.
+    let reset = Arc::new(Mutex::new(false));
+    let flag = reset.clone();
+    let up = Scripted::start_conn(move |mut s, log| {
+        let mut served = 0;
+        loop {
+            if served == 1 {
+                if upstream::read_head(&mut s).is_some() {
+                    upstream::reset(s);
+                    *flag.lock().unwrap() = true;
+                }
+                return;
+            }
+            if next_request(&mut s, log).is_none() {
+                return;
+            }
+            served += 1;
+            upstream::json(&mut s, 200, r#"{"ok":true}"#);
+        }
+    });
+    let (proxy, received) = traced_proxy(&up.url());
+    let first = r#"{"model":"tiny.gguf","input":"first"}"#;
+    let second = r#"{"model":"tiny.gguf","input":"second"}"#;
+    let mut r = http::post(&proxy.addr(), "/v1/embeddings", first).unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+    // The head now, the body once the upstream has reset the pooled connection.
+    let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    write!(
+        s,
+        "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        second.len()
+    )
+    .unwrap();
+    let start = Instant::now();
+    while !*reset.lock().unwrap() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no reset");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    s.write_all(second.as_bytes()).unwrap();
+    let mut r = http::Reader::read_head(s).unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+    assert_eq!(bodies(&up), [first, second]);
+    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+        metric_sum(m, "llamatap_requests_total", &["outcome=\"ok\""]) >= 2.0
+    });
+    assert_eq!(
+        common::proxy::metric_value(&m, "llamatap_upstream_retries_total"),
+        Some(1.0),
+        "{m}"
+    );
+    let span = server_span(&received, "/v1/embeddings", 1);
+    assert_eq!(
+        common::otlp::attr_int(&span, "llamatap.upstream.retries"),
+        Some(1)
+    );
+}
+
+#[test]
+fn a_connection_that_carried_a_stream_is_never_reused() {
+    // llama-server closes its connection after every streamed answer, a
+    // moment after the last byte and without `Connection: close`. This
+    // upstream keeps it open instead and counts what the proxy sends on it
+    // afterwards: with pooling, the next request would race that close.
+    let late = Arc::new(Mutex::new(0u32));
+    let pooled = Arc::new(Mutex::new(0u32));
+    let (l, p) = (late.clone(), pooled.clone());
+    let up = Scripted::start_conn(move |mut s, log| {
+        let mut streamed = false;
+        let mut served = 0;
+        while let Some(req) = next_request(&mut s, log) {
+            if streamed {
+                // llama-server would be closing now, reading the request away.
+                *l.lock().unwrap() += 1;
+                return;
+            }
+            if served > 0 {
+                *p.lock().unwrap() += 1;
+            }
+            served += 1;
+            if req.path == "/v1/embeddings" {
+                upstream::json(&mut s, 200, r#"{"ok":true}"#);
+            } else {
+                streamed = true;
+                upstream::sse_head(&mut s);
+                upstream::chunk(&mut s, &chat_stream_bytes(&["Hi", "."]));
+                upstream::end_chunks(&mut s);
+            }
+        }
+    });
+    let proxy = Llamatap::start(&up.url(), &[]);
+    for path in [
+        "/v1/chat/completions",
+        "/v1/chat/completions",
+        "/completion",
+        "/v1/messages",
+    ] {
+        let mut r = http::post(&proxy.addr(), path, CHAT).unwrap();
+        assert_eq!(r.head.status, 200, "{path}");
+        r.read_all().unwrap();
+    }
+    assert_eq!(
+        *late.lock().unwrap(),
+        0,
+        "a request went out on a used connection"
+    );
+    let reqs = up.requests.lock().unwrap().clone();
+    assert_eq!(reqs.len(), 4);
+    assert!(reqs.iter().all(|r| r.header("connection") == Some("close")));
+    // Routes that cannot stream keep their pooled connections.
+    for _ in 0..2 {
+        let mut r = http::post(&proxy.addr(), "/v1/embeddings", "{}").unwrap();
+        assert_eq!(r.head.status, 200);
+        r.read_all().unwrap();
+    }
+    assert_eq!(
+        *pooled.lock().unwrap(),
+        1,
+        "the pooled connection was not reused"
+    );
+}
+
+#[test]
+fn an_unresolvable_upstream_host_gives_502_and_the_proxy_lives_on() {
+    // The start-up lookup fails; requests must not resolve (or panic) on the
+    // proxy's thread: they get 502 until the background watcher resolves it.
+    let mut proxy = Llamatap::start("http://nonexistent.invalid:8081", &[]);
+    for _ in 0..3 {
+        let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
+        assert_eq!(r.head.status, 502);
+        assert!(r
+            .head
+            .header("content-type")
+            .unwrap()
+            .contains("application/json"));
+        let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+        assert_eq!(v["error"]["type"], "upstream_error");
+        assert_eq!(v["error"]["code"], "upstream_unresolved");
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nonexistent.invalid"));
+    }
+    assert!(proxy.child.try_wait().unwrap().is_none(), "llamatap died");
+    assert!(!proxy.stderr().contains("panicked"), "{}", proxy.stderr());
+    assert_eq!(http::get(&proxy.admin(), "/readyz").unwrap().0, 503);
+    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+        metric_sum(
+            m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""],
+        ) >= 3.0
+    });
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""]
+        ),
+        3.0,
+        "{m}"
+    );
+}
+
+#[test]
+fn a_host_name_upstream_is_reached_at_its_resolved_address() {
+    let up = Scripted::start(|s, _req| upstream::json(s, 200, r#"{"ok":true}"#));
+    let port = up.addr.rsplit(':').next().unwrap();
+    let proxy = Llamatap::start(&format!("http://localhost:{port}"), &[]);
+    let mut r = http::post(&proxy.addr(), "/v1/embeddings", "{}").unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+    let start = Instant::now();
+    while http::get(&proxy.admin(), "/readyz").unwrap().0 != 200 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_oversized_body_gets_the_same_413_whatever_its_framing() {
+    // Content-Length over the limit is refused before the upstream; a chunked
+    // body is counted as it streams. Same answer, same outcome, both traced.
+    let up = Scripted::start(|s, _req| upstream::json(s, 200, "{}"));
+    let cfg = common::temp_config("limits413", "[limits]\nmax_body_bytes = 1000\n");
+    let (url, received) = common::otlp::http_receiver();
+    let proxy = Llamatap::start(
+        &up.url(),
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--otlp-endpoint",
+            &url,
+            "--otlp-protocol",
+            "http",
+        ],
+    );
+    let body = format!(r#"{{"model":"tiny.gguf","prompt":"{}"}}"#, "x".repeat(1500));
+    let by_length = http::post(&proxy.addr(), "/v1/completions", &body).unwrap();
+    let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    let mut chunked = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for piece in body.as_bytes().chunks(400) {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    s.write_all(&chunked).unwrap();
+    let by_chunks = http::Reader::read_head(s).unwrap();
+    let mut answers = Vec::new();
+    for (framing, mut r) in [("content-length", by_length), ("chunked", by_chunks)] {
+        assert_eq!(r.head.status, 413, "{framing}");
+        assert!(
+            r.head
+                .header("content-type")
+                .is_some_and(|v| v.contains("application/json")),
+            "{framing}"
+        );
+        assert!(
+            r.head.header("traceresponse").is_some(),
+            "{framing}: no traceresponse"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+        assert_eq!(v["error"]["code"], "request_too_large", "{framing}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{framing}");
+        answers.push(v);
+    }
+    assert_eq!(answers[0], answers[1], "the two 413 bodies differ");
+    assert!(
+        up.requests.lock().unwrap().is_empty(),
+        "the upstream received a whole oversized request"
+    );
+    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
+        metric_sum(m, "llamatap_requests_total", &[]) >= 2.0
+    });
+    assert_eq!(
+        metric_sum(&m, "llamatap_requests_total", &["outcome=\"rejected\""]),
+        2.0,
+        "{m}"
+    );
+    for nth in 0..2 {
+        let span = server_span(&received, "/v1/completions", nth);
+        assert_eq!(
+            common::otlp::attr_str(&span, "error.type").as_deref(),
+            Some("request_too_large")
+        );
+        assert_eq!(
+            common::otlp::attr_str(&span, "llamatap.outcome").as_deref(),
+            Some("rejected")
         );
     }
 }

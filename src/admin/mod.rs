@@ -29,11 +29,7 @@ pub struct AdminApp {
 
 impl AdminApp {
     /// An admin app over shared telemetry and upstream state.
-    pub fn new(
-        telemetry: Arc<Telemetry>,
-        fleet: Arc<Fleet>,
-        jaeger_url: Option<String>,
-    ) -> Self {
+    pub fn new(telemetry: Arc<Telemetry>, fleet: Arc<Fleet>, jaeger_url: Option<String>) -> Self {
         AdminApp {
             telemetry,
             fleet,

@@ -173,3 +173,33 @@ fn fleet_errors_are_one_line() {
     }
     assert!(load("upstreams = []").is_err());
 }
+
+#[test]
+fn ring_and_queue_sizes_have_upper_bounds() {
+    let c =
+        load("[admin]\nrecent_requests = 10000\n[telemetry]\nexport_queue_size = 16384").unwrap();
+    assert_eq!(
+        (c.recent_requests, c.telemetry.export_queue_size),
+        (10_000, 16_384)
+    );
+    for (bad, key) in [
+        ("[admin]\nrecent_requests = 10001", "admin.recent_requests"),
+        (
+            "[admin]\nrecent_requests = 1000000000000",
+            "admin.recent_requests",
+        ),
+        (
+            "[telemetry]\nexport_queue_size = 16385",
+            "telemetry.export_queue_size",
+        ),
+        (
+            "[telemetry]\nexport_queue_size = 1000000000000",
+            "telemetry.export_queue_size",
+        ),
+    ] {
+        let e = load(bad).unwrap_err().to_string();
+        assert!(e.contains(key), "{bad:?}: {e}");
+        assert!(e.contains("at most"), "{bad:?} does not say the bound: {e}");
+        assert!(!e.contains('\n'), "{bad:?} gave a multi-line error: {e}");
+    }
+}

@@ -169,3 +169,23 @@ fn a_stream_without_its_terminal_event_is_truncated() {
         assert!(facts.skipped_events > 0 && !facts.truncated(), "{name}");
     }
 }
+
+#[test]
+fn finish_reasons_are_capped_in_number_and_length() {
+    let t0 = Instant::now();
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    let reason = "z".repeat(10_000);
+    let event = format!(
+        "data: {}\n\n",
+        serde_json::json!({"choices":[{"finish_reason":reason,"index":0,"delta":{}}]})
+    );
+    for _ in 0..1_000 {
+        o.on_chunk(event.as_bytes(), t0);
+    }
+    let f = o.finish(t0);
+    assert_eq!(f.finish_reasons.len(), crate::record::MAX_FINISH_REASONS);
+    assert!(f
+        .finish_reasons
+        .iter()
+        .all(|r| r.len() <= crate::record::MAX_NAME_BYTES && r.starts_with("zzz")));
+}

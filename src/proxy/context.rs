@@ -6,8 +6,8 @@ use std::time::{Instant, SystemTime};
 use crate::llama::StreamFormat;
 use crate::observe::{StreamFacts, StreamObserver};
 use crate::record::{HangupPhase, Outcome, RequestRecord};
-use crate::route::{Chain, Decision};
 use crate::request::{RequestFacts, Route};
+use crate::route::{Chain, Decision};
 use crate::telemetry::spans::RequestSpan;
 
 /// State of one proxied request.
@@ -62,6 +62,8 @@ pub struct RequestCtx {
     pub decision: Option<Decision>,
     /// Members already tried (connect failures).
     pub tried: Vec<usize>,
+    /// Upstream attempts made (the first one and each retry).
+    pub upstream_attempts: u32,
 }
 
 impl RequestCtx {
@@ -93,6 +95,7 @@ impl RequestCtx {
             member: None,
             decision: None,
             tried: Vec::new(),
+            upstream_attempts: 0,
         }
     }
 
@@ -114,7 +117,8 @@ impl RequestCtx {
         }
     }
 
-    /// Builds the record; `outcome` and error come from `logging`.
+    /// Builds the record, its strings bounded ([`RequestRecord::bound`]);
+    /// `outcome` and error come from `logging`.
     pub fn record(
         &mut self,
         method: String,
@@ -161,6 +165,7 @@ impl RequestCtx {
             max_token_gap: facts.max_token_gap,
             skipped_events: facts.skipped_events,
             response_bytes: self.response_bytes,
+            upstream_retries: self.upstream_attempts.checked_sub(1),
             client_address,
             upstream: None,
         };
@@ -172,6 +177,7 @@ impl RequestCtx {
             rec.response_model = r.model;
             rec.response_id = r.response_id;
         }
+        rec.bound();
         rec
     }
 }

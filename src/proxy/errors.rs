@@ -20,6 +20,31 @@ pub struct Failure {
     pub kind: &'static str,
 }
 
+/// The error type of a request made while the upstream's host name has never
+/// resolved.
+const UNRESOLVED: &str = "UpstreamUnresolved";
+
+/// The error for a request made while the upstream's `host:port` has never
+/// resolved (the watcher keeps trying; nothing is looked up on the request's
+/// path).
+pub fn unresolved(address: &str) -> Box<Error> {
+    Error::explain(ErrorType::Custom(UNRESOLVED), address.to_string()).into_up()
+}
+
+/// The error type of a request body found over `limits.max_body_bytes` as it
+/// streamed (a chunked body; a declared `Content-Length` is refused earlier).
+const TOO_LARGE: &str = "RequestTooLarge";
+
+/// The message of every 413, whatever the body's framing.
+pub const TOO_LARGE_MESSAGE: &str =
+    "the request body is larger than llamatap's limits.max_body_bytes";
+
+/// The error for a request body that outgrew `limits.max_body_bytes` while
+/// streaming: answered exactly as a declared oversized body is refused.
+pub fn too_large() -> Box<Error> {
+    Error::explain(ErrorType::Custom(TOO_LARGE), TOO_LARGE_MESSAGE).into_down()
+}
+
 /// Classifies a Pingora error.
 pub fn classify(e: &Error) -> Failure {
     use ErrorType::*;
@@ -34,6 +59,12 @@ pub fn classify(e: &Error) -> Failure {
             *code,
             Outcome::ProxyError,
             "http_status",
+            "invalid_request_error",
+        ),
+        (_, Custom(TOO_LARGE)) => f(
+            413,
+            Outcome::Rejected,
+            "request_too_large",
             "invalid_request_error",
         ),
         (ErrorSource::Downstream, WriteError | ReadError | ConnectionClosed) => {
@@ -61,6 +92,12 @@ pub fn classify(e: &Error) -> Failure {
             504,
             Outcome::UpstreamError,
             "upstream_timeout",
+            "upstream_error",
+        ),
+        (_, Custom(UNRESOLVED)) => f(
+            502,
+            Outcome::UpstreamError,
+            "upstream_unresolved",
             "upstream_error",
         ),
         (_, ConnectRefused | ConnectNoRoute | ConnectError | SocketError | BindError) => f(
@@ -97,6 +134,12 @@ pub fn message(f: &Failure, e: &Error) -> String {
         "upstream_connect_timeout" => "timed out connecting to the upstream llama-server",
         "upstream_timeout" => "timed out waiting for the upstream llama-server",
         "upstream_unreachable" => "cannot connect to the upstream llama-server",
+        "upstream_unresolved" => {
+            let address = e.context.as_ref().map_or("", |c| c.as_str());
+            return format!(
+                "the upstream llama-server's host name does not resolve (yet): {address}"
+            );
+        }
         "upstream_disconnected" => {
             "the upstream llama-server closed the connection before the response was complete"
         }
@@ -104,7 +147,7 @@ pub fn message(f: &Failure, e: &Error) -> String {
         "upstream_error" => "the upstream llama-server failed",
         "client_timeout" => "timed out reading the request",
         "bad_request" => "invalid request",
-        "request_too_large" => "the request body is larger than llamatap's limits.max_body_bytes",
+        "request_too_large" => return TOO_LARGE_MESSAGE.to_string(),
         _ => "llamatap failed to proxy the request",
     };
     format!("{what} ({})", e.etype().as_str())
@@ -128,4 +171,41 @@ pub fn sse_error_event(message: &str, kind: &str, code: &str, mid_event: bool) -
     out.extend_from_slice(&json_body(message, kind, code));
     out.extend_from_slice(b"\n\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_over_the_limit_is_a_rejection_like_a_declared_one() {
+        let e = too_large();
+        let f = classify(&e);
+        assert_eq!(
+            (f.status, f.outcome, f.code, f.kind),
+            (
+                413,
+                Outcome::Rejected,
+                "request_too_large",
+                "invalid_request_error"
+            )
+        );
+        assert_eq!(message(&f, &e), TOO_LARGE_MESSAGE);
+    }
+
+    #[test]
+    fn an_unresolved_upstream_is_a_502_naming_it() {
+        let e = unresolved("llama.internal:8081");
+        let f = classify(&e);
+        assert_eq!(
+            (f.status, f.outcome, f.code, f.kind),
+            (
+                502,
+                Outcome::UpstreamError,
+                "upstream_unresolved",
+                "upstream_error"
+            )
+        );
+        assert!(message(&f, &e).ends_with("llama.internal:8081"));
+    }
 }

@@ -13,7 +13,9 @@ use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, Upstream};
-use crate::route::{Candidate, Chain, Decision, Observation, Prediction, Request, RouteConfig, Router};
+use crate::route::{
+    Candidate, Chain, Decision, Observation, Prediction, Request, RouteConfig, Router,
+};
 
 /// First passive ejection; doubled per consecutive failure.
 const EJECT_BASE: Duration = Duration::from_secs(1);
@@ -134,11 +136,7 @@ pub struct Fleet {
 impl Fleet {
     /// The fleet of `config`, nothing resolved or healthy yet.
     pub fn new(config: &Config) -> Self {
-        let names: Vec<&str> = config
-            .upstreams
-            .iter()
-            .map(|u| u.name.as_str())
-            .collect();
+        let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
         let route = RouteConfig {
             policy: config.routing.policy,
             ..RouteConfig::default()
@@ -192,11 +190,9 @@ impl Fleet {
         if !self.members.iter().any(Member::healthy) {
             return false;
         }
-        self.models().iter().all(|model| {
-            self.members
-                .iter()
-                .any(|m| m.healthy() && m.serves(model))
-        })
+        self.models()
+            .iter()
+            .all(|model| self.members.iter().any(|m| m.healthy() && m.serves(model)))
     }
 
     /// `Err(UnknownModel)` when the fleet serves several models and none
@@ -311,7 +307,10 @@ impl Fleet {
         let Some(m) = self.members.get(i) else {
             return;
         };
-        let n = m.consecutive_failures.fetch_add(1, Ordering::Relaxed).min(5);
+        let n = m
+            .consecutive_failures
+            .fetch_add(1, Ordering::Relaxed)
+            .min(5);
         let backoff = (EJECT_BASE * 2u32.pow(n)).min(EJECT_MAX);
         let until = self
             .now_ms()

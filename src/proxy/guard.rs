@@ -1,5 +1,6 @@
-//! Checks made before anything reaches llama-server: request size limits and
-//! client API keys. Pure decisions over headers; the hook sends the answer.
+//! Checks made before anything reaches llama-server: request size limits (the
+//! head, request line included, and the declared body) and client API keys.
+//! Pure decisions over headers; the hook sends the answer.
 
 use pingora::http::RequestHeader;
 
@@ -26,17 +27,13 @@ fn public(route: Route, method: &http::Method) -> bool {
 
 /// The first limit or key check the request fails, if any.
 pub fn check(req: &RequestHeader, route: Route, config: &Config) -> Option<Refusal> {
-    let header_bytes: usize = req
-        .headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum();
-    if header_bytes > config.max_header_bytes {
+    if head_bytes(req) > config.max_header_bytes {
         return Some(Refusal {
             status: 431,
             kind: "invalid_request_error",
             code: "headers_too_large",
-            message: "the request headers are larger than llamatap's limits.max_header_bytes",
+            message:
+                "the request line and headers are larger than llamatap's limits.max_header_bytes",
         });
     }
     let declared = req
@@ -49,7 +46,7 @@ pub fn check(req: &RequestHeader, route: Route, config: &Config) -> Option<Refus
             status: 413,
             kind: "invalid_request_error",
             code: "request_too_large",
-            message: "the request body is larger than llamatap's limits.max_body_bytes",
+            message: super::errors::TOO_LARGE_MESSAGE,
         });
     }
     if !config.api_keys.is_empty() && !public(route, &req.method) {
@@ -69,6 +66,18 @@ pub fn check(req: &RequestHeader, route: Route, config: &Config) -> Option<Refus
         }
     }
     None
+}
+
+/// The request head's size: method and request target (path and query), and
+/// each header's name and value (plus `: ` and CRLF).
+fn head_bytes(req: &RequestHeader) -> usize {
+    let target = req.method.as_str().len() + req.raw_path().len();
+    let headers: usize = req
+        .headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    target + headers
 }
 
 fn bearer(v: &str) -> Option<&str> {

@@ -9,11 +9,12 @@
 
 pub mod context;
 pub mod errors;
+pub mod fleet;
 pub mod guard;
 mod routing;
-pub mod fleet;
 pub mod watch;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -51,7 +52,9 @@ impl LlamaProxy {
         }
     }
 
-    fn peer(&self, address: std::net::SocketAddr) -> HttpPeer {
+    /// The peer at the last resolved address: a `SocketAddr`, so building it
+    /// never looks a name up.
+    fn peer(&self, address: SocketAddr) -> HttpPeer {
         let mut peer = HttpPeer::new(address, false, String::new());
         let o = &mut peer.options;
         o.connection_timeout = Some(self.config.connect_timeout);
@@ -132,6 +135,7 @@ impl ProxyHttp for LlamaProxy {
         _session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
+        ctx.upstream_attempts += 1;
         // A retry replays the body from its start.
         ctx.body.clear();
         ctx.body_truncated = false;
@@ -152,7 +156,12 @@ impl ProxyHttp for LlamaProxy {
     ) -> Box<Error> {
         if let Some(i) = ctx.member {
             self.fleet.eject(i);
-            if self.fleet.is_fleet() && self.fleet.can_fail_over(ctx.request.model.as_deref(), i, &ctx.tried) {
+            if self.fleet.is_fleet()
+                && self
+                    .fleet
+                    .can_fail_over(ctx.request.model.as_deref(), i, &ctx.tried)
+            {
+                ctx.tried.push(i);
                 e.set_retry(true);
             }
         }
@@ -181,6 +190,14 @@ impl ProxyHttp for LlamaProxy {
                 .parse()
                 .map_err(|e| Error::because(ErrorType::InternalError, "bad upstream path", e))?;
             upstream_request.set_uri(uri);
+        }
+        if ctx.format().is_some() {
+            // llama-server closes the connection after every streamed answer,
+            // a moment after its last byte and without saying so; a pooled
+            // connection would race that close (see error_while_proxy).
+            // Asked up front, it answers `Connection: close`, so Pingora never
+            // pools a connection from a route that can stream.
+            upstream_request.insert_header("Connection", "close")?;
         }
         if let Some(key) = &self.config.upstream_api_key {
             upstream_request.insert_header("Authorization", format!("Bearer {}", key.expose()))?;
@@ -212,10 +229,7 @@ impl ProxyHttp for LlamaProxy {
         if let Some(b) = body.as_ref() {
             ctx.request_bytes += b.len() as u64;
             if ctx.request_bytes > self.config.max_body_bytes {
-                return Error::e_explain(
-                    ErrorType::HTTPStatus(413),
-                    "request body over limits.max_body_bytes",
-                );
+                return Err(errors::too_large());
             }
         }
         if ctx.route.operation_name().is_none() {
@@ -334,21 +348,18 @@ impl ProxyHttp for LlamaProxy {
         ctx.failure = Some((f.outcome, f.code, msg.clone()));
         let mut code = f.status;
         if f.status != 0 {
-            let ds = session.as_downstream_mut();
-            if ds.response_written().is_none() {
-                let body = errors::json_body(&msg, f.kind, f.code);
-                if let Ok(mut resp) = ResponseHeader::build(f.status, Some(3)) {
-                    let _ = resp.insert_header("Content-Type", "application/json");
-                    let _ = resp.insert_header("Content-Length", body.len().to_string());
-                    if let Some(span) = &ctx.span {
-                        let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
-                    }
-                    ctx.status = Some(f.status);
-                    let _ = ds.write_error_response(resp, Bytes::from(body)).await;
-                }
+            if session.as_downstream().response_written().is_none() {
+                let reply = ErrorReply {
+                    status: f.status,
+                    kind: f.kind,
+                    code: f.code,
+                    message: &msg,
+                };
+                write_error(session, ctx, reply).await;
             } else if ctx.streaming {
                 let mid = ctx.observer.as_ref().is_some_and(|o| o.mid_event());
                 let event = errors::sse_error_event(&msg, f.kind, f.code, mid);
+                let ds = session.as_downstream_mut();
                 let _ = ds.write_response_body(Bytes::from(event), true).await;
                 code = ctx.status.unwrap_or(200);
             }
@@ -362,8 +373,11 @@ impl ProxyHttp for LlamaProxy {
     /// llama-server closes its connection right after a streamed answer,
     /// without `Connection: close`; a request that took that connection from
     /// the pool before the close arrived fails before any response byte.
-    /// Retry exactly that case on a new connection: reused connection, no
-    /// response yet, connection closed or reset, and the whole body buffered.
+    /// Retry on a new connection only when the request provably never reached
+    /// llama-server whole: reused connection, no response yet, closed or
+    /// reset, the body still buffered, and nothing of the request usable
+    /// written (see [`unsent`]). A request llama-server may have started is
+    /// never sent twice: it fails with 502.
     fn error_while_proxy(
         &self,
         peer: &HttpPeer,
@@ -379,7 +393,8 @@ impl ProxyHttp for LlamaProxy {
             && matches!(
                 e.etype(),
                 ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
-            );
+            )
+            && unsent(session, e.etype());
         e.set_retry(stale);
         e
     }
@@ -413,21 +428,57 @@ impl ProxyHttp for LlamaProxy {
     }
 }
 
+/// Whether a failed attempt left llama-server without a whole request, so
+/// that it cannot have started it. Pingora counts the body bytes it wrote on
+/// the attempt; none were written, and either the request has a body (the
+/// head alone is an incomplete request: llama-server reads the whole body
+/// before it runs anything) or the failure was a write (a bodiless request's
+/// only write is its head, so the head itself did not go out).
+fn unsent(session: &mut Session, etype: &ErrorType) -> bool {
+    session.upstream_body_bytes_sent() == Some(0)
+        && (!session.as_mut().is_body_empty() || *etype == ErrorType::WriteError)
+}
+
 /// Answers a refused request with an OpenAI-shaped error; the upstream never sees it.
 async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refusal) {
-    let body = errors::json_body(r.message, r.kind, r.code);
-    ctx.status = Some(r.status);
     ctx.ended = Some(Instant::now());
     ctx.failure = Some((Outcome::Rejected, r.code, r.message.to_string()));
-    if let Ok(mut resp) = ResponseHeader::build(r.status, Some(4)) {
-        let _ = resp.insert_header("Content-Type", "application/json");
-        let _ = resp.insert_header("Content-Length", body.len().to_string());
-        if r.status == 401 {
-            let _ = resp.insert_header("WWW-Authenticate", "Bearer");
-        }
-        let ds = session.as_downstream_mut();
-        let _ = ds.write_error_response(resp, Bytes::from(body)).await;
+    let reply = ErrorReply {
+        status: r.status,
+        kind: r.kind,
+        code: r.code,
+        message: r.message,
+    };
+    write_error(session, ctx, reply).await;
+}
+
+/// An error answered by llamatap itself.
+struct ErrorReply<'a> {
+    status: u16,
+    kind: &'a str,
+    code: &'a str,
+    message: &'a str,
+}
+
+/// The one writer of llamatap's own error responses (refusals and proxy
+/// failures alike): the OpenAI-shaped JSON body, `traceresponse` when tracing
+/// is on, and `WWW-Authenticate` on a 401.
+async fn write_error(session: &mut Session, ctx: &mut RequestCtx, reply: ErrorReply<'_>) {
+    let body = errors::json_body(reply.message, reply.kind, reply.code);
+    let Ok(mut resp) = ResponseHeader::build(reply.status, Some(4)) else {
+        return;
+    };
+    let _ = resp.insert_header("Content-Type", "application/json");
+    let _ = resp.insert_header("Content-Length", body.len().to_string());
+    if reply.status == 401 {
+        let _ = resp.insert_header("WWW-Authenticate", "Bearer");
     }
+    if let Some(span) = &ctx.span {
+        let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
+    }
+    ctx.status = Some(reply.status);
+    let ds = session.as_downstream_mut();
+    let _ = ds.write_error_response(resp, Bytes::from(body)).await;
 }
 
 /// Decides the outcome of a finished request.

@@ -30,7 +30,7 @@ use super::context::RequestCtx;
 use super::errors;
 use super::fleet::{Fleet, NoRoute};
 use crate::config::Config;
-use crate::record::{Outcome, RequestRecord, UpstreamFacts};
+use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
 use crate::request;
 use crate::route::{session_key, Chain, Observation};
 use crate::telemetry::spans::Tracing;
@@ -75,9 +75,10 @@ pub async fn prepare(
         Chain::default()
     };
     ctx.preread = true;
-    if let Err(NoRoute::UnknownModel { available }) = fleet.check_model(ctx.request.model.as_deref())
+    if let Err(NoRoute::UnknownModel { available }) =
+        fleet.check_model(ctx.request.model.as_deref())
     {
-        let asked = bounded(ctx.request.model.as_deref().unwrap_or(""));
+        let asked = bounded(ctx.request.model.as_deref().unwrap_or(""), MAX_ECHOED_MODEL);
         let message = format!(
             "model {asked:?} is not served here; available: {}",
             available.join(", ")
@@ -123,11 +124,12 @@ async fn preread(session: &mut Session, limit: usize) -> Result<(Vec<u8>, bool)>
     }
 }
 
-/// Picks the upstream of this attempt and counts it in that upstream's load.
+/// Picks the upstream of this attempt and counts it in that upstream's
+/// load. An upstream whose connect failed (in `ctx.tried`) is not chosen
+/// again; one whose pooled connection turned out stale may be.
 pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
     if let Some(previous) = ctx.member.take() {
         fleet.release(previous);
-        ctx.tried.push(previous);
     }
     let decision = fleet
         .choose(
@@ -144,15 +146,12 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         })?;
     ctx.member = Some(decision.upstream);
     ctx.decision = Some(decision);
-    fleet
+    let member = fleet
         .member(decision.upstream)
-        .and_then(|m| m.address())
-        .ok_or_else(|| {
-            Error::explain(
-                ErrorType::ConnectNoRoute,
-                "the upstream's address is not resolved yet",
-            )
-        })
+        .ok_or_else(|| Error::explain(ErrorType::InternalError, "routed to an unknown upstream"))?;
+    member
+        .address()
+        .ok_or_else(|| errors::unresolved(&member.upstream.address))
 }
 
 /// The request is over: release the upstream, learn from `cache_n`, and
@@ -207,19 +206,6 @@ fn models_body(models: &[String]) -> Vec<u8> {
     serde_json::json!({"object": "list", "data": data})
         .to_string()
         .into_bytes()
-}
-
-/// At most [`MAX_ECHOED_MODEL`] bytes of a client-sent name, cut on a
-/// character boundary.
-fn bounded(s: &str) -> &str {
-    if s.len() <= MAX_ECHOED_MODEL {
-        return s;
-    }
-    let mut end = MAX_ECHOED_MODEL;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// Writes a JSON answer of llamatap's own.

@@ -27,6 +27,7 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest response read from a check.
 const MAX_CHECK_BYTES: usize = 1 << 20;
 
+/// The first address `host:port` resolves to (a blocking lookup).
 fn resolve(address: &str) -> Option<SocketAddr> {
     address.to_socket_addrs().ok().and_then(|mut a| a.next())
 }
@@ -84,19 +85,23 @@ async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
     {
         m.set_address(a);
     }
-    let Some(target) = m.address().map(|a| a.to_string()) else {
+    let Some(target) = m.address() else {
         m.set_healthy(false);
         return false;
     };
+    let host = m.upstream.address.as_str();
     let base = &m.upstream.base_path;
     // 503 ("loading model") and anything else but 200 is not ready.
-    let healthy = matches!(get(&target, &format!("{base}/health")).await, Some((200, _)));
+    let healthy = matches!(
+        get(target, host, &format!("{base}/health")).await,
+        Some((200, _))
+    );
     m.set_healthy(healthy);
     if !healthy {
         return false;
     }
     if fleet.is_fleet() {
-        let idle = match get(&target, &format!("{base}/slots")).await {
+        let idle = match get(target, host, &format!("{base}/slots")).await {
             Some((200, body)) => idle_slots(&body),
             _ => None,
         };
@@ -106,7 +111,7 @@ async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
         return false;
     }
     for path in ["/v1/models", "/models"] {
-        if let Some((200, body)) = get(&target, &format!("{base}{path}")).await {
+        if let Some((200, body)) = get(target, host, &format!("{base}{path}")).await {
             let names = parse_model_list(&body);
             if !names.is_empty() {
                 m.set_models(names);
@@ -160,18 +165,19 @@ impl BackgroundService for UpstreamWatch {
     }
 }
 
-/// A minimal GET: status and body, or `None` on any failure or timeout.
-pub async fn get(addr: &str, path: &str) -> Option<(u16, Vec<u8>)> {
-    tokio::time::timeout(CHECK_TIMEOUT, get_inner(addr, path))
+/// A minimal GET to `addr` (`host` names it in the `Host` header): status and
+/// body, or `None` on any failure or timeout.
+async fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Vec<u8>)> {
+    tokio::time::timeout(CHECK_TIMEOUT, get_inner(addr, host, path))
         .await
         .ok()
         .flatten()
 }
 
-async fn get_inner(addr: &str, path: &str) -> Option<(u16, Vec<u8>)> {
+async fn get_inner(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Vec<u8>)> {
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
     let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: llamatap\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nUser-Agent: llamatap\r\n\r\n"
     );
     s.write_all(req.as_bytes()).await.ok()?;
     let mut buf = Vec::new();

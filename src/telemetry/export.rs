@@ -2,6 +2,9 @@
 //! (never blocking the proxy; a full queue drops the span and counts it) and
 //! one background thread batches them to the OTLP exporter with a timeout, so
 //! a dead, black-holing or slow collector costs the proxy nothing but drops.
+//!
+//! Shutdown closes the queue (the thread exports what is left, then stops)
+//! and returns by its deadline whether or not the collector answered.
 
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Mutex;
@@ -29,6 +32,8 @@ enum Msg {
 pub struct ExportQueue {
     tx: Mutex<Option<SyncSender<Msg>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// Disconnected when the export thread has ended.
+    ended: Mutex<Option<Receiver<()>>>,
     counts: IntCounterVec,
 }
 
@@ -47,13 +52,18 @@ impl ExportQueue {
         counts: IntCounterVec,
     ) -> std::io::Result<ExportQueue> {
         let (tx, rx) = sync_channel(capacity);
+        let (alive, ended) = sync_channel::<()>(0);
         let c = counts.clone();
         let worker = std::thread::Builder::new()
             .name("llamatap-otlp".into())
-            .spawn(move || run(exporter, runtime, rx, c))?;
+            .spawn(move || {
+                run(exporter, runtime, rx, c);
+                drop(alive);
+            })?;
         Ok(ExportQueue {
             tx: Mutex::new(Some(tx)),
             worker: Mutex::new(Some(worker)),
+            ended: Mutex::new(Some(ended)),
             counts,
         })
     }
@@ -126,33 +136,37 @@ impl SpanProcessor for ExportQueue {
         }
     }
 
+    /// Waits until everything queued before the call was exported (or failed).
+    /// A full queue cannot take the request: that is an error, not a wait.
     fn force_flush(&self) -> OTelSdkResult {
         let Some(tx) = self.sender() else {
             return Ok(());
         };
         let (done_tx, done_rx) = sync_channel(1);
-        tx.send(Msg::Flush(done_tx))
+        tx.try_send(Msg::Flush(done_tx))
             .map_err(|e| OTelSdkError::InternalFailure(e.to_string()))?;
         done_rx
             .recv_timeout(EXPORT_TIMEOUT + BATCH_DELAY)
             .map_err(|e| OTelSdkError::InternalFailure(e.to_string()))
     }
 
+    /// Closes the queue: the export thread sends what is queued, then stops.
+    /// Returns once it has, or after `timeout`, whichever comes first.
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        let _ = self.force_flush();
         if let Ok(mut g) = self.tx.lock() {
             g.take();
         }
-        let worker = self.worker.lock().ok().and_then(|mut g| g.take());
-        if let Some(w) = worker {
-            let start = Instant::now();
-            while !w.is_finished() && start.elapsed() < timeout {
-                std::thread::sleep(Duration::from_millis(10));
+        let Some(ended) = self.ended.lock().ok().and_then(|mut g| g.take()) else {
+            return Ok(());
+        };
+        match ended.recv_timeout(timeout) {
+            Err(RecvTimeoutError::Disconnected) | Ok(()) => {
+                if let Some(w) = self.worker.lock().ok().and_then(|mut g| g.take()) {
+                    let _ = w.join();
+                }
+                Ok(())
             }
-            if w.is_finished() {
-                let _ = w.join();
-            }
+            Err(RecvTimeoutError::Timeout) => Err(OTelSdkError::Timeout(timeout)),
         }
-        Ok(())
     }
 }

@@ -68,6 +68,9 @@ pub struct Metrics {
     pub spans: IntCounterVec,
     /// Per-upstream and routing families.
     pub fleet: super::fleet::FleetMetrics,
+    /// `llamatap_upstream_retries_total`.
+    pub upstream_retries: IntCounter,
+
     /// `llamatap_upstream_models{model}`.
     pub upstream_models: IntGaugeVec,
     /// `llamatap_build_info{version}`.
@@ -127,6 +130,8 @@ impl Metrics {
                 &["result"],
             )?,
             fleet: super::fleet::FleetMetrics::register(&registry)?,
+            upstream_retries: IntCounter::new("llamatap_upstream_retries_total", "Requests sent again on a new upstream connection because the first one provably never reached llama-server whole.")?,
+
             upstream_models: IntGaugeVec::new(
                 Opts::new("llamatap_upstream_models", "Model names the upstream reports (1 per name); these are the allowed model labels."),
                 &["model"],
@@ -159,6 +164,8 @@ impl Metrics {
         r.register(Box::new(self.wasted.clone()))?;
         r.register(Box::new(self.skipped_events.clone()))?;
         r.register(Box::new(self.spans.clone()))?;
+        r.register(Box::new(self.upstream_retries.clone()))?;
+
         r.register(Box::new(self.upstream_models.clone()))?;
         r.register(Box::new(self.build_info.clone()))?;
         Ok(())
@@ -169,6 +176,8 @@ impl Metrics {
         self.requests
             .with_label_values(&[model, rec.route.as_str(), rec.outcome.as_str()])
             .inc();
+        self.upstream_retries
+            .inc_by(u64::from(rec.upstream_retries.unwrap_or(0)));
         let stage = |name: &str, d: Option<Duration>| {
             if let Some(d) = d {
                 self.stage

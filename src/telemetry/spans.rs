@@ -359,6 +359,10 @@ impl Tracing {
                 rec.max_token_gap.map(|d| Value::F64(d.as_secs_f64())),
             );
         }
+        put(
+            sc::LLAMATAP_UPSTREAM_RETRIES,
+            rec.upstream_retries.map(|n| Value::I64(i64::from(n))),
+        );
         if rec.skipped_events > 0 {
             put(sc::LLAMATAP_SKIPPED_EVENTS, int(Some(rec.skipped_events)));
         }
@@ -380,10 +384,9 @@ impl Tracing {
         span.server.span_context().trace_id().to_string()
     }
 
-    /// Flushes and stops export (at shutdown).
-    pub fn shutdown(&self) {
-        let _ = self.provider.force_flush();
-        let _ = self.provider.shutdown();
+    /// Exports the queued spans and stops export, giving up after `within`.
+    pub fn shutdown(&self, within: Duration) {
+        let _ = self.provider.shutdown_with_timeout(within);
     }
 }
 

@@ -89,7 +89,8 @@ pub fn get(addr: &str, path: &str) -> io::Result<(u16, Vec<u8>)> {
 }
 
 impl Reader {
-    fn read_head(mut stream: TcpStream) -> io::Result<Reader> {
+    /// Reads the response head from a connection whose request was already sent.
+    pub fn read_head(mut stream: TcpStream) -> io::Result<Reader> {
         let mut buf = Vec::new();
         let mut tmp = [0u8; 8192];
         let end = loop {

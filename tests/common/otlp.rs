@@ -162,3 +162,20 @@ pub fn attr_int(s: &Span, key: &str) -> Option<i64> {
         }
     })
 }
+
+/// A collector that accepts connections and never answers (nor closes them);
+/// returns its URL and the number of connections it accepted so far.
+pub fn black_hole() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming().flatten() {
+            held.push(c);
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (url, accepted)
+}

@@ -25,53 +25,51 @@ impl ReqInfo {
     }
 }
 
-type Handler = dyn Fn(&mut TcpStream, &ReqInfo) + Send + Sync;
+/// The requests an upstream received (llamatap's own checks left out).
+pub type Log = Arc<Mutex<Vec<ReqInfo>>>;
+
+type ConnHandler = dyn Fn(TcpStream, &Log) + Send + Sync;
 
 /// The fake upstream.
 pub struct Scripted {
     pub addr: String,
-    pub requests: Arc<Mutex<Vec<ReqInfo>>>,
+    pub requests: Log,
 }
 
 impl Scripted {
-    /// Serves every connection with `handler`, one request per connection
-    /// (the handler may loop itself for keep-alive).
+    /// Serves every request with `handler`; a connection is kept until the
+    /// client closes it or sends `Connection: close`.
     pub fn start(handler: impl Fn(&mut TcpStream, &ReqInfo) + Send + Sync + 'static) -> Scripted {
+        Self::start_conn(move |mut s, log| {
+            while let Some(req) = next_request(&mut s, log) {
+                handler(&mut s, &req);
+                if req
+                    .header("connection")
+                    .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+                {
+                    break;
+                }
+            }
+        })
+    }
+
+    /// Hands every connection to `handler`, which owns it: it reads requests
+    /// with [`next_request`] and decides how the connection ends (kept,
+    /// closed, reset).
+    pub fn start_conn(handler: impl Fn(TcpStream, &Log) + Send + Sync + 'static) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let handler: Arc<Handler> = Arc::new(handler);
+        let handler: Arc<ConnHandler> = Arc::new(handler);
         let log = requests.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
-                let Ok(mut s) = conn else { continue };
+                let Ok(s) = conn else { continue };
                 let h = handler.clone();
                 let log = log.clone();
                 std::thread::spawn(move || {
                     s.set_nodelay(true).ok();
-                    while let Some(req) = read_request(&mut s) {
-                        // llamatap's own background checks get a healthy llama-server's answers.
-                        if req.path == "/health" {
-                            json(&mut s, 200, r#"{"status":"ok"}"#);
-                            continue;
-                        }
-                        if req.path == "/v1/models" {
-                            json(
-                                &mut s,
-                                200,
-                                r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
-                            );
-                            continue;
-                        }
-                        log.lock().unwrap().push(req.clone());
-                        h(&mut s, &req);
-                        if req
-                            .header("connection")
-                            .is_some_and(|c| c.eq_ignore_ascii_case("close"))
-                        {
-                            break;
-                        }
-                    }
+                    h(s, &log);
                 });
             }
         });
@@ -82,6 +80,51 @@ impl Scripted {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
+}
+
+/// The next request on `s` that is not one of llamatap's own background
+/// checks (those get a healthy llama-server's answers), logged. None on EOF
+/// or once a check asked for `Connection: close`.
+pub fn next_request(s: &mut TcpStream, log: &Log) -> Option<ReqInfo> {
+    loop {
+        let req = read_request(s)?;
+        let answer = match req.path.as_str() {
+            "/health" => r#"{"status":"ok"}"#,
+            "/v1/models" => r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
+            _ => {
+                log.lock().unwrap().push(req.clone());
+                return Some(req);
+            }
+        };
+        json(s, 200, answer);
+        if req
+            .header("connection")
+            .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+        {
+            return None;
+        }
+    }
+}
+
+/// Reads a request's head only (up to the blank line), leaving any body unread.
+pub fn read_head(s: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// Closes with a TCP reset (RST), not a FIN.
+pub fn reset(s: TcpStream) {
+    socket2::SockRef::from(&s)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(s);
 }
 
 /// Reads one request (Content-Length or chunked body). None on EOF or error.

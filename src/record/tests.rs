@@ -1,0 +1,84 @@
+use super::*;
+
+#[test]
+fn short_strings_are_left_alone() {
+    let mut s = "é".repeat(4);
+    truncate(&mut s, 8);
+    assert_eq!(s, "éééé");
+}
+
+#[test]
+fn long_strings_are_cut_on_a_char_boundary_with_the_marker() {
+    for max in 3..40 {
+        let original = "aé€😀".repeat(20);
+        let mut s = original.clone();
+        truncate(&mut s, max);
+        assert!(s.len() <= max, "{max}: {} bytes", s.len());
+        assert!(s.ends_with(CUT_MARKER), "{max}: {s}");
+        let kept = &s[..s.len() - CUT_MARKER.len()];
+        assert!(original.starts_with(kept));
+        assert!(
+            max - s.len() < 4,
+            "{max}: cut more than one character too many"
+        );
+    }
+    let mut s = "abcdef".to_string();
+    truncate(&mut s, 2);
+    assert!(
+        s.len() <= 2,
+        "a bound below the marker's size still holds: {s:?}"
+    );
+}
+
+fn record() -> RequestRecord {
+    RequestRecord {
+        route: Route::ChatCompletions,
+        method: "X".repeat(5_000),
+        path: format!("/{}", "p".repeat(60_000)),
+        status: Some(200),
+        outcome: Outcome::UpstreamError,
+        error_type: Some("upstream_error_event"),
+        error_message: Some("e".repeat(100_000)),
+        hangup_phase: None,
+        request: RequestFacts::default(),
+        streamed: true,
+        received_wall: SystemTime::UNIX_EPOCH,
+        upstream_headers: None,
+        first_token_any: None,
+        first_token: None,
+        first_sentence: None,
+        sentence_chars: None,
+        sentence_text: None,
+        last_token: None,
+        end: Duration::ZERO,
+        response_model: Some("r".repeat(10_000)),
+        response_id: Some("i".repeat(10_000)),
+        finish_reasons: vec!["z".repeat(1_000); 100],
+        timings: None,
+        usage: None,
+        token_events: 0,
+        max_token_gap: None,
+        skipped_events: 0,
+        response_bytes: 0,
+        client_address: None,
+        upstream: None,
+        upstream_retries: None,
+    }
+}
+
+#[test]
+fn bound_cuts_every_client_or_upstream_string() {
+    let mut r = record();
+    r.bound();
+    assert!(r.method.len() <= MAX_NAME_BYTES);
+    assert!(r.path.len() <= MAX_PATH_BYTES && r.path.starts_with("/ppp"));
+    assert!(r.error_message.unwrap().len() <= MAX_MESSAGE_BYTES);
+    assert!(r.response_model.unwrap().len() <= MAX_NAME_BYTES);
+    assert!(r.response_id.unwrap().len() <= MAX_NAME_BYTES);
+    assert_eq!(r.finish_reasons.len(), MAX_FINISH_REASONS);
+    assert!(r.finish_reasons.iter().all(|f| f.len() <= MAX_NAME_BYTES));
+    assert!(
+        r.path.capacity() <= MAX_PATH_BYTES,
+        "the cut frees the rest"
+    );
+}
