@@ -20,20 +20,31 @@
 //! Stability: link hashes, session keys and upstream identities are XXH3-64
 //! with a fixed seed, so separate processes agree (see `hash`).
 //!
-//! Cost and memory (measured by `benches/route.rs`; see `docs/routing.md`):
-//! a decision probes each eligible upstream's index once per matched link
+//! Cost and memory (`benches/route.rs`; figures in `docs/routing.md`): a
+//! decision probes each eligible upstream's index once per matched link
 //! plus one, and records the chain (one touch per link) in the chosen one.
-//! Each index holds at most [`DEFAULT_CAPACITY`] links by default, 58 bytes
-//! per link when full: 3.8 MB per upstream.
+//! With 3 upstreams and 10,000 indexed conversations of 5 turns it took
+//! about 0.28 µs for a next turn and 0.83 µs for a new conversation;
+//! building the chain of a 3.5 KB chat body took about 7 µs. Each index
+//! holds at most [`DEFAULT_CAPACITY`] links by default, 58 bytes per link
+//! when full: 3,801,088 bytes (3.8 MB) per upstream.
 //!
 //! Not done here: reading bodies, health checks, model lists, load polling,
 //! metrics and spans; those belong to the proxy and telemetry layers.
 
 mod chain;
+#[cfg(test)]
+mod chain_tests;
 mod decision;
 mod hash;
 mod index;
+#[cfg(test)]
+mod index_tests;
 mod learn;
+#[cfg(test)]
+mod learn_tests;
+#[cfg(test)]
+mod proptests;
 pub mod rendezvous;
 mod router;
 #[cfg(test)]

@@ -148,6 +148,32 @@ fn two_routers_place_new_conversations_identically() {
     assert!(per_upstream.iter().all(|&n| n > 0), "{per_upstream:?}");
 }
 
+#[test]
+fn a_conversation_stays_put_when_its_turns_alternate_between_two_routers() {
+    // Neither router sees every turn, yet both keep finding the same home:
+    // a turn neither has indexed is placed by its anchor, the first user
+    // message, which every turn of the conversation shares.
+    let mut routers = [
+        router(Policy::PrefixAffinity),
+        router(Policy::PrefixAffinity),
+    ];
+    for id in 0..20 {
+        let mut home = None;
+        for turn in 0..5 {
+            let decision = send(
+                &mut routers[turn % 2],
+                &idle(3),
+                &conversation(Some(SYSTEM), id, turn),
+            );
+            assert_eq!(
+                *home.get_or_insert(decision.upstream),
+                decision.upstream,
+                "{id}/{turn}"
+            );
+        }
+    }
+}
+
 /// Places turn 0 of a conversation on idle upstreams, then routes turn 1
 /// with the load `load(home)` gives; returns the home and the decision.
 fn second_turn(load: impl Fn(usize) -> Vec<Candidate>) -> (usize, Decision) {
