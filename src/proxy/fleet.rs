@@ -81,15 +81,17 @@ impl Member {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// Records a `/health` result.
-    pub fn set_healthy(&self, up: bool) {
-        self.healthy.store(up, Ordering::Relaxed);
+    /// Records a `/health` result; true when the member just came back
+    /// (was not healthy before).
+    pub fn set_healthy(&self, up: bool) -> bool {
+        let was = self.healthy.swap(up, Ordering::Relaxed);
         if up {
             // An active check that passes ends a passive ejection: the
             // upstream rejoins within one check interval of recovering.
             self.consecutive_failures.store(0, Ordering::Relaxed);
             self.ejected_until_ms.store(0, Ordering::Relaxed);
         }
+        up && !was
     }
 
     /// Requests in flight to it now.
@@ -341,15 +343,12 @@ impl Fleet {
             .map(|mut r| r.observe(i, chain, prediction, cached_tokens, prompt_tokens))
     }
 
-    /// Prediction accuracy so far, per member (for metrics).
-    pub fn accuracy(&self) -> Vec<crate::route::Accuracy> {
-        self.router
-            .lock()
-            .map(|r| {
-                (0..self.members.len())
-                    .filter_map(|i| r.accuracy(i).copied())
-                    .collect()
-            })
-            .unwrap_or_default()
+    /// Member `i` came back after failing its checks: a restarted
+    /// llama-server holds nothing in its cache, so the router forgets what
+    /// it sent there.
+    pub fn rejoined(&self, i: usize) {
+        if let Ok(mut r) = self.router.lock() {
+            r.forget(i);
+        }
     }
 }

@@ -86,7 +86,7 @@ async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
         m.set_address(a);
     }
     let Some(target) = m.address() else {
-        m.set_healthy(false);
+        let _ = m.set_healthy(false);
         return false;
     };
     let host = m.upstream.address.as_str();
@@ -96,7 +96,9 @@ async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
         get(target, host, &format!("{base}/health")).await,
         Some((200, _))
     );
-    m.set_healthy(healthy);
+    if m.set_healthy(healthy) {
+        fleet.rejoined(i);
+    }
     if !healthy {
         return false;
     }
