@@ -17,6 +17,9 @@ use crate::route::{
     Candidate, Chain, Decision, Observation, Prediction, Request, RouteConfig, Router,
 };
 
+#[cfg(test)]
+mod tests;
+
 /// First passive ejection; doubled per consecutive failure.
 const EJECT_BASE: Duration = Duration::from_secs(1);
 /// Longest passive ejection.
