@@ -307,13 +307,19 @@ impl LlamaServer {
     /// A prompt of about `tokens` tokens (within a few), made of words like
     /// `word123`, measured with `/tokenize`.
     pub fn prompt_of_tokens(&self, tokens: usize) -> String {
+        self.prompt_of_tokens_from("word", tokens)
+    }
+
+    /// As [`LlamaServer::prompt_of_tokens`], with words `<stem><number>`: two
+    /// different stems give texts that differ from their first token on.
+    pub fn prompt_of_tokens_from(&self, stem: &str, tokens: usize) -> String {
         let mut words: Vec<String> = Vec::new();
         let mut n = 0;
         // Grow by estimate, then trim/extend word by word with exact counts.
         while n < tokens {
             let missing = tokens - n;
             for _ in 0..missing.div_ceil(5).max(1) {
-                words.push(format!("word{}", words.len() * 7 + 100));
+                words.push(format!("{stem}{}", words.len() * 7 + 100));
             }
             n = self.prompt_tokens(&words.join(" "));
         }

@@ -21,6 +21,20 @@ impl Llamatap {
         Self::start_env(upstream, extra, &[])
     }
 
+    /// Starts llamatap in front of several upstreams (one `--upstream` flag
+    /// each, in order) with extra flags; waits for /healthz.
+    pub fn start_fleet(upstreams: &[&str], extra: &[&str]) -> Llamatap {
+        let (first, rest) = upstreams
+            .split_first()
+            .expect("start_fleet needs at least one upstream");
+        let mut args: Vec<&str> = Vec::new();
+        for u in rest {
+            args.extend_from_slice(&["--upstream", u]);
+        }
+        args.extend_from_slice(extra);
+        Self::start_env(first, &args, &[])
+    }
+
     /// As [`start`], with environment variables.
     pub fn start_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Llamatap {
         let port = free_port();
