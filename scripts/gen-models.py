@@ -12,12 +12,13 @@ Models are written to $LLAMATAP_CACHE/models (default ~/.cache/llamatap/models):
   tiny.gguf  width 64, 2 layers, ff 128   (~17 MB f32; hundreds of tokens/s)
   slow.gguf  width 768, 12 layers, ff 3072 (~650 MB f32; a 1,600-token prompt
              takes several seconds to prefill on 2 cores)
-  medium.gguf width 256, 6 layers, ff 1024 (~46 MB, always f16): prefill is a
-             visible part of TTFT yet decoding stays quick. Measured with the
-             cached llama-server, `-t 1 -np 2`, on the 2-core test machine
-             under load: a 1,174-token prompt prefills in 0.5-0.6 s (about
-             2,000 tokens/s); decoding runs at 140-170 tokens/s. Made for
-             prompt-cache experiments: a cached prefix visibly cuts TTFT.
+  medium.gguf width 256, 12 layers, ff 1024 (~59 MB, always f16): prefill is
+             a visible part of TTFT, yet decoding stays quick. Measured with the
+             cached llama-server, `-t 1 -np 2 -c 4096`, on the shared 2-core
+             test machine: a 1,174-token prompt prefills in 0.39-0.59 s
+             (2,000-3,000 tokens/s); decoding runs at 200-350 tokens/s. Its
+             KV cache takes 12 KiB per token (f16). Made for prompt-cache
+             experiments: a cached prefix visibly cuts TTFT.
 
 They are `llama`-architecture models with random weights and a real tokenizer:
 every `tokenizer.*` key is copied from the vocab-only GGUF that ships in the
@@ -72,7 +73,7 @@ MODELS = {
     "slow": dict(n_embd=768, n_layer=12, n_ff=3072, n_head=12, n_ctx=2048, seed=5678),
     # f16 keeps the file small: most of it is the 32,000-token embedding and head.
     "medium": dict(
-        n_embd=256, n_layer=6, n_ff=1024, n_head=4, n_ctx=2048, seed=4321, ftype="f16"
+        n_embd=256, n_layer=12, n_ff=1024, n_head=4, n_ctx=2048, seed=4321, ftype="f16"
     ),
 }
 

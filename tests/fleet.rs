@@ -59,6 +59,19 @@ fn wait_all_up(proxy: &Llamatap, servers: &[LlamaServer]) {
     );
 }
 
+/// Reuse must depend on placement alone: no replica may have dropped a
+/// prompt from its RAM cache for room.
+fn assert_no_evictions(servers: &[LlamaServer], run: &str) {
+    for s in servers {
+        assert_eq!(
+            fleet::evictions(s),
+            0,
+            "{run}: {} evicted prompts from its RAM cache (raise --cache-ram in FLEET_ARGS)",
+            upstream_name(s)
+        );
+    }
+}
+
 /// How many requests each upstream and each route reason got.
 fn tally(placement: &[(String, String)]) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
     let mut by_upstream = BTreeMap::new();
@@ -113,6 +126,7 @@ fn policies_cache_reuse_and_ttft() {
         let start = Instant::now();
         let results = run_interleaved(&proxy.addr(), &mut workload);
         let figures = Figures::of(&results, start.elapsed());
+        assert_no_evictions(&servers, policy);
         let placement = fleet::upstreams_of(&proxy.admin(), &results);
         let (by_upstream, by_reason) = tally(&placement);
         details.push(format!(
@@ -177,6 +191,7 @@ fn direct_placements_bound_the_policies() {
         } else {
             run_interleaved_via(&mut workload, |_, seq| addrs[seq % 3].clone())
         };
+        assert_no_evictions(&servers, placement);
         rows.push((placement, Figures::of(&results, start.elapsed())));
     }
     eprintln!("\n{}", Figures::header());

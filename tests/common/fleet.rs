@@ -40,12 +40,13 @@ use super::llama::LlamaServer;
 ///   context, enough for the longest conversation here.
 /// * `--cache-ram 256`: llama-server keeps prompts it served in host RAM and
 ///   restores the best match (it needs to keep at least a quarter of the
-///   cached prompt) when a slot is reused. Large enough that no replica evicts
-///   anything during a run (the medium model's KV is 6 KiB per token; a
-///   replica holds at most ~15 prompts of under 2,000 tokens here), so reuse
-///   depends only on where requests went, not on eviction order or timing;
-///   non-zero so that a replica remembers more conversations than it has
-///   slots, as a real one does.
+///   cached prompt) when a slot is reused. Non-zero so that a replica
+///   remembers more conversations than it has slots, as a real one does;
+///   large enough that no replica evicts anything during a run (the medium
+///   model's KV takes 12 KiB per token, so 256 MiB hold ~21,000 tokens, about
+///   12 of the longest prompts here, while a saved prompt replaces the older
+///   ones it contains), so reuse depends only on where requests went, not on
+///   eviction order or timing. [`evictions`] checks that.
 pub const FLEET_ARGS: [&str; 6] = ["-np", "2", "-c", "4096", "--cache-ram", "256"];
 
 /// Serialises the tests of one test binary: several fleets at once would
@@ -66,6 +67,12 @@ pub fn start_servers(n: usize, model: &str, extra: &[&str]) -> Vec<LlamaServer> 
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// How many prompts `server` dropped from its RAM prompt cache for room (its
+/// log's warnings), so far.
+pub fn evictions(server: &LlamaServer) -> usize {
+    server.log_count("removing oldest entry")
 }
 
 /// An upstream's default name in llamatap: `host:port`.
@@ -467,14 +474,14 @@ impl Figures {
 
     /// The table's header, for [`Figures::row`].
     pub fn header() -> &'static str {
-        "| policy           | reuse all | reuse follow-ups | cached/prompt tokens | TTFT p50 | TTFT p95 |   wall |\n\
-         |------------------|-----------|------------------|----------------------|----------|----------|--------|"
+        "| policy             | reuse all | reuse follow-ups | cached/prompt tokens | TTFT p50 | TTFT p95 |   wall |\n\
+         |--------------------|-----------|------------------|----------------------|----------|----------|--------|"
     }
 
     /// One Markdown table row.
     pub fn row(&self, name: &str) -> String {
         format!(
-            "| {:<16} | {:>9.3} | {:>16.3} | {:>20} | {:>5.0} ms | {:>5.0} ms | {:>4.1} s |",
+            "| {:<18} | {:>9.3} | {:>16.3} | {:>20} | {:>5.0} ms | {:>5.0} ms | {:>4.1} s |",
             name,
             self.reuse_all,
             self.reuse_followups,

@@ -6,8 +6,8 @@
 //! * `LLAMATAP_LLAMA_SERVER`: the binary (default `~/.cache/llamatap/bin/llama-server`)
 //! * `LLAMATAP_TINY_MODEL`: `tiny.gguf`, fast (hundreds of tokens/s)
 //! * `LLAMATAP_SLOW_MODEL`: `slow.gguf`, a 1,600-token prompt takes seconds to prefill
-//! * `LLAMATAP_MEDIUM_MODEL`: `medium.gguf`, a 1,000-token prompt prefills in about
-//!   half a second and decoding runs at 150+ tokens/s: prefill is a visible part of
+//! * `LLAMATAP_MEDIUM_MODEL`: `medium.gguf`, a 1,000-token prompt prefills in
+//!   0.3-0.5 s and decoding runs at 200+ tokens/s: prefill is a visible part of
 //!   TTFT, so a cached prefix shows
 //!
 //! (defaults under `$LLAMATAP_CACHE`, else `~/.cache/llamatap`). A missing binary
