@@ -70,7 +70,7 @@ impl Llamatap {
                 s.push('\n');
             }
         });
-        let t = Llamatap {
+        let mut t = Llamatap {
             port,
             admin_port,
             child,
@@ -78,6 +78,14 @@ impl Llamatap {
         };
         let start = Instant::now();
         loop {
+            if let Ok(Some(status)) = t.child.try_wait() {
+                // Let the reader thread drain the closed pipe for the message.
+                let drained = Instant::now();
+                while t.stderr().is_empty() && drained.elapsed() < Duration::from_secs(1) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                panic!("llamatap exited at start ({status}): {}", t.stderr());
+            }
             if let Ok((200, _)) = super::http::get(&format!("127.0.0.1:{admin_port}"), "/healthz") {
                 // The proxy listener comes up with the admin one; check it accepts too.
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
