@@ -5,6 +5,7 @@
 #   LLAMATAP_LLAMA_SERVER=/root/.cache/llamatap/bin/llama-server
 #   LLAMATAP_TINY_MODEL=/root/.cache/llamatap/models/tiny.gguf
 #   LLAMATAP_SLOW_MODEL=/root/.cache/llamatap/models/slow.gguf
+#   LLAMATAP_MEDIUM_MODEL=/root/.cache/llamatap/models/medium.gguf
 #
 # Progress goes to stderr, a few lines per step: the output of apt-get and of
 # the llama-server build goes to log files in the cache directory
@@ -13,10 +14,11 @@
 #
 #   scripts/ensure-deps.sh            # everything the tests need
 #   scripts/ensure-deps.sh --minimal  # build tools, llama-server, tiny model
-#                                     # (no nginx/prometheus/chromium, no slow model)
+#                                     # (no nginx/prometheus/chromium, no slow
+#                                     # or medium model)
 #
 # The first full run downloads a few hundred MB of Debian packages, builds
-# llama-server (about 10 minutes on 2 cores) and writes about 670 MB of models.
+# llama-server (about 10 minutes on 2 cores) and writes about 720 MB of models.
 # Cache directory: $LLAMATAP_CACHE (default ~/.cache/llamatap).
 set -euo pipefail
 
@@ -30,7 +32,7 @@ minimal=0
 for arg in "$@"; do
   case "$arg" in
     --minimal) minimal=1 ;;
-    -h|--help) sed -n '2,20{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "ensure-deps: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -91,7 +93,7 @@ fi
 bin="$("$ROOT/scripts/install-llama-server.sh" 9>&-)"
 python="$CACHE/venv/bin/python"
 
-models=(tiny slow)
+models=(tiny slow medium)
 if [ "$minimal" = 1 ]; then
   models=(tiny)
 fi
@@ -101,4 +103,5 @@ echo "LLAMATAP_LLAMA_SERVER=$bin"
 echo "LLAMATAP_TINY_MODEL=$CACHE/models/tiny.gguf"
 if [ "$minimal" = 0 ]; then
   echo "LLAMATAP_SLOW_MODEL=$CACHE/models/slow.gguf"
+  echo "LLAMATAP_MEDIUM_MODEL=$CACHE/models/medium.gguf"
 fi

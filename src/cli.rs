@@ -22,9 +22,17 @@ pub struct Cli {
     /// Proxy listener address [default: 0.0.0.0:8080].
     #[arg(long, env = "LLAMATAP_LISTEN", value_name = "ADDR")]
     pub listen: Option<String>,
-    /// llama-server base URL [default: http://127.0.0.1:8081].
-    #[arg(long, env = "LLAMATAP_UPSTREAM", value_name = "URL")]
-    pub upstream: Option<String>,
+    /// llama-server base URL; repeat for several [default: http://127.0.0.1:8081].
+    #[arg(
+        long,
+        env = "LLAMATAP_UPSTREAM",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub upstream: Vec<String>,
+    /// How one of several upstreams is chosen: prefix_affinity, least_busy or round_robin [default: prefix_affinity].
+    #[arg(long, env = "LLAMATAP_ROUTING_POLICY", value_name = "POLICY")]
+    pub routing_policy: Option<String>,
     /// Admin listener for /healthz, /readyz, /metrics and /latency [default: 127.0.0.1:9464].
     #[arg(long, env = "LLAMATAP_ADMIN_LISTEN", value_name = "ADDR")]
     pub admin_listen: Option<String>,
@@ -60,7 +68,8 @@ impl Cli {
     pub fn overrides(&self) -> Overrides {
         Overrides {
             listen: self.listen.clone(),
-            upstream: self.upstream.clone(),
+            upstreams: self.upstream.clone(),
+            routing_policy: self.routing_policy.clone(),
             admin_listen: self.admin_listen.clone(),
             otlp_endpoint: self.otlp_endpoint.clone(),
             otlp_protocol: self.otlp_protocol.clone(),

@@ -11,8 +11,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod fleet;
 #[cfg(test)]
 mod tests;
+
+pub use fleet::{RawRouting, RawUpstream, Routing, MAX_UPSTREAMS};
 
 /// Default proxy listener.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -63,8 +66,13 @@ pub enum ConfigError {
 pub struct RawConfig {
     /// Proxy listener address.
     pub listen: Option<String>,
-    /// llama-server base URL.
+    /// llama-server base URL (one upstream).
     pub upstream: Option<String>,
+    /// Several llama-servers (instead of `upstream`).
+    pub upstreams: Option<Vec<RawUpstream>>,
+    /// How one of several upstreams is chosen.
+    #[serde(default)]
+    pub routing: RawRouting,
     /// Admin listener address.
     pub admin_listen: Option<String>,
     /// Worker threads of the proxy service.
@@ -202,8 +210,10 @@ pub struct RawAdmin {
 pub struct Overrides {
     /// `--listen` / `LLAMATAP_LISTEN`.
     pub listen: Option<String>,
-    /// `--upstream` / `LLAMATAP_UPSTREAM`.
-    pub upstream: Option<String>,
+    /// `--upstream` (repeatable) / `LLAMATAP_UPSTREAM` (comma-separated).
+    pub upstreams: Vec<String>,
+    /// `--routing-policy` / `LLAMATAP_ROUTING_POLICY`.
+    pub routing_policy: Option<String>,
     /// `--admin-listen` / `LLAMATAP_ADMIN_LISTEN`.
     pub admin_listen: Option<String>,
     /// `--otlp-endpoint` / `OTEL_EXPORTER_OTLP_ENDPOINT`.
@@ -224,9 +234,13 @@ pub struct Overrides {
     pub upstream_api_key: Option<String>,
 }
 
-/// Where llama-server lives.
+/// Where one llama-server lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
+    /// Label in metrics and spans (`host:port` unless configured).
+    pub name: String,
+    /// Relative share of new conversations.
+    pub weight: u32,
     /// `host:port` to connect to.
     pub address: String,
     /// Host name or IP, for `server.address`.
@@ -274,8 +288,10 @@ pub struct Telemetry {
 pub struct Config {
     /// Proxy listener.
     pub listen: SocketAddr,
-    /// Upstream llama-server.
-    pub upstream: Upstream,
+    /// The llama-servers, in configuration order (at least one).
+    pub upstreams: Vec<Upstream>,
+    /// How one of several upstreams is chosen.
+    pub routing: Routing,
     /// Admin listener.
     pub admin_listen: SocketAddr,
     /// Worker threads of the proxy service.
@@ -323,7 +339,12 @@ impl Config {
     /// Validates a raw config with overrides applied.
     pub fn from_raw(raw: RawConfig, o: &Overrides) -> Result<Config, ConfigError> {
         let listen = pick(&o.listen, &raw.listen, DEFAULT_LISTEN);
-        let upstream = pick(&o.upstream, &raw.upstream, DEFAULT_UPSTREAM);
+        let upstreams = fleet::upstreams(
+            &o.upstreams,
+            raw.upstream.as_deref(),
+            raw.upstreams.as_deref(),
+        )?;
+        let routing = fleet::routing(o.routing_policy.as_deref(), &raw.routing)?;
         let admin = pick(&o.admin_listen, &raw.admin_listen, DEFAULT_ADMIN_LISTEN);
         let t = &raw.telemetry;
         let endpoint = o
@@ -378,7 +399,8 @@ impl Config {
         };
         Ok(Config {
             listen: parse_addr("listen", &listen)?,
-            upstream: parse_upstream(&upstream)?,
+            upstreams,
+            routing,
             admin_listen: parse_addr("admin_listen", &admin)?,
             threads,
             grace_period: Duration::from_secs(
@@ -600,6 +622,8 @@ pub fn parse_upstream(s: &str) -> Result<Upstream, ConfigError> {
         return Err(err("invalid host"));
     }
     Ok(Upstream {
+        name: format!("{host}:{port}"),
+        weight: 1,
         address: format!("{host}:{port}"),
         host: host
             .trim_start_matches('[')

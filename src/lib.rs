@@ -12,6 +12,8 @@
 //! - [`llama`]: llama-server's stream and response formats.
 //! - [`request`]: request inspection (route, model, stream flag).
 //! - [`tracecontext`]: W3C `traceparent`/`tracestate` parsing.
+//! - [`route`]: fleet routing (prefix chains, per-upstream index, rendezvous,
+//!   the decision, learning from `cache_n`).
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
 //! [`server`], [`shutdown`].
@@ -24,6 +26,7 @@ pub mod observe;
 pub mod proxy;
 pub mod record;
 pub mod request;
+pub mod route;
 pub mod sentence;
 pub mod server;
 pub mod shutdown;

@@ -201,6 +201,33 @@ pub struct RequestRecord {
     pub upstream_retries: Option<u32>,
     /// Client and server addresses, for `client.address` and friends.
     pub client_address: Option<String>,
+    /// Which upstream answered and why it was chosen; `None` when the
+    /// request never reached the routing step (refused, or answered by
+    /// llamatap itself).
+    pub upstream: Option<UpstreamFacts>,
+}
+
+/// The routing of one request: the upstream it went to and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamFacts {
+    /// The upstream's configured name (a metric label).
+    pub name: String,
+    /// Its host, for `server.address`.
+    pub host: String,
+    /// Its port, for `server.port`.
+    pub port: u16,
+    /// The routing policy in force.
+    pub policy: &'static str,
+    /// Why this upstream was chosen (a metric label).
+    pub reason: &'static str,
+    /// Upstreams tried before this one (connect failures).
+    pub failovers: u32,
+    /// Prompt tokens the router expected this upstream to hold in its
+    /// cache, when it could estimate them.
+    pub predicted_cached_tokens: Option<u64>,
+    /// What the answer's `cache_n` taught the router: `confirmed`,
+    /// `shortfall`, `unpredicted` or `cold`; `None` when not measured.
+    pub prediction: Option<&'static str>,
 }
 
 impl RequestRecord {

@@ -18,7 +18,8 @@ use pingora::services::listening::Service;
 use crate::admin::AdminApp;
 use crate::cli::Cli;
 use crate::config::Config;
-use crate::proxy::watch::{UpstreamState, UpstreamWatch};
+use crate::proxy::fleet::Fleet;
+use crate::proxy::watch::UpstreamWatch;
 use crate::proxy::LlamaProxy;
 use crate::shutdown::Signals;
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -49,7 +50,8 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     }
     let config = Arc::new(config);
     let telemetry = Telemetry::start(&config)?;
-    let upstream = Arc::new(UpstreamState::new(config.upstream.clone()));
+    let fleet = Arc::new(Fleet::new(&config));
+    UpstreamWatch::resolve_now(&fleet);
 
     let conf = ServerConf {
         threads: config.threads,
@@ -72,7 +74,7 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     let mut server = Server::new_with_opt_and_conf(opt, conf);
     server.bootstrap();
 
-    let proxy = LlamaProxy::new(config.clone(), telemetry.clone(), upstream.clone());
+    let proxy = LlamaProxy::new(config.clone(), telemetry.clone(), fleet.clone());
     let mut proxy_service = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
         proxy,
@@ -88,32 +90,40 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
             .l4_buffer(L4BufferSettings::default().read(0)),
     );
 
-    let admin = AdminApp::new(
-        telemetry.clone(),
-        upstream.clone(),
-        config.jaeger_url.clone(),
-    );
+    let admin = AdminApp::new(telemetry.clone(), fleet.clone(), config.jaeger_url.clone());
     let mut admin_service = Service::new("llamatap admin".to_string(), HttpServer::new_app(admin));
     admin_service.add_tcp(&config.admin_listen.to_string());
     admin_service.threads = Some(1);
 
     let watch = background_service(
         "llamatap upstream watch",
-        UpstreamWatch::new(upstream, telemetry.clone(), config.model_refresh),
+        UpstreamWatch::new(fleet, telemetry.clone(), config.model_refresh),
     );
 
     server.add_service(proxy_service);
     server.add_service(admin_service);
     server.add_service(watch);
+    let upstreams: Vec<String> = config
+        .upstreams
+        .iter()
+        .map(|u| format!("http://{}{}", u.address, u.base_path))
+        .collect();
+    let routing = if upstreams.len() > 1 {
+        format!(", routing {}", config.routing.policy.as_str())
+    } else {
+        String::new()
+    };
     log::warn!(
-        "llamatap listening on {} (admin {}), upstream {}",
+        "llamatap listening on {} (admin {}), upstream {}{routing}",
         config.listen,
         config.admin_listen,
-        config.upstream.address
+        upstreams.join(" ")
     );
     eprintln!(
-        "llamatap: listening on {} (admin {}), upstream http://{}{}",
-        config.listen, config.admin_listen, config.upstream.address, config.upstream.base_path
+        "llamatap: listening on {} (admin {}), upstream {}{routing}",
+        config.listen,
+        config.admin_listen,
+        upstreams.join(" ")
     );
     let phases = server.watch_execution_phase();
     server.run(RunArgs {

@@ -7,6 +7,7 @@
 //! per event.
 
 pub mod export;
+pub mod fleet;
 pub mod metrics;
 pub mod models;
 pub mod recent;
@@ -54,9 +55,11 @@ impl Telemetry {
     /// Builds metrics and, with an endpoint, tracing.
     pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
         let metrics = Metrics::new()?;
-        let tracing = Tracing::start(&cfg.telemetry, &cfg.upstream, metrics.spans.clone())?;
+        let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
+        metrics.fleet.seed_upstreams(&names);
+        let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
         let models = ModelNames::new(cfg.model_aliases.clone());
-        // The aliases are known now; the upstream's names come with its /v1/models.
+        // The aliases are known now; the upstreams' names come with their /v1/models.
         for alias in models.list() {
             metrics.seed_model(&alias);
         }

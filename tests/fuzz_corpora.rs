@@ -518,12 +518,12 @@ fn check_config(data: &[u8]) {
             assert!(!c.connect_timeout.is_zero() && !c.read_timeout.is_zero());
             assert!(!c.write_timeout.is_zero() && !c.pool_idle_timeout.is_zero());
             assert!(!c.model_refresh.is_zero());
-            let host = &c.upstream.host;
-            assert!(c.upstream.port > 0, "upstream port 0");
+            let host = &c.upstreams[0].host;
+            assert!(c.upstreams[0].port > 0, "upstream port 0");
             assert!(
                 !host.is_empty() && !host.contains(['[', ']']),
                 "upstream host {host:?} (address {:?}) accepted",
-                c.upstream.address
+                c.upstreams[0].address
             );
             assert!(c.api_keys.iter().all(|k| k.expose().len() >= 8));
         }

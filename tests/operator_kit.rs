@@ -62,6 +62,40 @@ fn flag(cmd: &[String], flag: &str) -> Option<String> {
     })
 }
 
+/// Every value of a repeatable `flag` in a command.
+fn flags(cmd: &[String], flag: &str) -> Vec<String> {
+    let prefix = format!("{flag}=");
+    let mut out = Vec::new();
+    let mut args = cmd.iter();
+    while let Some(a) = args.next() {
+        if a == flag {
+            out.extend(args.next().cloned());
+        } else if let Some(v) = a.strip_prefix(&prefix) {
+            out.push(v.to_string());
+        }
+    }
+    out
+}
+
+/// The llama-server replicas: the services named `llama-server-*`.
+fn replicas(c: &Yaml) -> Vec<String> {
+    c["services"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap().to_string())
+        .filter(|k| k.starts_with("llama-server-"))
+        .collect()
+}
+
+/// A replica's container port, from its `--port` flag.
+fn replica_port(c: &Yaml, name: &str) -> u16 {
+    flag(&command(service(c, name)), "--port")
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// Published ports of a service: (host port, container port).
 fn ports(s: &Yaml) -> Vec<(u16, u16)> {
     s["ports"]
@@ -156,7 +190,8 @@ fn container_ports(c: &Yaml) -> BTreeMap<String, BTreeSet<u16>> {
 }
 
 const SERVICES: &[&str] = &[
-    "llama-server",
+    "llama-server-a",
+    "llama-server-b",
     "llamatap",
     "jaeger",
     "prometheus",
@@ -189,7 +224,7 @@ fn compose_has_every_service_with_a_healthcheck_on_its_own_port() {
         // The healthcheck asks the service's own (container) port.
         let own: Vec<u16> = match *name {
             // llama-server's port comes from its --port flag.
-            "llama-server" => vec![flag(&command(s), "--port").unwrap().parse().unwrap()],
+            n if n.starts_with("llama-server-") => vec![replica_port(&c, n)],
             // Jaeger v2's health-check extension (13133) is not published.
             "jaeger" => vec![13133],
             _ => ports(s).into_iter().map(|(_, c)| c).collect(),
@@ -210,35 +245,81 @@ fn compose_has_every_service_with_a_healthcheck_on_its_own_port() {
 }
 
 #[test]
-fn llama_server_is_the_official_image_with_a_small_model_it_downloads() {
+fn llama_server_replicas_are_the_official_image_with_one_small_model_it_downloads() {
     let c = compose();
-    let s = service(&c, "llama-server");
-    let image = s["image"].as_str().unwrap();
-    assert!(
-        image.starts_with("ghcr.io/ggml-org/llama.cpp:server"),
-        "official server image: {image}"
-    );
-    let cmd = command(s);
-    assert_eq!(flag(&cmd, "--cache-ram").as_deref(), Some("0"));
-    let repo = flag(&cmd, "--hf-repo")
-        .or_else(|| flag(&cmd, "-hf"))
-        .unwrap();
-    assert!(repo.contains("Instruct") && repo.contains("GGUF"), "{repo}");
-    assert!(flag(&cmd, "--host").as_deref() == Some("0.0.0.0"));
-    assert!(
-        cmd.iter().any(|a| a == "--metrics"),
-        "--metrics for Prometheus"
-    );
-    // The model download lands in a named volume that LLAMA_CACHE points at.
-    let cache = s["environment"]["LLAMA_CACHE"].as_str().unwrap();
-    assert!(
-        s["volumes"]
-            .as_sequence()
-            .unwrap()
+    let names = replicas(&c);
+    assert!(names.len() >= 2, "two llama-server replicas: {names:?}");
+    let first = command(service(&c, &names[0]));
+    let mut host_ports = BTreeSet::new();
+    for name in &names {
+        let s = service(&c, name);
+        let image = s["image"].as_str().unwrap();
+        assert!(
+            image.starts_with("ghcr.io/ggml-org/llama.cpp:server"),
+            "{name}: official server image: {image}"
+        );
+        let cmd = command(s);
+        // Replicas: the same model and flags.
+        assert_eq!(cmd, first, "{name} differs from {}", names[0]);
+        assert_eq!(flag(&cmd, "--cache-ram").as_deref(), Some("0"));
+        let repo = flag(&cmd, "--hf-repo")
+            .or_else(|| flag(&cmd, "-hf"))
+            .unwrap();
+        assert!(repo.contains("Instruct") && repo.contains("GGUF"), "{repo}");
+        assert!(flag(&cmd, "--host").as_deref() == Some("0.0.0.0"));
+        assert!(
+            cmd.iter().any(|a| a == "--metrics"),
+            "--metrics for Prometheus"
+        );
+        // The model download lands in a named volume that LLAMA_CACHE points at.
+        let cache = s["environment"]["LLAMA_CACHE"].as_str().unwrap();
+        assert!(
+            s["volumes"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|v| v.as_str().unwrap().ends_with(&format!(":{cache}"))),
+            "{name}: LLAMA_CACHE {cache} is not a volume"
+        );
+        for (host, _) in ports(s) {
+            assert!(host_ports.insert(host), "{name}: host port {host} twice");
+        }
+    }
+    // They share the volume, so only the first downloads the model: the
+    // others start once it is healthy.
+    for name in &names[1..] {
+        assert_eq!(
+            service(&c, name)["depends_on"][names[0].as_str()]["condition"].as_str(),
+            Some("service_healthy"),
+            "{name} must wait for {} (shared model volume)",
+            names[0]
+        );
+    }
+}
+
+/// llamatap's upstreams in compose: its `--upstream` flags, else its config
+/// file's `upstream` or `[[upstreams]]`, as (url, name).
+fn compose_upstreams(c: &Yaml, config: &toml::Value) -> Vec<(String, Option<String>)> {
+    let from_flags = flags(&command(service(c, "llamatap")), "--upstream");
+    if !from_flags.is_empty() {
+        return from_flags.into_iter().map(|u| (u, None)).collect();
+    }
+    if let Some(list) = config.get("upstreams").and_then(|v| v.as_array()) {
+        return list
             .iter()
-            .any(|v| v.as_str().unwrap().ends_with(&format!(":{cache}"))),
-        "LLAMA_CACHE {cache} is not a volume"
-    );
+            .map(|u| {
+                (
+                    u["url"].as_str().unwrap().to_string(),
+                    u.get("name").and_then(|n| n.as_str()).map(str::to_string),
+                )
+            })
+            .collect();
+    }
+    let single = config
+        .get("upstream")
+        .and_then(|v| v.as_str())
+        .expect("llamatap has no upstream in compose");
+    vec![(single.to_string(), None)]
 }
 
 #[test]
@@ -249,14 +330,6 @@ fn llamatap_service_matches_its_image_upstream_and_jaeger() {
     let dockerfile = s["build"]["dockerfile"].as_str().unwrap_or("Dockerfile");
     assert!(repo().join(dockerfile).is_file(), "{dockerfile}");
     let cmd = command(s);
-
-    // Upstream: the llama-server service on its --port.
-    let llama_port: u16 = flag(&command(service(&c, "llama-server")), "--port")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let upstream = flag(&cmd, "--upstream").unwrap();
-    assert_eq!(host_port(&upstream), ("llama-server".into(), llama_port));
 
     // Listeners on all interfaces, on the published container ports.
     let published: BTreeSet<u16> = ports(s).into_iter().map(|(_, c)| c).collect();
@@ -311,6 +384,39 @@ fn llamatap_service_matches_its_image_upstream_and_jaeger() {
         String::from_utf8_lossy(&out.stderr)
     );
     let parsed: toml::Value = toml::from_str(content).unwrap();
+
+    // Upstreams: every llama-server replica on its --port, once each, named
+    // after its service (the `upstream` label of the Fleet panels).
+    let upstreams = compose_upstreams(&c, &parsed);
+    let wired: BTreeSet<(String, u16)> = upstreams.iter().map(|(u, _)| host_port(u)).collect();
+    assert_eq!(
+        wired.len(),
+        upstreams.len(),
+        "an upstream twice: {upstreams:?}"
+    );
+    let expected: BTreeSet<(String, u16)> = replicas(&c)
+        .into_iter()
+        .map(|r| {
+            let port = replica_port(&c, &r);
+            (r, port)
+        })
+        .collect();
+    assert_eq!(wired, expected, "llamatap's upstreams are the replicas");
+    for (url, name) in &upstreams {
+        if let Some(name) = name {
+            assert_eq!(*name, host_port(url).0, "{url}: name it after its service");
+        }
+    }
+    // llamatap does not wait for every replica (it routes to the ready
+    // ones), but each dependency it names is a replica or Jaeger.
+    for dep in s["depends_on"].as_mapping().unwrap().keys() {
+        let dep = dep.as_str().unwrap();
+        assert!(
+            dep == "jaeger" || expected.iter().any(|(r, _)| r == dep),
+            "llamatap depends on {dep}"
+        );
+    }
+
     let jaeger_url = parsed["admin"]["jaeger_url"].as_str().unwrap();
     let ui_host_port = ports(service(&c, "jaeger"))
         .into_iter()
@@ -480,9 +586,12 @@ fn prometheus_config_scrapes_llamatap_and_loads_the_rules_in_compose() {
         job["metrics_path"].as_str().unwrap_or("/metrics"),
         "/metrics"
     );
-    let llama_port = flag(&command(service(&c, "llama-server")), "--port").unwrap();
     let (_, llama_targets) = jobs.get("llama-server").expect("a llama-server job");
-    assert_eq!(llama_targets, &vec![format!("llama-server:{llama_port}")]);
+    let replica_targets: Vec<String> = replicas(&c)
+        .iter()
+        .map(|r| format!("{r}:{}", replica_port(&c, r)))
+        .collect();
+    assert_eq!(llama_targets, &replica_targets);
 
     // Grafana's Prometheus data source knows the scrape interval.
     let interval = job["scrape_interval"]
@@ -810,6 +919,157 @@ fn dashboards_follow_the_house_rules() {
             "{file}: panels should link to Jaeger searches ({jaeger_panel_links})"
         );
     }
+}
+
+/// The fleet's families that carry an `upstream` label.
+const PER_UPSTREAM: &[&str] = &[
+    "llamatap_upstream_up",
+    "llamatap_upstream_inflight_requests",
+    "llamatap_upstream_requests_total",
+    "llamatap_upstream_ttft_seconds",
+    "llamatap_upstream_tokens_total",
+    "llamatap_routing_predicted_cached_tokens_total",
+];
+
+#[test]
+fn dashboards_show_the_fleet_per_upstream_and_the_routing() {
+    // Every query of every dashboard: (file, panel title, expr).
+    let mut exprs = Vec::new();
+    for (file, dash) in dashboards() {
+        for p in all_panels(&dash) {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                if let Some(e) = t["expr"].as_str() {
+                    exprs.push((
+                        file.clone(),
+                        p["title"].as_str().unwrap_or_default().to_string(),
+                        e.to_string(),
+                        t["legendFormat"].as_str().unwrap_or_default().to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    // Each per-upstream family is shown per upstream somewhere: grouped by
+    // the label, and the legend names the upstream.
+    for family in PER_UPSTREAM {
+        assert!(
+            exprs.iter().any(|(_, _, e, legend)| {
+                metric_names(e).iter().any(|n| n == family)
+                    && (e.contains("by (upstream)") || e.contains("by (le, upstream)"))
+                    && legend.contains("{{upstream}}")
+            }),
+            "no dashboard panel shows {family} per upstream"
+        );
+    }
+    // The routing families by their one label.
+    for (family, label) in [
+        ("llamatap_routing_decisions_total", "reason"),
+        ("llamatap_routing_predictions_total", "result"),
+    ] {
+        assert!(
+            exprs.iter().any(|(_, _, e, legend)| {
+                metric_names(e).iter().any(|n| n == family)
+                    && e.contains(&format!("by ({label})"))
+                    && legend.contains(&format!("{{{{{label}}}}}"))
+            }),
+            "no dashboard panel shows {family} by {label}"
+        );
+    }
+    // TTFT p95 and cache reuse per upstream.
+    assert!(
+        exprs
+            .iter()
+            .any(|(_, _, e, _)| e.starts_with("histogram_quantile(0.95")
+                && e.contains("llamatap_upstream_ttft_seconds_bucket")
+                && e.contains("by (le, upstream)")),
+        "no TTFT p95 per upstream"
+    );
+    assert!(
+        exprs.iter().any(|(_, _, e, _)| {
+            let (num, den) = e.split_once(" / ").unwrap_or_default();
+            num.contains("llamatap_upstream_tokens_total{kind=\"cached\"")
+                && den.contains("llamatap_upstream_tokens_total{kind=\"prompt\"")
+        }),
+        "no prompt-cache reuse per upstream"
+    );
+    // A panel that folds the upstreams into one series says so.
+    for (file, title, e, _) in &exprs {
+        if metric_names(e).iter().any(|n| n == "llamatap_upstream_up") && !e.contains("upstream)") {
+            let dash = dashboards().into_iter().find(|(f, _)| f == file).unwrap().1;
+            let panel = all_panels(&dash)
+                .into_iter()
+                .find(|p| p["title"] == title.as_str())
+                .unwrap();
+            assert!(
+                panel["description"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("every upstream")),
+                "{file}: {title}: {e} folds the upstreams into one value; its description must say so"
+            );
+        }
+    }
+}
+
+/// `llamatap --check-config` on `content`: (success, stderr).
+fn check_config(name: &str, content: &str) -> (bool, String) {
+    let file = common::temp_config(name, content);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_llamatap"))
+        .arg("--check-config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn example_config_fleet_block_loads_once_uncommented_in_place_of_upstream() {
+    let example = read("conf/llamatap.example.toml");
+    // Uncomment the [[upstreams]] example: its entries and their keys.
+    let uncommented: Vec<String> = example
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest)
+                if rest == "[[upstreams]]"
+                    || ["url = ", "name = ", "weight = "]
+                        .iter()
+                        .any(|k| rest.starts_with(k)) =>
+            {
+                rest.to_string()
+            }
+            _ => l.to_string(),
+        })
+        .collect();
+    assert!(
+        uncommented.iter().filter(|l| *l == "[[upstreams]]").count() >= 2,
+        "the example shows at least two [[upstreams]]"
+    );
+    // With `upstream` still set, the file is refused.
+    let (ok, err) = check_config("fleet-both", &uncommented.join("\n"));
+    assert!(!ok && err.contains("not both"), "{err}");
+    // In place of `upstream`, it loads, with a session header too.
+    let fleet: Vec<String> = uncommented
+        .into_iter()
+        .filter(|l| !l.starts_with("upstream = "))
+        .map(|l| {
+            if l.starts_with("session_header = ") {
+                "session_header = \"x-session-id\"".into()
+            } else {
+                l
+            }
+        })
+        .collect();
+    let (ok, err) = check_config("fleet", &fleet.join("\n"));
+    assert!(ok, "the example's fleet fails --check-config: {err}");
+    // The example as shipped names the defaults.
+    let parsed: toml::Value = toml::from_str(&example).unwrap();
+    assert_eq!(
+        parsed["routing"]["policy"].as_str(),
+        Some("prefix_affinity")
+    );
+    assert_eq!(parsed["routing"]["session_header"].as_str(), Some(""));
 }
 
 #[test]

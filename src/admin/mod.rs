@@ -1,7 +1,8 @@
 //! The admin listener: llamatap's own endpoints, apart from the proxied ones.
 //!
 //! - `/healthz`: 200 while the process serves.
-//! - `/readyz`: 200 when the upstream's `/health` answered 200 at the last check, else 503.
+//! - `/readyz`: 200 when at least one upstream's `/health` answered 200 at
+//!   the last check and every model the fleet serves has such an upstream, else 503.
 //! - `/metrics`: Prometheus exposition.
 //! - `/latency`: the latency page; `/latency.json`: its data.
 //!
@@ -16,27 +17,37 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
-use crate::proxy::watch::UpstreamState;
+use crate::proxy::fleet::Fleet;
 use crate::telemetry::Telemetry;
 
 /// The admin HTTP app.
 pub struct AdminApp {
     telemetry: Arc<Telemetry>,
-    upstream: Arc<UpstreamState>,
+    fleet: Arc<Fleet>,
     jaeger_url: Option<String>,
 }
 
 impl AdminApp {
     /// An admin app over shared telemetry and upstream state.
-    pub fn new(
-        telemetry: Arc<Telemetry>,
-        upstream: Arc<UpstreamState>,
-        jaeger_url: Option<String>,
-    ) -> Self {
+    pub fn new(telemetry: Arc<Telemetry>, fleet: Arc<Fleet>, jaeger_url: Option<String>) -> Self {
         AdminApp {
             telemetry,
-            upstream,
+            fleet,
             jaeger_url,
+        }
+    }
+}
+
+impl AdminApp {
+    /// Sets the per-upstream gauges from the fleet's state, at scrape time.
+    fn refresh_fleet_gauges(&self) {
+        let f = &self.telemetry.metrics.fleet;
+        for m in self.fleet.members() {
+            let name = m.upstream.name.as_str();
+            f.up.with_label_values(&[name]).set(i64::from(m.healthy()));
+            f.inflight
+                .with_label_values(&[name])
+                .set(i64::from(m.in_flight()));
         }
     }
 }
@@ -65,17 +76,20 @@ impl ServeHttp for AdminApp {
         match path.as_str() {
             "/healthz" => reply(200, "text/plain; charset=utf-8", b"ok\n".to_vec()),
             "/readyz" => {
-                if self.upstream.ready() {
+                if self.fleet.ready() {
                     reply(200, "text/plain; charset=utf-8", b"ready\n".to_vec())
                 } else {
                     reply(503, "text/plain; charset=utf-8", b"upstream not ready\n".to_vec())
                 }
             }
-            "/metrics" => reply(
-                200,
-                "text/plain; version=0.0.4; charset=utf-8",
-                self.telemetry.metrics.render(),
-            ),
+            "/metrics" => {
+                self.refresh_fleet_gauges();
+                reply(
+                    200,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    self.telemetry.metrics.render(),
+                )
+            }
             "/latency" | "/" => {
                 let recent = self.telemetry.recent.snapshot();
                 let html = page::render(&recent, self.jaeger_url.as_deref());

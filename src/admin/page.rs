@@ -277,9 +277,22 @@ fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) 
     if jaeger_url.is_none() {
         h.push_str("<span>set <code>admin.jaeger_url</code> to link trace ids to Jaeger</span>");
     }
+    // The upstream column appears once requests went to more than one
+    // upstream: with a single llama-server it would say the same every row.
+    let fleet = recent
+        .iter()
+        .filter_map(|r| r.upstream.as_deref())
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+        > 1;
+    let upstream_th = if fleet {
+        "<th class=l title=\"the llama-server that answered; hover a name for why it was chosen\">upstream</th>"
+    } else {
+        ""
+    };
     let _ = write!(
         h,
-        "</div><table><thead><tr><th class=l>time (UTC)</th><th class=l>model</th><th class=l>route</th><th class=l>outcome</th>\
+        "</div><table><thead><tr><th class=l>time (UTC)</th><th class=l>model</th>{upstream_th}<th class=l>route</th><th class=l>outcome</th>\
 <th>headers</th><th>1st token</th><th>1st sentence</th><th>end</th><th>prefill</th><th>decode</th>\
 <th title=\"tokens: prompt (of which from the KV cache) → output\">in (cached) → out</th>\
 <th class=l>waterfall: 0 – {scale:.0} ms</th><th class=l>trace</th></tr></thead><tbody>"
@@ -305,11 +318,12 @@ fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) 
         };
         let _ = write!(
             h,
-            "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td><td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
+            "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td>{}<td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {} → {}</td><td class=l>",
             clock(r.received),
             esc(&r.model),
             esc(short_model(&r.model)),
+            upstream_cell(r, fleet),
             esc(r.route),
             esc(r.outcome),
             ms(r.upstream_headers),
@@ -407,6 +421,18 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
     h.push_str("</div>");
 }
 
+/// The upstream cell of a request row, when the page shows the column.
+fn upstream_cell(r: &RecentRequest, fleet: bool) -> String {
+    if !fleet {
+        return String::new();
+    }
+    format!(
+        "<td class=l title=\"{}\">{}</td>",
+        esc(r.route_reason.unwrap_or("")),
+        esc(r.upstream.as_deref().unwrap_or("–"))
+    )
+}
+
 /// The page's data as JSON (milliseconds).
 pub fn json(recent: &[RecentRequest]) -> String {
     let msf = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
@@ -423,6 +449,7 @@ pub fn json(recent: &[RecentRequest]) -> String {
                 "prefill_ms": msf(r.prefill), "decode_ms": msf(r.decode),
                 "input_tokens": r.input_tokens, "cached_tokens": r.cached_tokens, "output_tokens": r.output_tokens,
                 "trace_id": r.trace_id,
+                "upstream": r.upstream, "route_reason": r.route_reason,
             })
         })
         .collect();
@@ -454,6 +481,8 @@ mod tests {
             cached_tokens: Some(75),
             output_tokens: Some(50),
             trace_id: Some("0123456789abcdef0123456789abcdef".into()),
+            upstream: Some("gpu-a".into()),
+            route_reason: Some("prefix_hit"),
         }
     }
 
@@ -496,6 +525,19 @@ mod tests {
         let html = render(&[req("m", "ok", 50), miss], None);
         assert_eq!(html.matches("class=miss").count(), 1);
         assert!(html.contains("100 (75) → 50"));
+    }
+
+    #[test]
+    fn the_upstream_column_appears_with_more_than_one_upstream() {
+        let one = render(&[req("m", "ok", 50), req("m", "ok", 60)], None);
+        assert!(!one.contains(">upstream</th>"), "one upstream: no column");
+        let mut other = req("m", "ok", 70);
+        other.upstream = Some("gpu-b".into());
+        other.route_reason = Some("cold");
+        let two = render(&[req("m", "ok", 50), other], None);
+        assert!(two.contains(">upstream</th>"));
+        assert!(two.contains("<td class=l title=\"cold\">gpu-b</td>"));
+        assert!(two.contains("<td class=l title=\"prefix_hit\">gpu-a</td>"));
     }
 
     #[test]

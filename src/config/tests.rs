@@ -14,7 +14,7 @@ fn defaults_are_documented_values() {
     assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
     assert_eq!(c.admin_listen.to_string(), DEFAULT_ADMIN_LISTEN);
     assert!(c.admin_listen.ip().is_loopback());
-    assert_eq!(c.upstream.address, "127.0.0.1:8081");
+    assert_eq!(c.upstreams[0].address, "127.0.0.1:8081");
     assert_eq!(c.grace_period, Duration::from_secs(10));
     assert_eq!(c.read_timeout, Duration::from_secs(600));
     assert!(
@@ -34,7 +34,7 @@ fn flags_beat_file() {
     };
     let c = Config::from_raw(raw, &o).unwrap();
     assert_eq!(c.listen.port(), 2);
-    assert_eq!(c.upstream.host, "a");
+    assert_eq!(c.upstreams[0].host, "a");
 }
 
 #[test]
@@ -96,6 +96,82 @@ fn shipped_config_files_load() {
         }
     }
     assert!(n >= 1, "no config files under conf/");
+}
+
+#[test]
+fn one_upstream_by_default_named_by_address() {
+    let c = load("").unwrap();
+    assert_eq!(c.upstreams.len(), 1);
+    assert_eq!(c.upstreams[0].name, "127.0.0.1:8081");
+    assert_eq!(c.upstreams[0].weight, 1);
+    assert_eq!(c.routing.policy, crate::route::Policy::PrefixAffinity);
+    assert_eq!(c.routing.session_header, None);
+}
+
+#[test]
+fn upstream_list_with_names_weights_and_routing() {
+    let c = load(
+        "[[upstreams]]\nurl = \"http://10.0.0.1:8081\"\nname = \"gpu-a\"\nweight = 3\n\
+         [[upstreams]]\nurl = \"http://10.0.0.2:8081/base\"\n\
+         [routing]\npolicy = \"least_busy\"\nsession_header = \"X-Session-Id\"\n",
+    )
+    .unwrap();
+    let names: Vec<_> = c.upstreams.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["gpu-a", "10.0.0.2:8081"]);
+    assert_eq!((c.upstreams[0].weight, c.upstreams[1].weight), (3, 1));
+    assert_eq!(c.upstreams[1].base_path, "/base");
+    assert_eq!(c.routing.policy, crate::route::Policy::LeastBusy);
+    assert_eq!(c.routing.session_header.as_deref(), Some("x-session-id"));
+}
+
+#[test]
+fn repeated_upstream_flags_replace_the_file() {
+    let raw = RawConfig::from_toml("upstream = \"http://a:1\"").unwrap();
+    let o = Overrides {
+        upstreams: vec!["http://b:2".into(), "http://c:3".into()],
+        routing_policy: Some("round_robin".into()),
+        ..Overrides::default()
+    };
+    let c = Config::from_raw(raw, &o).unwrap();
+    let names: Vec<_> = c.upstreams.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["b:2", "c:3"]);
+    assert_eq!(c.routing.policy, crate::route::Policy::RoundRobin);
+}
+
+#[test]
+fn fleet_errors_are_one_line() {
+    let many: String = (0..=MAX_UPSTREAMS)
+        .map(|i| format!("[[upstreams]]\nurl = \"http://h{i}:1\"\n"))
+        .collect();
+    for (bad, key) in [
+        (
+            "upstream = \"http://a:1\"\n[[upstreams]]\nurl = \"http://b:1\"".to_string(),
+            "upstreams",
+        ),
+        (
+            "[[upstreams]]\nurl = \"http://a:1\"\n[[upstreams]]\nurl = \"http://a:1\"".into(),
+            "upstreams",
+        ),
+        (
+            "[[upstreams]]\nurl = \"http://a:1\"\nname = \"x y\"".into(),
+            "upstreams.name",
+        ),
+        (
+            "[[upstreams]]\nurl = \"http://a:1\"\nweight = 0".into(),
+            "upstreams.weight",
+        ),
+        ("[routing]\npolicy = \"random\"".into(), "routing.policy"),
+        (
+            "[routing]\nsession_header = \"x session\"".into(),
+            "routing.session_header",
+        ),
+        (many, "upstreams"),
+    ] {
+        let e = load(&bad).unwrap_err().to_string();
+        assert!(!e.contains('\n'), "{bad:?} gave a multi-line error: {e}");
+        assert!(e.contains(key), "{bad:?}: {e} does not name {key}");
+    }
+    assert!(load("upstreams = []").is_err());
 }
 
 #[test]

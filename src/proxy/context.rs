@@ -7,6 +7,7 @@ use crate::llama::StreamFormat;
 use crate::observe::{StreamFacts, StreamObserver};
 use crate::record::{HangupPhase, Outcome, RequestRecord};
 use crate::request::{RequestFacts, Route};
+use crate::route::{Chain, Decision};
 use crate::telemetry::spans::RequestSpan;
 
 /// State of one proxied request.
@@ -49,6 +50,18 @@ pub struct RequestCtx {
     pub stream_counted: bool,
     /// `request_filter` ran (telemetry counted the request).
     pub started: bool,
+    /// The prompt's prefix chain, when the body was read before routing.
+    pub chain: Chain,
+    /// Session key from the configured session header.
+    pub session: Option<u64>,
+    /// The body was read before routing (model and chain are known).
+    pub preread: bool,
+    /// The fleet member of the current attempt (counted in its load).
+    pub member: Option<usize>,
+    /// The routing decision of the current attempt.
+    pub decision: Option<Decision>,
+    /// Members already tried (connect failures).
+    pub tried: Vec<usize>,
     /// Upstream attempts made (the first one and each retry).
     pub upstream_attempts: u32,
 }
@@ -76,6 +89,12 @@ impl RequestCtx {
             failure: None,
             stream_counted: false,
             started: false,
+            chain: Chain::default(),
+            session: None,
+            preread: false,
+            member: None,
+            decision: None,
+            tried: Vec::new(),
             upstream_attempts: 0,
         }
     }
@@ -148,6 +167,7 @@ impl RequestCtx {
             response_bytes: self.response_bytes,
             upstream_retries: self.upstream_attempts.checked_sub(1),
             client_address,
+            upstream: None,
         };
         if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {
             let r = crate::llama::parse_response(format, &body);

@@ -9,7 +9,9 @@
 
 pub mod context;
 pub mod errors;
+pub mod fleet;
 pub mod guard;
+mod routing;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -31,26 +33,22 @@ use crate::request::{self, Route};
 use crate::telemetry::spans::Tracing;
 use crate::telemetry::Telemetry;
 use context::RequestCtx;
-use watch::UpstreamState;
+use fleet::Fleet;
 
 /// The llamatap proxy service.
 pub struct LlamaProxy {
     config: Arc<Config>,
     telemetry: Arc<Telemetry>,
-    upstream: Arc<UpstreamState>,
+    fleet: Arc<Fleet>,
 }
 
 impl LlamaProxy {
-    /// A proxy for `config`'s upstream.
-    pub fn new(
-        config: Arc<Config>,
-        telemetry: Arc<Telemetry>,
-        upstream: Arc<UpstreamState>,
-    ) -> Self {
+    /// A proxy for `config`'s upstreams.
+    pub fn new(config: Arc<Config>, telemetry: Arc<Telemetry>, fleet: Arc<Fleet>) -> Self {
         LlamaProxy {
             config,
             telemetry,
-            upstream,
+            fleet,
         }
     }
 
@@ -120,31 +118,54 @@ impl ProxyHttp for LlamaProxy {
                 ctx.received_wall,
             ));
         }
-        match guard::check(req, ctx.route, &self.config) {
-            None => Ok(false),
-            Some(r) => {
-                refuse(session, ctx, r).await;
-                Ok(true)
-            }
+        if let Some(r) = guard::check(req, ctx.route, &self.config) {
+            refuse(session, ctx, r).await;
+            return Ok(true);
         }
+        if !self.fleet.is_fleet() {
+            return Ok(false);
+        }
+        routing::prepare(session, ctx, &self.fleet, &self.config).await
     }
 
-    /// Every attempt goes to the one configured llama-server, at the address
-    /// the watcher last resolved; none yet is a 502 (`upstream_unresolved`).
+    /// Each attempt asks the fleet for an upstream (see [`routing`]); a
+    /// retry never goes back to one that already failed.
     async fn upstream_peer(
         &self,
         _session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        let Some(address) = self.upstream.address() else {
-            return Err(errors::unresolved(&self.config.upstream.address));
-        };
         ctx.upstream_attempts += 1;
         // A retry replays the body from its start.
         ctx.body.clear();
         ctx.body_truncated = false;
         ctx.request_bytes = 0;
+        let address = routing::choose(&self.fleet, ctx)?;
         Ok(Box::new(self.peer(address)))
+    }
+
+    /// The upstream refused or did not answer the connect: eject it for a
+    /// while, and try another one that can serve the request (the request
+    /// has not reached any llama-server).
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut RequestCtx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        if let Some(i) = ctx.member {
+            self.fleet.eject(i);
+            if self.fleet.is_fleet()
+                && self
+                    .fleet
+                    .can_fail_over(ctx.request.model.as_deref(), i, &ctx.tried)
+            {
+                ctx.tried.push(i);
+                e.set_retry(true);
+            }
+        }
+        e
     }
 
     /// Headers are built: apply the base path and hand the trace context on.
@@ -154,7 +175,11 @@ impl ProxyHttp for LlamaProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let base = &self.config.upstream.base_path;
+        let base = ctx
+            .member
+            .and_then(|i| self.fleet.member(i))
+            .map(|m| m.upstream.base_path.as_str())
+            .unwrap_or("");
         if !base.is_empty() {
             let pq = upstream_request
                 .uri
@@ -235,6 +260,13 @@ impl ProxyHttp for LlamaProxy {
     ) -> Result<()> {
         ctx.upstream_headers = Some(Instant::now());
         ctx.status = Some(upstream_response.status.as_u16());
+        if let Some(i) = ctx.member {
+            if upstream_response.status.is_server_error() {
+                self.fleet.eject(i);
+            } else {
+                self.fleet.succeeded(i);
+            }
+        }
         let format = ctx.format();
         if is_event_stream(upstream_response) {
             ctx.streaming = true;
@@ -390,7 +422,8 @@ impl ProxyHttp for LlamaProxy {
         let method = req.method.as_str().to_string();
         let path = req.uri.path().to_string();
         let client = session.client_addr().map(|a| a.to_string());
-        let rec = ctx.record(method, path, outcome, error, client);
+        let mut rec = ctx.record(method, path, outcome, error, client);
+        rec.upstream = routing::finish(&self.fleet, ctx, &rec);
         self.telemetry.request_finished(&rec, ctx.span.take());
     }
 }

@@ -1,66 +1,31 @@
-//! Watches the upstream in the background: resolves its address, checks
-//! `/health` (for `/readyz` and `llamatap_upstream_up`) and reads `/v1/models`
-//! (the allowed `model` labels). One small HTTP/1.1 GET at a time, with a
-//! timeout; never on a request's path. Name lookups happen here (and once at
-//! start-up), never on a request's path: requests only read the last
-//! resolved address.
+//! Watches every upstream in the background: resolves its address, checks
+//! `/health` (readiness, `llamatap_upstream_up`), reads its model list
+//! (`/v1/models`, else llama-server's router-mode `/models`) and its idle
+//! slots (`/slots`). One small HTTP/1.1 GET at a time per upstream, with a
+//! timeout; never on a request's path, so a slow DNS server or a dead
+//! upstream never holds a request up.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
 
-use crate::config::Upstream;
+use super::fleet::Fleet;
 use crate::telemetry::models::parse_model_list;
 use crate::telemetry::Telemetry;
 
-/// How often `/health` is checked.
+/// How often each upstream's `/health` is checked. A recovered upstream
+/// rejoins within one interval (two, counting the check in progress).
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
 /// Timeout of one check.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest response read from a check.
 const MAX_CHECK_BYTES: usize = 1 << 20;
-
-/// What the proxy knows about its upstream.
-#[derive(Debug)]
-pub struct UpstreamState {
-    upstream: Upstream,
-    resolved: RwLock<Option<SocketAddr>>,
-    ready: AtomicBool,
-}
-
-impl UpstreamState {
-    /// State for `upstream`, resolved once now (a failure is retried by the watcher).
-    pub fn new(upstream: Upstream) -> Self {
-        let resolved = resolve(&upstream.address);
-        UpstreamState {
-            upstream,
-            resolved: RwLock::new(resolved),
-            ready: AtomicBool::new(false),
-        }
-    }
-
-    /// The address to connect to, as last resolved; `None` while the host
-    /// name has never resolved.
-    pub fn address(&self) -> Option<SocketAddr> {
-        self.resolved.read().ok().and_then(|g| *g)
-    }
-
-    /// The last health check passed.
-    pub fn ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
-    }
-
-    /// The configured upstream.
-    pub fn upstream(&self) -> &Upstream {
-        &self.upstream
-    }
-}
 
 /// The first address `host:port` resolves to (a blocking lookup).
 fn resolve(address: &str) -> Option<SocketAddr> {
@@ -69,74 +34,130 @@ fn resolve(address: &str) -> Option<SocketAddr> {
 
 /// The background service.
 pub struct UpstreamWatch {
-    state: Arc<UpstreamState>,
+    fleet: Arc<Fleet>,
     telemetry: Arc<Telemetry>,
     model_refresh: Duration,
 }
 
 impl UpstreamWatch {
-    /// A watcher updating `state` and the model labels in `telemetry`.
-    pub fn new(
-        state: Arc<UpstreamState>,
-        telemetry: Arc<Telemetry>,
-        model_refresh: Duration,
-    ) -> Self {
+    /// A watcher updating `fleet` and the model labels in `telemetry`.
+    pub fn new(fleet: Arc<Fleet>, telemetry: Arc<Telemetry>, model_refresh: Duration) -> Self {
         UpstreamWatch {
-            state,
+            fleet,
             telemetry,
             model_refresh,
         }
     }
 
-    async fn check(&self, models_due: bool) -> bool {
-        let name = self.state.upstream.address.clone();
-        if let Some(a) = tokio::task::spawn_blocking(move || resolve(&name))
-            .await
-            .ok()
-            .flatten()
-        {
-            if let Ok(mut g) = self.state.resolved.write() {
-                *g = Some(a);
+    /// Resolves every upstream once, before the listeners open, so that a
+    /// name that resolves is usable from the first request.
+    pub fn resolve_now(fleet: &Fleet) {
+        for m in fleet.members() {
+            if let Some(a) = resolve(&m.upstream.address) {
+                m.set_address(a);
             }
         }
-        let Some(target) = self.state.address() else {
-            self.state.ready.store(false, Ordering::Relaxed);
-            self.telemetry.metrics.upstream_up.set(0);
-            return false;
-        };
-        let host = &self.state.upstream.address;
-        let base = &self.state.upstream.base_path;
-        let healthy = matches!(
-            get(target, host, &format!("{base}/health")).await,
-            Some((200, _))
-        );
-        self.state.ready.store(healthy, Ordering::Relaxed);
-        self.telemetry.metrics.upstream_up.set(i64::from(healthy));
-        if healthy && models_due {
-            if let Some((200, body)) = get(target, host, &format!("{base}/v1/models")).await {
-                let names = parse_model_list(&body);
-                if !names.is_empty() {
-                    self.telemetry.models.replace(names);
-                    self.telemetry
-                        .metrics
-                        .set_models(&self.telemetry.models.list());
-                    return true;
-                }
-            }
-            return false;
-        }
-        models_due
     }
+
+    /// Publishes the fleet's model names as the allowed `model` labels.
+    fn publish_models(&self) {
+        let names = self.fleet.models();
+        if names.is_empty() {
+            return;
+        }
+        self.telemetry.models.replace(names);
+        self.telemetry
+            .metrics
+            .set_models(&self.telemetry.models.list());
+    }
+}
+
+/// One round of checks of member `i`; returns whether its model list was read.
+async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
+    let Some(m) = fleet.member(i) else {
+        return false;
+    };
+    let addr = m.upstream.address.clone();
+    if let Some(a) = tokio::task::spawn_blocking(move || resolve(&addr))
+        .await
+        .ok()
+        .flatten()
+    {
+        m.set_address(a);
+    }
+    let Some(target) = m.address() else {
+        let _ = m.set_healthy(false);
+        return false;
+    };
+    let host = m.upstream.address.as_str();
+    let base = &m.upstream.base_path;
+    // 503 ("loading model") and anything else but 200 is not ready.
+    let healthy = matches!(
+        get(target, host, &format!("{base}/health")).await,
+        Some((200, _))
+    );
+    if m.set_healthy(healthy) {
+        fleet.rejoined(i);
+    }
+    if !healthy {
+        return false;
+    }
+    if fleet.is_fleet() {
+        let idle = match get(target, host, &format!("{base}/slots")).await {
+            Some((200, body)) => idle_slots(&body),
+            _ => None,
+        };
+        m.set_idle_slots(idle);
+    }
+    if !models_due {
+        return false;
+    }
+    for path in ["/v1/models", "/models"] {
+        if let Some((200, body)) = get(target, host, &format!("{base}{path}")).await {
+            let names = parse_model_list(&body);
+            if !names.is_empty() {
+                m.set_models(names);
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Idle slots in a `/slots` answer (an array of slots with `is_processing`).
+fn idle_slots(body: &[u8]) -> Option<u32> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let slots = v.as_array()?;
+    let idle = slots
+        .iter()
+        .filter(|s| s.get("is_processing").and_then(|p| p.as_bool()) == Some(false))
+        .count();
+    u32::try_from(idle).ok()
 }
 
 #[async_trait]
 impl BackgroundService for UpstreamWatch {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut last_models: Option<Instant> = None;
+        let n = self.fleet.members().len();
+        let mut last_models: Vec<Option<Instant>> = vec![None; n];
         loop {
-            let due = last_models.is_none_or(|t| t.elapsed() >= self.model_refresh);
-            if self.check(due).await && due {
-                last_models = Some(Instant::now());
+            let mut round = JoinSet::new();
+            for (i, last) in last_models.iter().enumerate() {
+                let due = last.is_none_or(|t| t.elapsed() >= self.model_refresh);
+                let fleet = self.fleet.clone();
+                round.spawn(async move { (i, check(fleet, i, due).await) });
+            }
+            let mut read_models = false;
+            while let Some(done) = round.join_next().await {
+                if let Ok((i, true)) = done {
+                    if let Some(slot) = last_models.get_mut(i) {
+                        *slot = Some(Instant::now());
+                    }
+                    read_models = true;
+                }
+            }
+            if read_models {
+                self.publish_models();
             }
             tokio::select! {
                 _ = shutdown.changed() => return,

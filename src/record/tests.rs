@@ -61,6 +61,7 @@ fn record() -> RequestRecord {
         skipped_events: 0,
         response_bytes: 0,
         client_address: None,
+        upstream: None,
         upstream_retries: None,
     }
 }

@@ -66,10 +66,11 @@ pub struct Metrics {
     pub skipped_events: IntCounter,
     /// `llamatap_otel_spans_total{result}`.
     pub spans: IntCounterVec,
-    /// `llamatap_upstream_up`.
-    pub upstream_up: IntGauge,
+    /// Per-upstream and routing families.
+    pub fleet: super::fleet::FleetMetrics,
     /// `llamatap_upstream_retries_total`.
     pub upstream_retries: IntCounter,
+
     /// `llamatap_upstream_models{model}`.
     pub upstream_models: IntGaugeVec,
     /// `llamatap_build_info{version}`.
@@ -128,8 +129,9 @@ impl Metrics {
                 Opts::new("llamatap_otel_spans_total", "Finished spans by export result: exported, dropped_queue_full, dropped_export_failed."),
                 &["result"],
             )?,
-            upstream_up: IntGauge::new("llamatap_upstream_up", "1 when the upstream's /health answered 200 at the last check.")?,
+            fleet: super::fleet::FleetMetrics::register(&registry)?,
             upstream_retries: IntCounter::new("llamatap_upstream_retries_total", "Requests sent again on a new upstream connection because the first one provably never reached llama-server whole.")?,
+
             upstream_models: IntGaugeVec::new(
                 Opts::new("llamatap_upstream_models", "Model names the upstream reports (1 per name); these are the allowed model labels."),
                 &["model"],
@@ -163,8 +165,8 @@ impl Metrics {
         r.register(Box::new(self.wasted.clone()))?;
         r.register(Box::new(self.skipped_events.clone()))?;
         r.register(Box::new(self.spans.clone()))?;
-        r.register(Box::new(self.upstream_up.clone()))?;
         r.register(Box::new(self.upstream_retries.clone()))?;
+
         r.register(Box::new(self.upstream_models.clone()))?;
         r.register(Box::new(self.build_info.clone()))?;
         Ok(())
@@ -231,6 +233,7 @@ impl Metrics {
         if rec.skipped_events > 0 {
             self.skipped_events.inc_by(rec.skipped_events);
         }
+        self.fleet.record(rec);
     }
 
     /// Replaces the `llamatap_upstream_models` series and creates every

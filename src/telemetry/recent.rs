@@ -47,6 +47,10 @@ pub struct RecentRequest {
     pub output_tokens: Option<u64>,
     /// Trace id (hex), when tracing is on.
     pub trace_id: Option<String>,
+    /// The upstream that answered (its configured name), when routed.
+    pub upstream: Option<String>,
+    /// Why that upstream was chosen.
+    pub route_reason: Option<&'static str>,
 }
 
 impl RecentRequest {
@@ -75,6 +79,8 @@ impl RecentRequest {
             cached_tokens: rec.cached_input_tokens(),
             output_tokens: rec.output_tokens(),
             trace_id,
+            upstream: rec.upstream.as_ref().map(|u| u.name.clone()),
+            route_reason: rec.upstream.as_ref().map(|u| u.reason),
         }
     }
 }

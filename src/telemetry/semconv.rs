@@ -64,6 +64,19 @@ pub const LLAMATAP_UPSTREAM_RETRIES: &str = "llamatap.upstream.retries";
 /// llamatap's own: events skipped for size.
 pub const LLAMATAP_SKIPPED_EVENTS: &str = "llamatap.sse.skipped_events";
 
+/// The upstream that answered: its configured name.
+pub const LLAMATAP_UPSTREAM: &str = "llamatap.upstream";
+/// The routing policy in force.
+pub const LLAMATAP_ROUTE_POLICY: &str = "llamatap.route.policy";
+/// Why the upstream was chosen.
+pub const LLAMATAP_ROUTE_REASON: &str = "llamatap.route.reason";
+/// Upstreams tried before the one that answered.
+pub const LLAMATAP_ROUTE_FAILOVERS: &str = "llamatap.route.failovers";
+/// Prompt tokens the router expected the upstream to hold in its cache.
+pub const LLAMATAP_ROUTE_PREDICTED_CACHED_TOKENS: &str = "llamatap.route.predicted_cached_tokens";
+/// The prediction against `cache_n`: confirmed, shortfall, unpredicted, cold.
+pub const LLAMATAP_ROUTE_PREDICTION: &str = "llamatap.route.prediction";
+
 /// `http.request.method`.
 pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
 /// `http.response.status_code`.

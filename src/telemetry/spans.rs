@@ -199,11 +199,9 @@ impl Tracing {
         add_events(s, rec, &at, self.capture_content);
         if let Some(mut c) = span.client.take() {
             c.update_name(name);
-            c.set_attribute(KeyValue::new(
-                sc::SERVER_ADDRESS,
-                self.server_address.clone(),
-            ));
-            c.set_attribute(KeyValue::new(sc::SERVER_PORT, self.server_port));
+            let (address, port) = self.server(rec);
+            c.set_attribute(KeyValue::new(sc::SERVER_ADDRESS, address));
+            c.set_attribute(KeyValue::new(sc::SERVER_PORT, port));
             c.set_attribute(KeyValue::new(sc::HTTP_REQUEST_METHOD, rec.method.clone()));
             if let Some(op) = op {
                 c.set_attribute(KeyValue::new(sc::GEN_AI_OPERATION_NAME, op));
@@ -238,7 +236,17 @@ impl Tracing {
         s.end_with_timestamp(end);
     }
 
+    /// `server.address` and `server.port`: the upstream that answered, or
+    /// the first configured one when the request was not routed.
+    fn server(&self, rec: &RequestRecord) -> (String, i64) {
+        match &rec.upstream {
+            Some(u) => (u.host.clone(), i64::from(u.port)),
+            None => (self.server_address.clone(), self.server_port),
+        }
+    }
+
     fn attributes(&self, rec: &RequestRecord) -> Vec<KeyValue> {
+        let (address, port) = self.server(rec);
         let mut v = vec![
             KeyValue::new(sc::HTTP_REQUEST_METHOD, rec.method.clone()),
             KeyValue::new(sc::URL_PATH, rec.path.clone()),
@@ -246,9 +254,27 @@ impl Tracing {
             KeyValue::new(sc::HTTP_ROUTE, rec.route.as_str()),
             KeyValue::new(sc::LLAMATAP_ROUTE, rec.route.as_str()),
             KeyValue::new(sc::LLAMATAP_OUTCOME, rec.outcome.as_str()),
-            KeyValue::new(sc::SERVER_ADDRESS, self.server_address.clone()),
-            KeyValue::new(sc::SERVER_PORT, self.server_port),
+            KeyValue::new(sc::SERVER_ADDRESS, address),
+            KeyValue::new(sc::SERVER_PORT, port),
         ];
+        if let Some(u) = &rec.upstream {
+            v.push(KeyValue::new(sc::LLAMATAP_UPSTREAM, u.name.clone()));
+            v.push(KeyValue::new(sc::LLAMATAP_ROUTE_POLICY, u.policy));
+            v.push(KeyValue::new(sc::LLAMATAP_ROUTE_REASON, u.reason));
+            v.push(KeyValue::new(
+                sc::LLAMATAP_ROUTE_FAILOVERS,
+                i64::from(u.failovers),
+            ));
+            if let Some(t) = u.predicted_cached_tokens {
+                v.push(KeyValue::new(
+                    sc::LLAMATAP_ROUTE_PREDICTED_CACHED_TOKENS,
+                    i64::try_from(t).unwrap_or(i64::MAX),
+                ));
+            }
+            if let Some(p) = u.prediction {
+                v.push(KeyValue::new(sc::LLAMATAP_ROUTE_PREDICTION, p));
+            }
+        }
         let mut put = |k: &'static str, val: Option<Value>| {
             if let Some(val) = val {
                 v.push(KeyValue::new(k, val));

@@ -6,6 +6,9 @@
 //! * `LLAMATAP_LLAMA_SERVER`: the binary (default `~/.cache/llamatap/bin/llama-server`)
 //! * `LLAMATAP_TINY_MODEL`: `tiny.gguf`, fast (hundreds of tokens/s)
 //! * `LLAMATAP_SLOW_MODEL`: `slow.gguf`, a 1,600-token prompt takes seconds to prefill
+//! * `LLAMATAP_MEDIUM_MODEL`: `medium.gguf`, a 1,000-token prompt prefills in
+//!   0.3-0.5 s and decoding runs at 200+ tokens/s: prefill is a visible part of
+//!   TTFT, so a cached prefix shows
 //!
 //! (defaults under `$LLAMATAP_CACHE`, else `~/.cache/llamatap`). A missing binary
 //! or model is a test failure with a message saying what to run, never a skip.
@@ -48,7 +51,7 @@ pub struct LlamaServer {
 
 impl LlamaServer {
     /// Starts the real llama-server with the given model (`"tiny"`, `"slow"`,
-    /// or a path to a `.gguf` file) and extra arguments, on a free loopback
+    /// `"medium"`, or a path to a `.gguf` file) and extra arguments, on a free loopback
     /// port, and waits until `/health` says ok (at most 120 s).
     ///
     /// Always passed: `-m MODEL --host 127.0.0.1 --port P --chat-template chatml
@@ -94,8 +97,8 @@ impl LlamaServer {
         }
         if !model.is_file() {
             panic!(
-                "model not found at {} (set LLAMATAP_TINY_MODEL / LLAMATAP_SLOW_MODEL, \
-                 or run scripts/ensure-deps.sh, which generates them)",
+                "model not found at {} (set LLAMATAP_TINY_MODEL / LLAMATAP_SLOW_MODEL / \
+                 LLAMATAP_MEDIUM_MODEL, or run scripts/ensure-deps.sh, which generates them)",
                 model.display()
             );
         }
@@ -304,13 +307,19 @@ impl LlamaServer {
     /// A prompt of about `tokens` tokens (within a few), made of words like
     /// `word123`, measured with `/tokenize`.
     pub fn prompt_of_tokens(&self, tokens: usize) -> String {
+        self.prompt_of_tokens_from("word", tokens)
+    }
+
+    /// As [`LlamaServer::prompt_of_tokens`], with words `<stem><number>`: two
+    /// different stems give texts that differ from their first token on.
+    pub fn prompt_of_tokens_from(&self, stem: &str, tokens: usize) -> String {
         let mut words: Vec<String> = Vec::new();
         let mut n = 0;
         // Grow by estimate, then trim/extend word by word with exact counts.
         while n < tokens {
             let missing = tokens - n;
             for _ in 0..missing.div_ceil(5).max(1) {
-                words.push(format!("word{}", words.len() * 7 + 100));
+                words.push(format!("{stem}{}", words.len() * 7 + 100));
             }
             n = self.prompt_tokens(&words.join(" "));
         }
@@ -378,7 +387,8 @@ pub fn llama_server_binary() -> PathBuf {
         .unwrap_or_else(|| cache_dir().join("bin").join("llama-server"))
 }
 
-/// `"tiny"` -> `$LLAMATAP_TINY_MODEL`, `"slow"` -> `$LLAMATAP_SLOW_MODEL`, else
+/// `"tiny"` -> `$LLAMATAP_TINY_MODEL`, `"slow"` -> `$LLAMATAP_SLOW_MODEL`,
+/// `"medium"` -> `$LLAMATAP_MEDIUM_MODEL`, else
 /// `<cache>/models/<name>.gguf`; a name containing `/` or ending in `.gguf` is
 /// taken as a path.
 pub fn model_path(name: &str) -> PathBuf {

@@ -1,7 +1,9 @@
 //! Test helpers: the real llamatap binary, a raw HTTP client, a scripted
-//! upstream, the real llama-server, and an OTLP receiver.
+//! upstream, the real llama-server, a fleet of them with a chat workload, and
+//! an OTLP receiver.
 #![allow(dead_code)]
 
+pub mod fleet;
 pub mod http;
 pub mod llama;
 pub mod otlp;

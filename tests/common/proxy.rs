@@ -21,6 +21,20 @@ impl Llamatap {
         Self::start_env(upstream, extra, &[])
     }
 
+    /// Starts llamatap in front of several upstreams (one `--upstream` flag
+    /// each, in order) with extra flags; waits for /healthz.
+    pub fn start_fleet(upstreams: &[&str], extra: &[&str]) -> Llamatap {
+        let (first, rest) = upstreams
+            .split_first()
+            .expect("start_fleet needs at least one upstream");
+        let mut args: Vec<&str> = Vec::new();
+        for u in rest {
+            args.extend_from_slice(&["--upstream", u]);
+        }
+        args.extend_from_slice(extra);
+        Self::start_env(first, &args, &[])
+    }
+
     /// As [`start`], with environment variables.
     pub fn start_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Llamatap {
         let port = free_port();
@@ -56,7 +70,7 @@ impl Llamatap {
                 s.push('\n');
             }
         });
-        let t = Llamatap {
+        let mut t = Llamatap {
             port,
             admin_port,
             child,
@@ -64,6 +78,14 @@ impl Llamatap {
         };
         let start = Instant::now();
         loop {
+            if let Ok(Some(status)) = t.child.try_wait() {
+                // Let the reader thread drain the closed pipe for the message.
+                let drained = Instant::now();
+                while t.stderr().is_empty() && drained.elapsed() < Duration::from_secs(1) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                panic!("llamatap exited at start ({status}): {}", t.stderr());
+            }
             if let Ok((200, _)) = super::http::get(&format!("127.0.0.1:{admin_port}"), "/healthz") {
                 // The proxy listener comes up with the admin one; check it accepts too.
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {

@@ -1,0 +1,164 @@
+//! The fleet part of the configuration: which llama-servers llamatap sends to
+//! (`upstream`, `[[upstreams]]`, repeated `--upstream`) and how it picks one
+//! of them (`[routing]`, `--routing-policy`).
+//!
+//! Validation only: names are unique and label-safe, weights positive, the
+//! fleet bounded (its names become metric labels). Choosing an upstream is
+//! [`crate::route`]'s job, not this module's.
+
+use serde::Deserialize;
+
+use super::{invalid, parse_upstream, ConfigError, Upstream, DEFAULT_UPSTREAM};
+use crate::route::Policy;
+
+/// Most upstreams one llamatap fronts: each name is a metric label value.
+pub const MAX_UPSTREAMS: usize = 64;
+/// Longest upstream name, bytes.
+pub const MAX_NAME_BYTES: usize = 64;
+/// Largest weight.
+pub const MAX_WEIGHT: u32 = 1000;
+
+/// One `[[upstreams]]` entry as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    /// `http://host:port[/prefix]`.
+    pub url: String,
+    /// Label in metrics and spans; default `host:port`.
+    pub name: Option<String>,
+    /// Relative share of new conversations (rendezvous weight); default 1.
+    pub weight: Option<u32>,
+}
+
+/// `[routing]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouting {
+    /// `prefix_affinity`, `least_busy` or `round_robin`.
+    pub policy: Option<String>,
+    /// Request header whose value pins a request to one upstream.
+    pub session_header: Option<String>,
+}
+
+/// Validated routing settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routing {
+    /// The policy.
+    pub policy: Policy,
+    /// Lower-cased header name whose value sticks a request to one upstream.
+    pub session_header: Option<String>,
+}
+
+/// Builds the fleet from flags (`--upstream`, repeatable), the file's
+/// `upstream` or `[[upstreams]]`, or the default, in that order.
+pub fn upstreams(
+    flags: &[String],
+    single: Option<&str>,
+    list: Option<&[RawUpstream]>,
+) -> Result<Vec<Upstream>, ConfigError> {
+    let entries: Vec<(String, Option<String>, Option<u32>)> = if !flags.is_empty() {
+        flags.iter().map(|u| (u.clone(), None, None)).collect()
+    } else {
+        match (single, list) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "upstreams",
+                    "set either upstream or [[upstreams]], not both",
+                ))
+            }
+            (Some(u), None) => vec![(u.to_string(), None, None)],
+            (None, Some(l)) => l
+                .iter()
+                .map(|r| (r.url.clone(), r.name.clone(), r.weight))
+                .collect(),
+            (None, None) => vec![(DEFAULT_UPSTREAM.to_string(), None, None)],
+        }
+    };
+    if entries.is_empty() {
+        return Err(invalid("upstreams", "at least one upstream is needed"));
+    }
+    if entries.len() > MAX_UPSTREAMS {
+        return Err(invalid(
+            "upstreams",
+            &format!("at most {MAX_UPSTREAMS} upstreams"),
+        ));
+    }
+    let mut out: Vec<Upstream> = Vec::with_capacity(entries.len());
+    for (url, name, weight) in entries {
+        let mut u = parse_upstream(url.trim())?;
+        if let Some(n) = name {
+            if n.is_empty()
+                || n.len() > MAX_NAME_BYTES
+                || !n
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+            {
+                return Err(invalid(
+                    "upstreams.name",
+                    &format!(
+                        "{n:?}: 1 to {MAX_NAME_BYTES} characters of letters, digits, '-', '_', '.', ':'"
+                    ),
+                ));
+            }
+            u.name = n;
+        }
+        if let Some(w) = weight {
+            if w == 0 || w > MAX_WEIGHT {
+                return Err(invalid(
+                    "upstreams.weight",
+                    &format!("must be between 1 and {MAX_WEIGHT}"),
+                ));
+            }
+            u.weight = w;
+        }
+        if out.iter().any(|o| o.name == u.name) {
+            return Err(invalid(
+                "upstreams",
+                &format!(
+                    "{:?} appears twice (give each upstream its own name)",
+                    u.name
+                ),
+            ));
+        }
+        out.push(u);
+    }
+    Ok(out)
+}
+
+/// Validates `[routing]` with the `--routing-policy` override. The default
+/// policy is `prefix_affinity`; with one upstream the policy has no effect.
+pub fn routing(flag: Option<&str>, raw: &RawRouting) -> Result<Routing, ConfigError> {
+    let name = flag
+        .or(raw.policy.as_deref())
+        .unwrap_or("prefix_affinity")
+        .trim();
+    let policy = Policy::parse(name).ok_or_else(|| ConfigError::Invalid {
+        key: "routing.policy",
+        message: format!("{name:?} is not one of prefix_affinity, least_busy, round_robin"),
+    })?;
+    let session_header = match raw.session_header.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(h) => {
+            if http_token(h) {
+                Some(h.to_ascii_lowercase())
+            } else {
+                return Err(invalid(
+                    "routing.session_header",
+                    &format!("{h:?} is not a valid header name"),
+                ));
+            }
+        }
+    };
+    Ok(Routing {
+        policy,
+        session_header,
+    })
+}
+
+/// RFC 9110 token characters, the shape of a header name.
+fn http_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}

@@ -1,0 +1,226 @@
+//! The proxy's side of fleet routing: what the hooks do before and after the
+//! router's pure decision.
+//!
+//! - [`prepare`] (in `request_filter`, several upstreams only): reads the
+//!   request body before an upstream is chosen, when Pingora can replay it
+//!   (see below), for the model and the prompt's prefix chain; answers
+//!   `GET /v1/models` with the fleet's models; refuses a model no upstream
+//!   serves.
+//! - [`choose`] (in `upstream_peer`, every attempt): asks the fleet,
+//!   excluding upstreams that already failed this request.
+//! - [`finish`] (in `logging`): releases the upstream's load, teaches the
+//!   router from llama-server's `cache_n`, and returns the routing facts.
+//!
+//! Body pre-read limit: Pingora forwards what `request_filter` read from its
+//! retry buffer, which holds 64 KiB; a larger pre-read would be lost. So a
+//! body whose `Content-Length` is at most 64 KiB (and at most
+//! `telemetry.max_inspect_bytes`) is read whole; any other body is read one
+//! network read deep (always within the buffer), and the model and the
+//! complete messages in that part are used. Either way every byte is then
+//! forwarded unchanged.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use pingora::{Error, ErrorType, Result};
+
+use super::context::RequestCtx;
+use super::errors;
+use super::fleet::{Fleet, NoRoute};
+use crate::config::Config;
+use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
+use crate::request;
+use crate::route::{session_key, Chain, Observation};
+use crate::telemetry::spans::Tracing;
+
+/// Pingora's retry buffer: what `request_filter` may read and still forward.
+const REPLAY_LIMIT: usize = 64 * 1024;
+/// Longest model name echoed in an error message, bytes.
+const MAX_ECHOED_MODEL: usize = 128;
+
+/// Reads what routing needs before the upstream is chosen; `Ok(true)` when
+/// llamatap answered the request itself.
+pub async fn prepare(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    fleet: &Fleet,
+    config: &Config,
+) -> Result<bool> {
+    let req = session.req_header();
+    if let Some(h) = fleet.session_header() {
+        ctx.session = req.headers.get(h).map(|v| session_key(v.as_bytes()));
+    }
+    if req.method == http::Method::GET && req.uri.path() == "/v1/models" {
+        let models = fleet.models();
+        if !models.is_empty() {
+            answer(session, ctx, 200, models_body(&models)).await;
+            return Ok(true);
+        }
+        return Ok(false);
+    }
+    if ctx.route.operation_name().is_none() {
+        return Ok(false);
+    }
+    let limit = config.telemetry.max_inspect_bytes.min(REPLAY_LIMIT);
+    let (body, whole) = preread(session, limit).await?;
+    if body.is_empty() {
+        return Ok(false);
+    }
+    ctx.request = request::inspect_body(&body);
+    ctx.chain = if whole {
+        Chain::from_body(ctx.route, &body)
+    } else {
+        Chain::default()
+    };
+    ctx.preread = true;
+    if let Err(NoRoute::UnknownModel { available }) =
+        fleet.check_model(ctx.request.model.as_deref())
+    {
+        let asked = bounded(ctx.request.model.as_deref().unwrap_or(""), MAX_ECHOED_MODEL);
+        let message = format!(
+            "model {asked:?} is not served here; available: {}",
+            available.join(", ")
+        );
+        ctx.failure = Some((Outcome::ClientError, "model_not_found", message.clone()));
+        let body = errors::json_body(&message, "invalid_request_error", "model_not_found");
+        answer(session, ctx, 404, body).await;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Reads the body as far as Pingora can replay it: whole when its length is
+/// known and within `limit`, else one read. Returns the bytes and whether
+/// they are the whole body.
+async fn preread(session: &mut Session, limit: usize) -> Result<(Vec<u8>, bool)> {
+    let length = session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let chunked = session
+        .req_header()
+        .headers
+        .get(http::header::TRANSFER_ENCODING)
+        .is_some();
+    let whole = !chunked && length.is_some_and(|n| n <= limit);
+    if length == Some(0) {
+        return Ok((Vec::new(), true));
+    }
+    let mut buf = Vec::new();
+    loop {
+        match session.read_request_body().await? {
+            Some(b) => {
+                buf.extend_from_slice(&b);
+                if !whole {
+                    return Ok((buf, session.is_body_done()));
+                }
+            }
+            None => return Ok((buf, true)),
+        }
+    }
+}
+
+/// Picks the upstream of this attempt and counts it in that upstream's
+/// load. An upstream whose connect failed (in `ctx.tried`) is not chosen
+/// again; one whose pooled connection turned out stale may be.
+pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
+    if let Some(previous) = ctx.member.take() {
+        fleet.release(previous);
+    }
+    let decision = fleet
+        .choose(
+            ctx.request.model.as_deref(),
+            &ctx.chain,
+            ctx.session,
+            &ctx.tried,
+        )
+        .map_err(|_| {
+            Error::explain(
+                ErrorType::ConnectNoRoute,
+                "no upstream left that can serve the request",
+            )
+        })?;
+    ctx.member = Some(decision.upstream);
+    ctx.decision = Some(decision);
+    let member = fleet
+        .member(decision.upstream)
+        .ok_or_else(|| Error::explain(ErrorType::InternalError, "routed to an unknown upstream"))?;
+    member
+        .address()
+        .ok_or_else(|| errors::unresolved(&member.upstream.address))
+}
+
+/// The request is over: release the upstream, learn from `cache_n`, and
+/// describe the routing for telemetry.
+pub fn finish(fleet: &Fleet, ctx: &mut RequestCtx, rec: &RequestRecord) -> Option<UpstreamFacts> {
+    let i = ctx.member.take()?;
+    fleet.release(i);
+    // The upstream died or stopped answering under this request: passive
+    // ejection, as for a refused connect.
+    if matches!(
+        rec.error_type,
+        Some("upstream_disconnected" | "upstream_timeout" | "upstream_unreachable")
+    ) {
+        fleet.eject(i);
+    }
+    let decision = ctx.decision.take()?;
+    let member = fleet.member(i)?;
+    let prediction = match (rec.cached_input_tokens(), rec.input_tokens()) {
+        (Some(cached), Some(prompt)) if rec.outcome == Outcome::Ok => fleet
+            .observe(i, &ctx.chain, &decision.prediction, cached, prompt)
+            .and_then(observation_label),
+        _ => None,
+    };
+    Some(UpstreamFacts {
+        name: member.upstream.name.clone(),
+        host: member.upstream.host.clone(),
+        port: member.upstream.port,
+        policy: fleet.policy(),
+        reason: decision.reason.as_str(),
+        failovers: u32::try_from(ctx.tried.len()).unwrap_or(u32::MAX),
+        predicted_cached_tokens: decision.prediction.tokens,
+        prediction,
+    })
+}
+
+fn observation_label(o: Observation) -> Option<&'static str> {
+    match o {
+        Observation::Unmeasured => None,
+        Observation::Cold => Some("cold"),
+        Observation::Unpredicted { .. } => Some("unpredicted"),
+        Observation::Confirmed { .. } => Some("confirmed"),
+        Observation::Shortfall { .. } => Some("shortfall"),
+    }
+}
+
+/// The OpenAI-shaped model list of the whole fleet.
+fn models_body(models: &[String]) -> Vec<u8> {
+    let data: Vec<serde_json::Value> = models
+        .iter()
+        .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "llamacpp"}))
+        .collect();
+    serde_json::json!({"object": "list", "data": data})
+        .to_string()
+        .into_bytes()
+}
+
+/// Writes a JSON answer of llamatap's own.
+async fn answer(session: &mut Session, ctx: &mut RequestCtx, status: u16, body: Vec<u8>) {
+    ctx.status = Some(status);
+    ctx.ended = Some(std::time::Instant::now());
+    if let Ok(mut resp) = ResponseHeader::build(status, Some(3)) {
+        let _ = resp.insert_header("Content-Type", "application/json");
+        let _ = resp.insert_header("Content-Length", body.len().to_string());
+        if let Some(span) = &ctx.span {
+            let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
+        }
+        let _ = session
+            .as_downstream_mut()
+            .write_error_response(resp, Bytes::from(body))
+            .await;
+    }
+}
