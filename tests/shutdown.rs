@@ -101,8 +101,10 @@ fn sigterm_drains_then_flushes_within_the_grace_period_never_more() {
         took >= grace - Duration::from_millis(100),
         "the in-flight stream was cut after {took:?}, before the grace period ended"
     );
+    // The exit comes from a deadline, not a wait on the collector (12.5 s
+    // before the fix); the slack is for a loaded machine's scheduling.
     assert!(
-        took < grace + Duration::from_secs(1),
+        took < grace + Duration::from_millis(2500),
         "SIGTERM took {took:?} with a {grace:?} grace period"
     );
 }
@@ -125,7 +127,8 @@ fn sigterm_with_nothing_in_flight_flushes_every_span_then_exits() {
         .expect("no exit within 15 s of SIGTERM");
     let took = start.elapsed();
     assert!(status.success(), "{status:?}");
-    assert!(took < Duration::from_secs(3), "SIGTERM took {took:?}");
+    // Well before the default 10 s grace period: nothing was in flight.
+    assert!(took < Duration::from_secs(5), "SIGTERM took {took:?}");
     // Five SERVER spans and five CLIENT spans, none left in the queue.
     let got = spans.spans.lock().unwrap().len();
     assert_eq!(got, 10, "{got} spans reached the collector before the exit");
