@@ -1190,3 +1190,68 @@ fn an_oversized_body_gets_the_same_413_whatever_its_framing() {
         );
     }
 }
+
+/// With several upstreams llamatap reads the body before it chooses one, so
+/// it must answer `Expect: 100-continue` itself: a client that waits for the
+/// `100` before sending its body (curl does, for a second, above 1 MiB or
+/// when asked) would otherwise stall. The upstream is not asked again.
+#[test]
+fn fleet_answers_expect_100_continue_before_reading_the_body() {
+    let answer = |s: &mut std::net::TcpStream, _req: &upstream::ReqInfo| {
+        upstream::json(s, 200, r#"{"choices":[]}"#);
+    };
+    let (a, b) = (Scripted::start(answer), Scripted::start(answer));
+    let proxy = Llamatap::start_fleet(&[&a.url(), &b.url()], &[]);
+    let body = r#"{"model":"tiny.gguf","messages":[{"role":"user","content":"hi"}]}"#;
+    let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    // A strict client: no body before the interim answer.
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        use std::io::Read;
+        let n = s.read(&mut byte).expect("no 100 Continue within 10 s");
+        assert_eq!(n, 1, "connection closed before 100 Continue");
+        got.push(byte[0]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    s.write_all(body.as_bytes()).unwrap();
+    let mut rest = Vec::new();
+    while !String::from_utf8_lossy(&rest).contains("choices") {
+        use std::io::Read;
+        let n = s.read(&mut byte).unwrap();
+        assert_eq!(n, 1, "closed: {}", String::from_utf8_lossy(&rest));
+        rest.push(byte[0]);
+    }
+    assert!(
+        rest.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
+    let seen: Vec<upstream::ReqInfo> = [
+        a.requests.lock().unwrap().clone(),
+        b.requests.lock().unwrap().clone(),
+    ]
+    .concat()
+    .into_iter()
+    .filter(|r| r.path == "/v1/chat/completions")
+    .collect();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body, body.as_bytes(), "the body passed unchanged");
+    assert_eq!(
+        seen[0].header("expect"),
+        None,
+        "the upstream is not asked again"
+    );
+}

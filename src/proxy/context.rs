@@ -62,6 +62,8 @@ pub struct RequestCtx {
     pub decision: Option<Decision>,
     /// Members already tried (connect failures).
     pub tried: Vec<usize>,
+    /// llamatap answered the client's `Expect: 100-continue` itself.
+    pub continue_sent: bool,
     /// Upstream attempts made (the first one and each retry).
     pub upstream_attempts: u32,
 }
@@ -95,6 +97,7 @@ impl RequestCtx {
             member: None,
             decision: None,
             tried: Vec::new(),
+            continue_sent: false,
             upstream_attempts: 0,
         }
     }

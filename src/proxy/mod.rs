@@ -199,6 +199,10 @@ impl ProxyHttp for LlamaProxy {
             // pools a connection from a route that can stream.
             upstream_request.insert_header("Connection", "close")?;
         }
+        if ctx.continue_sent {
+            // The client has its `100 Continue` and the body is read.
+            upstream_request.remove_header("Expect");
+        }
         if let Some(key) = &self.config.upstream_api_key {
             upstream_request.insert_header("Authorization", format!("Bearer {}", key.expose()))?;
         } else if !self.config.api_keys.is_empty() {

@@ -63,6 +63,16 @@ pub async fn prepare(
     if ctx.route.operation_name().is_none() {
         return Ok(false);
     }
+    if expects_continue(session.req_header()) {
+        // The client waits for `100 Continue` before it sends the body, and
+        // the upstream that would send it is not chosen yet: answer it here
+        // (and do not ask the upstream again, see `upstream_request_filter`).
+        session
+            .as_downstream_mut()
+            .write_continue_response()
+            .await?;
+        ctx.continue_sent = true;
+    }
     let limit = config.telemetry.max_inspect_bytes.min(REPLAY_LIMIT);
     let (body, whole) = preread(session, limit).await?;
     if body.is_empty() {
@@ -89,6 +99,14 @@ pub async fn prepare(
         return Ok(true);
     }
     Ok(false)
+}
+
+/// The request asks for `100 Continue` before its body (RFC 9110 10.1.1).
+fn expects_continue(req: &pingora::http::RequestHeader) -> bool {
+    req.headers
+        .get(http::header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
 }
 
 /// Reads the body as far as Pingora can replay it: whole when its length is
