@@ -24,16 +24,18 @@ pub struct RequestCtx {
     pub body_truncated: bool,
     /// Facts read from the body.
     pub request: RequestFacts,
-    /// Spans, when tracing is on.
-    pub span: Option<RequestSpan>,
+    /// Spans, when tracing is on. This and the other large, optional parts
+    /// are boxed: the context lives inside each connection's future, whose
+    /// size every held stream pays in full.
+    pub span: Option<Box<RequestSpan>>,
     /// Upstream response headers arrived.
     pub upstream_headers: Option<Instant>,
     /// Status sent downstream.
     pub status: Option<u16>,
     /// Observer of an event-stream body.
-    pub observer: Option<StreamObserver>,
+    pub observer: Option<Box<StreamObserver>>,
     /// Facts once the stream ended.
-    pub stream_facts: Option<StreamFacts>,
+    pub stream_facts: Option<Box<StreamFacts>>,
     /// Bounded JSON response body, for non-streaming usage and timings.
     pub json_body: Option<Vec<u8>>,
     /// Response body bytes forwarded.
@@ -50,22 +52,30 @@ pub struct RequestCtx {
     pub stream_counted: bool,
     /// `request_filter` ran (telemetry counted the request).
     pub started: bool,
-    /// The prompt's prefix chain, when the body was read before routing.
-    pub chain: Chain,
+    /// Routing state: boxed, so that the per-connection future stays in its
+    /// allocator size class (its size is paid for every held stream).
+    pub routed: Box<Routed>,
     /// Session key from the configured session header.
     pub session: Option<u64>,
     /// The body was read before routing (model and chain are known).
     pub preread: bool,
     /// The fleet member of the current attempt (counted in its load).
     pub member: Option<usize>,
-    /// The routing decision of the current attempt.
-    pub decision: Option<Decision>,
-    /// Members already tried (connect failures).
-    pub tried: Vec<usize>,
     /// llamatap answered the client's `Expect: 100-continue` itself.
     pub continue_sent: bool,
     /// Upstream attempts made (the first one and each retry).
     pub upstream_attempts: u32,
+}
+
+/// What routing keeps for a request across attempts.
+#[derive(Debug, Default)]
+pub struct Routed {
+    /// The prompt's prefix chain, when the body was read before routing.
+    pub chain: Chain,
+    /// The routing decision of the current attempt.
+    pub decision: Option<Decision>,
+    /// Members already tried (connect failures).
+    pub tried: Vec<usize>,
 }
 
 impl RequestCtx {
@@ -91,12 +101,10 @@ impl RequestCtx {
             failure: None,
             stream_counted: false,
             started: false,
-            chain: Chain::default(),
+            routed: Box::default(),
             session: None,
             preread: false,
             member: None,
-            decision: None,
-            tried: Vec::new(),
             continue_sent: false,
             upstream_attempts: 0,
         }
@@ -111,7 +119,7 @@ impl RequestCtx {
     pub fn hangup_phase(&self) -> HangupPhase {
         let facts = self
             .stream_facts
-            .as_ref()
+            .as_deref()
             .or_else(|| self.observer.as_ref().map(|o| o.facts()));
         match (self.upstream_headers, facts.and_then(|f| f.first_token_any)) {
             (None, _) => HangupPhase::BeforeHeaders,
@@ -134,7 +142,7 @@ impl RequestCtx {
         let end = self.ended.unwrap_or(now);
         let hangup_phase = (outcome == Outcome::ClientHangup).then(|| self.hangup_phase());
         let facts = match (self.stream_facts.take(), self.observer.take()) {
-            (Some(f), _) => f,
+            (Some(f), _) => *f,
             (None, Some(o)) => o.finish(end),
             (None, None) => StreamFacts::default(),
         };

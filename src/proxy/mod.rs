@@ -112,11 +112,11 @@ impl ProxyHttp for LlamaProxy {
         ctx.started = true;
         self.telemetry.request_started();
         if let Some(t) = &self.telemetry.tracing {
-            ctx.span = Some(t.start_request(
+            ctx.span = Some(Box::new(t.start_request(
                 header(req, "traceparent"),
                 header(req, "tracestate"),
                 ctx.received_wall,
-            ));
+            )));
         }
         if let Some(r) = guard::check(req, ctx.route, &self.config) {
             refuse(session, ctx, r).await;
@@ -159,9 +159,9 @@ impl ProxyHttp for LlamaProxy {
             if self.fleet.is_fleet()
                 && self
                     .fleet
-                    .can_fail_over(ctx.request.model.as_deref(), i, &ctx.tried)
+                    .can_fail_over(ctx.request.model.as_deref(), i, &ctx.routed.tried)
             {
-                ctx.tried.push(i);
+                ctx.routed.tried.push(i);
                 e.set_retry(true);
             }
         }
@@ -209,7 +209,7 @@ impl ProxyHttp for LlamaProxy {
             // The client's key is llamatap's, not llama-server's.
             upstream_request.remove_header("Authorization");
         }
-        if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_mut()) {
+        if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_deref_mut()) {
             let (traceparent, tracestate) = t.start_upstream(span, SystemTime::now());
             upstream_request.insert_header("traceparent", traceparent)?;
             match tracestate {
@@ -278,7 +278,11 @@ impl ProxyHttp for LlamaProxy {
             self.telemetry.stream_active(true);
             if let Some(f) = format {
                 let t = &self.config.telemetry;
-                ctx.observer = Some(StreamObserver::new(f, t.max_event_bytes, t.capture_content));
+                ctx.observer = Some(Box::new(StreamObserver::new(
+                    f,
+                    t.max_event_bytes,
+                    t.capture_content,
+                )));
             }
         } else if format.is_some() && is_json(upstream_response) {
             ctx.json_body = Some(Vec::new());
@@ -332,7 +336,7 @@ impl ProxyHttp for LlamaProxy {
         if end_of_stream {
             ctx.ended = Some(now);
             if let Some(o) = ctx.observer.take() {
-                ctx.stream_facts = Some(o.finish(now));
+                ctx.stream_facts = Some(Box::new(o.finish(now)));
             }
         }
         Ok(None)
@@ -428,7 +432,8 @@ impl ProxyHttp for LlamaProxy {
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
         rec.upstream = routing::finish(&self.fleet, ctx, &rec);
-        self.telemetry.request_finished(&rec, ctx.span.take());
+        self.telemetry
+            .request_finished(&rec, ctx.span.take().map(|s| *s));
     }
 }
 
@@ -501,7 +506,7 @@ fn outcome(e: Option<&Error>, ctx: &mut RequestCtx) -> (Outcome, Option<(&'stati
     }
     let facts = ctx
         .stream_facts
-        .as_ref()
+        .as_deref()
         .or_else(|| ctx.observer.as_ref().map(|o| o.facts()));
     let in_band = facts.and_then(|f| f.error.clone());
     let truncated = facts.is_some_and(|f| f.truncated());

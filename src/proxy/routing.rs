@@ -79,7 +79,7 @@ pub async fn prepare(
         return Ok(false);
     }
     ctx.request = request::inspect_body(&body);
-    ctx.chain = if whole {
+    ctx.routed.chain = if whole {
         Chain::from_body(ctx.route, &body)
     } else {
         Chain::default()
@@ -143,7 +143,7 @@ async fn preread(session: &mut Session, limit: usize) -> Result<(Vec<u8>, bool)>
 }
 
 /// Picks the upstream of this attempt and counts it in that upstream's
-/// load. An upstream whose connect failed (in `ctx.tried`) is not chosen
+/// load. An upstream whose connect failed (in `ctx.routed.tried`) is not chosen
 /// again; one whose pooled connection turned out stale may be.
 pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
     if let Some(previous) = ctx.member.take() {
@@ -152,9 +152,9 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
     let decision = fleet
         .choose(
             ctx.request.model.as_deref(),
-            &ctx.chain,
+            &ctx.routed.chain,
             ctx.session,
-            &ctx.tried,
+            &ctx.routed.tried,
         )
         .map_err(|_| {
             Error::explain(
@@ -163,7 +163,7 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
             )
         })?;
     ctx.member = Some(decision.upstream);
-    ctx.decision = Some(decision);
+    ctx.routed.decision = Some(decision);
     let member = fleet
         .member(decision.upstream)
         .ok_or_else(|| Error::explain(ErrorType::InternalError, "routed to an unknown upstream"))?;
@@ -185,11 +185,11 @@ pub fn finish(fleet: &Fleet, ctx: &mut RequestCtx, rec: &RequestRecord) -> Optio
     ) {
         fleet.eject(i);
     }
-    let decision = ctx.decision.take()?;
+    let decision = ctx.routed.decision.take()?;
     let member = fleet.member(i)?;
     let prediction = match (rec.cached_input_tokens(), rec.input_tokens()) {
         (Some(cached), Some(prompt)) if rec.outcome == Outcome::Ok => fleet
-            .observe(i, &ctx.chain, &decision.prediction, cached, prompt)
+            .observe(i, &ctx.routed.chain, &decision.prediction, cached, prompt)
             .and_then(observation_label),
         _ => None,
     };
@@ -199,7 +199,7 @@ pub fn finish(fleet: &Fleet, ctx: &mut RequestCtx, rec: &RequestRecord) -> Optio
         port: member.upstream.port,
         policy: fleet.policy(),
         reason: decision.reason.as_str(),
-        failovers: u32::try_from(ctx.tried.len()).unwrap_or(u32::MAX),
+        failovers: u32::try_from(ctx.routed.tried.len()).unwrap_or(u32::MAX),
         predicted_cached_tokens: decision.prediction.tokens,
         prediction,
     })
