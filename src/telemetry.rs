@@ -7,6 +7,7 @@
 //! per event.
 
 pub mod export;
+pub mod exposition;
 pub mod fleet;
 pub mod metrics;
 pub mod models;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::record::RequestRecord;
-use metrics::Metrics;
+use metrics::{Metrics, TraceExemplar};
 use models::ModelNames;
 use recent::{RecentRequest, RecentRequests};
 use spans::{RequestSpan, Tracing};
@@ -28,9 +29,6 @@ use spans::{RequestSpan, Tracing};
 /// Failure to start telemetry.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
-    /// Metric registration failed.
-    #[error("cannot register metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
     /// OTLP export could not start.
     #[error(transparent)]
     Tracing(#[from] spans::TracingError),
@@ -54,7 +52,7 @@ pub struct Telemetry {
 impl Telemetry {
     /// Builds metrics and, with an endpoint, tracing.
     pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
-        let metrics = Metrics::new()?;
+        let metrics = Metrics::new();
         let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
         metrics.fleet.seed_upstreams(&names);
         let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
@@ -99,7 +97,13 @@ impl Telemetry {
         let trace_id = span.as_ref().map(Tracing::trace_id);
         if self.metrics_enabled {
             self.metrics.inflight_requests.dec();
-            self.metrics.record(rec, &model);
+            let exemplar =
+                span.as_ref()
+                    .and_then(Tracing::sampled_trace_id)
+                    .map(|id| TraceExemplar {
+                        trace_id: Arc::new(id),
+                    });
+            self.metrics.record(rec, &model, exemplar.as_ref());
         }
         if let (Some(t), Some(s)) = (&self.tracing, span) {
             t.finish(s, rec);
