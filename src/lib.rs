@@ -12,12 +12,14 @@
 //! - [`llama`]: llama-server's stream and response formats.
 //! - [`request`]: request inspection (route, model, stream flag).
 //! - [`tracecontext`]: W3C `traceparent`/`tracestate` parsing.
+//! - [`access`]: the access log's JSON line.
 //! - [`route`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
 //! [`server`], [`shutdown`].
 
+pub mod access;
 pub mod admin;
 pub mod cli;
 pub mod config;

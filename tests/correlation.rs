@@ -108,3 +108,116 @@ fn ttft_exemplars_in_prometheus_name_traces_the_collector_received() {
     );
     assert!(ids.len() <= REQUESTS, "{ids:?}");
 }
+
+#[test]
+fn access_log_lines_name_their_spans_and_hold_no_text() {
+    let llama = LlamaServer::start("tiny", &[]);
+    let (otlp_url, received) = otlp::http_receiver();
+    let dir = common::prometheus::temp_dir("access-log");
+    let path = dir.join("access.log");
+    let proxy = Llamatap::start(
+        &llama.base_url,
+        &[
+            "--otlp-endpoint",
+            &otlp_url,
+            "--otlp-protocol",
+            "http",
+            "--access-log",
+            path.to_str().unwrap(),
+        ],
+    );
+    let prompt = "Tell me about the secret garden.";
+    let body = common::llama::chat_with_system("You are terse.", prompt, true, 16, 3);
+    let mut r = http::post(&proxy.addr(), "/v1/chat/completions", &body).unwrap();
+    assert_eq!(r.head.status, 200);
+    let traceresponse = r.head.header("traceresponse").unwrap().to_string();
+    let answer = http::chat_content(&r.read_all().unwrap());
+    assert!(!answer.is_empty());
+    assert_eq!(http::get(&proxy.addr(), "/health").unwrap().0, 200);
+
+    // Two lines, flushed as soon as the writer's queue ran empty.
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            lines = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            lines.len() >= 2
+        }),
+        "access log: {lines:?}\n{}",
+        proxy.stderr()
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !text.contains("secret garden"),
+        "prompt text in the log:\n{text}"
+    );
+    // (A random-weight model's answer may be a word that occurs anywhere;
+    // a longer one must not occur in the log.)
+    let answer = answer.trim();
+    assert!(
+        answer.len() < 12 || !text.contains(answer),
+        "completion text in the log:\n{text}"
+    );
+    let chat = lines
+        .iter()
+        .find(|l| l["route"] == "chat_completions")
+        .unwrap();
+    assert_eq!(chat["method"], "POST");
+    assert_eq!(chat["path"], "/v1/chat/completions");
+    assert_eq!(chat["status"], 200);
+    assert_eq!(chat["outcome"], "ok");
+    assert_eq!(chat["model"], llama.model_id.as_str());
+    assert!(chat["ttft_ms"].as_f64().unwrap() > 0.0, "{chat}");
+    assert!(chat["e2e_ms"].as_f64().unwrap() >= chat["ttft_ms"].as_f64().unwrap());
+    assert!(chat["completion_tokens"].as_u64().unwrap() > 0, "{chat}");
+    assert!(chat["client"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert!(chat["time"].as_str().unwrap().ends_with('Z'));
+    let (trace_id, span_id) = (
+        chat["trace_id"].as_str().unwrap(),
+        chat["span_id"].as_str().unwrap(),
+    );
+    // The ids are the client's traceresponse and the exported SERVER span's.
+    assert_eq!(traceresponse[3..35].to_string(), trace_id);
+    assert_eq!(traceresponse[36..52].to_string(), span_id);
+    let spans = received.wait(3, Duration::from_secs(30));
+    let server = spans
+        .iter()
+        .find(|s| hex(&s.span_id) == span_id)
+        .unwrap_or_else(|| panic!("no span {span_id} among {} received", spans.len()));
+    assert_eq!(hex(&server.trace_id), trace_id);
+    assert_eq!(server.kind, SpanKind::Server as i32);
+    assert_eq!(
+        otlp::attr_str(server, "http.route").as_deref(),
+        Some("chat_completions")
+    );
+    let health = lines.iter().find(|l| l["route"] == "health").unwrap();
+    assert_eq!(health["status"], 200);
+    assert_ne!(health["trace_id"], chat["trace_id"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_access_log_that_cannot_be_opened_stops_startup_with_one_line() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_llamatap"))
+        .args([
+            "--access-log",
+            "/nonexistent-dir/access.log",
+            "--listen",
+            &format!("127.0.0.1:{}", common::free_port()),
+            "--admin-listen",
+            &format!("127.0.0.1:{}", common::free_port()),
+        ])
+        .env_remove("LLAMATAP_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot open the access log /nonexistent-dir/access.log"),
+        "{err}"
+    );
+}

@@ -175,6 +175,8 @@ pub struct Metrics {
     pub skipped_events: Counter,
     /// `llamatap_otel_spans_total{result}`.
     pub spans: SpanCounts,
+    /// `llamatap_access_log_lines_total{result}`.
+    pub access_lines: SpanCounts,
     /// Per-upstream and routing families.
     pub fleet: super::fleet::FleetMetrics,
     /// `llamatap_upstream_retries_total`.
@@ -256,6 +258,12 @@ impl Metrics {
             "Finished spans by export result: exported, dropped_queue_full, dropped_export_failed",
             spans.clone(),
         );
+        let access_lines = SpanCounts::default();
+        r.register(
+            "llamatap_access_log_lines",
+            "Access-log lines by result: written, dropped_queue_full (the writer fell behind), dropped_write_failed",
+            access_lines.clone(),
+        );
         let fleet = super::fleet::FleetMetrics::register(&mut r);
         let upstream_retries = Counter::default();
         r.register(
@@ -288,6 +296,7 @@ impl Metrics {
             wasted,
             skipped_events,
             spans,
+            access_lines,
             fleet,
             upstream_retries,
             upstream_models,
@@ -302,6 +311,9 @@ impl Metrics {
         m.seed_model(super::models::NONE);
         for result in ["exported", "dropped_queue_full", "dropped_export_failed"] {
             let _ = m.spans.get_or_create(&ResultLabels { result });
+        }
+        for result in super::access::RESULTS {
+            let _ = m.access_lines.get_or_create(&ResultLabels { result });
         }
         m
     }

@@ -384,6 +384,15 @@ impl Tracing {
         span.server.span_context().trace_id().to_string()
     }
 
+    /// The trace and span ids of a request's SERVER span, hex.
+    pub fn span_ids(span: &RequestSpan) -> crate::access::SpanIds {
+        let c = span.server.span_context();
+        crate::access::SpanIds {
+            trace_id: c.trace_id().to_string(),
+            span_id: c.span_id().to_string(),
+        }
+    }
+
     /// The trace id of a request whose trace is sampled (recorded and
     /// exported), hex: what an exemplar may point at.
     pub fn sampled_trace_id(span: &RequestSpan) -> Option<String> {
