@@ -56,7 +56,8 @@ fn exemplar_trace_ids(p: &Prometheus, selector: &str, start: f64) -> BTreeSet<St
 
 #[test]
 fn ttft_exemplars_in_prometheus_name_traces_the_collector_received() {
-    let llama = LlamaServer::start("tiny", &[]);
+    // (LlamaServer always runs llama-server with --metrics.)
+    let mut llama = LlamaServer::start("tiny", &[]);
     let (otlp_url, received) = otlp::http_receiver();
     let proxy = Llamatap::start(
         &llama.base_url,
@@ -107,6 +108,35 @@ fn ttft_exemplars_in_prometheus_name_traces_the_collector_received() {
         "exemplar trace ids {ids:?} not all received with a first_token event; received {received_ids:?}"
     );
     assert!(ids.len() <= REQUESTS, "{ids:?}");
+
+    // llama-server's own series, re-exported with the upstream's name
+    // (by default its host:port), reach Prometheus; the counters count the
+    // work just done.
+    let upstream = format!("127.0.0.1:{}", llama.port);
+    for (selector, at_least) in [
+        ("llamacpp:requests_deferred", 0.0),
+        ("llamacpp:requests_processing", 0.0),
+        ("llamacpp:tokens_predicted_total", 1.0),
+    ] {
+        let q = format!("{selector}{{upstream=\"{upstream}\"}}");
+        assert!(
+            wait_until(Duration::from_secs(60), || prometheus
+                .value(&q)
+                .is_some_and(|v| v >= at_least)),
+            "{q}: {:?}\n{}",
+            prometheus.query(&q),
+            proxy.metrics()
+        );
+    }
+    let m = proxy.metrics();
+    assert!(
+        m.contains("# TYPE llamacpp:n_tokens_max untyped"),
+        "a counter without _total keeps its name, untyped:\n{m}"
+    );
+    // A dead upstream's series go, rather than freeze at their last value.
+    llama.kill();
+    let gone = proxy.wait_metrics(Duration::from_secs(30), |m| !m.contains("llamacpp:"));
+    assert!(!gone.contains("llamacpp:"), "{gone}");
 }
 
 #[test]

@@ -153,6 +153,7 @@ pub fn observe(h: &TracedHistogram, v: Duration, exemplar: Option<&TraceExemplar
 /// Every metric family llamatap exports.
 pub struct Metrics {
     registry: Arc<Registry>,
+    last_render: std::sync::atomic::AtomicUsize,
     /// `llamatap_stage_duration_seconds{model,stage}`.
     pub stage: TracedHistograms<StageLabels>,
     /// `llamatap_requests_total{model,outcome,route}`.
@@ -179,6 +180,8 @@ pub struct Metrics {
     pub access_lines: SpanCounts,
     /// Per-upstream and routing families.
     pub fleet: super::fleet::FleetMetrics,
+    /// llama-server's own `llamacpp:*` series, re-exported.
+    pub llamacpp: Arc<super::reexport::LlamacppSeries>,
     /// `llamatap_upstream_retries_total`.
     pub upstream_retries: Counter,
     /// `llamatap_upstream_models{model}`.
@@ -283,8 +286,11 @@ impl Metrics {
             "Always 1; the version label says which build",
             build_info.clone(),
         );
+        let llamacpp = Arc::new(super::reexport::LlamacppSeries::default());
+        r.register_collector(Box::new(llamacpp.clone()));
         let m = Metrics {
             registry: Arc::new(r),
+            last_render: std::sync::atomic::AtomicUsize::new(0),
             stage,
             requests,
             tokens,
@@ -298,6 +304,7 @@ impl Metrics {
             spans,
             access_lines,
             fleet,
+            llamacpp,
             upstream_retries,
             upstream_models,
             build_info,
@@ -473,9 +480,12 @@ impl Metrics {
     }
 
     /// The exposition in `format` (empty if encoding failed, which writing
-    /// to a `String` cannot).
+    /// to a `String` cannot). The buffer starts at the last answer's size
+    /// (plus a little), so a scrape allocates once instead of doubling its
+    /// way up to a few hundred KiB.
     pub fn render(&self, format: Exposition) -> Vec<u8> {
-        let mut out = String::new();
+        let hint = self.last_render.load(std::sync::atomic::Ordering::Relaxed);
+        let mut out = String::with_capacity(hint + hint / 8 + 4096);
         let done = match format {
             Exposition::Classic => {
                 prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
@@ -487,6 +497,8 @@ impl Metrics {
         if done.is_err() {
             out.clear();
         }
+        self.last_render
+            .store(out.len(), std::sync::atomic::Ordering::Relaxed);
         out.into_bytes()
     }
 }
