@@ -10,6 +10,7 @@ pub mod access;
 pub mod export;
 pub mod exposition;
 pub mod fleet;
+pub mod logs;
 pub mod metrics;
 pub mod models;
 pub mod recent;

@@ -251,3 +251,62 @@ fn an_access_log_that_cannot_be_opened_stops_startup_with_one_line() {
         "{err}"
     );
 }
+
+/// The trace and span id of a `traceresponse` header.
+fn ids_of(traceresponse: &str) -> (String, String) {
+    let parts: Vec<&str> = traceresponse.split('-').collect();
+    (parts[1].to_string(), parts[2].to_string())
+}
+
+#[test]
+fn log_lines_written_during_a_request_carry_its_trace_id() {
+    let (otlp_url, _received) = otlp::http_receiver();
+    let tracing_on = [
+        "--otlp-endpoint",
+        otlp_url.as_str(),
+        "--otlp-protocol",
+        "http",
+    ];
+    // llamatap's own line: an upstream answering 500 (Pingora logs nothing,
+    // the exchange itself went well).
+    let up = common::upstream::Scripted::start(|s, _req| {
+        common::upstream::json(s, 500, r#"{"error":{"message":"boom","code":500}}"#)
+    });
+    let proxy = Llamatap::start(&up.url(), &tracing_on);
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
+    let mut r = http::post(&proxy.addr(), "/v1/chat/completions", body).unwrap();
+    assert_eq!(r.head.status, 500);
+    let (trace_id, span_id) = ids_of(r.head.header("traceresponse").unwrap());
+    r.read_all().unwrap();
+    let wanted = format!("trace_id={trace_id} span_id={span_id}");
+    assert!(
+        wait_until(Duration::from_secs(30), || proxy.stderr().lines().any(
+            |l| l.contains("WARN") && l.contains("upstream answered 500") && l.ends_with(&wanted)
+        )),
+        "no line about the 500 ending with {wanted}:\n{}",
+        proxy.stderr()
+    );
+    // A request without trace context in flight writes no ids: the
+    // startup line has none.
+    assert!(proxy
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("listening on"))
+        .all(|l| !l.contains("trace_id=")));
+
+    // Pingora's own line about a failed request (the `log` crate, through
+    // the same writer) names the trace too.
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let proxy = Llamatap::start(&dead, &tracing_on);
+    let mut r = http::post(&proxy.addr(), "/v1/chat/completions", body).unwrap();
+    assert_eq!(r.head.status, 502);
+    let (trace_id, _) = ids_of(r.head.header("traceresponse").unwrap());
+    r.read_all().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || proxy.stderr().lines().any(
+            |l| l.contains("Fail to proxy") && l.contains(&format!("trace_id={trace_id}"))
+        )),
+        "no Pingora line naming trace {trace_id}:\n{}",
+        proxy.stderr()
+    );
+}

@@ -26,6 +26,9 @@ pub struct RequestCtx {
     pub request: RequestFacts,
     /// Spans, when tracing is on.
     pub span: Option<RequestSpan>,
+    /// The `tracing` span log lines about this request are written in,
+    /// bridged to the SERVER span (disabled when tracing is off).
+    pub log_span: tracing::Span,
     /// Upstream response headers arrived.
     pub upstream_headers: Option<Instant>,
     /// Status sent downstream.
@@ -77,6 +80,7 @@ impl RequestCtx {
             body_truncated: false,
             request: RequestFacts::default(),
             span: None,
+            log_span: tracing::Span::none(),
             upstream_headers: None,
             status: None,
             observer: None,

@@ -422,13 +422,17 @@ impl Metrics {
 
     /// Replaces the `llamatap_upstream_models` series and creates every
     /// series of each model at zero (see [`Metrics::seed_model`]).
+    /// The series come first: a scrape that sees a model's gauge sees its
+    /// series too.
     pub fn set_models(&self, names: &[String]) {
+        for n in names {
+            self.seed_model(n);
+        }
         self.upstream_models.clear();
         for n in names {
             self.upstream_models
                 .get_or_create(&ModelLabels { model: n.clone() })
                 .set(1);
-            self.seed_model(n);
         }
     }
 

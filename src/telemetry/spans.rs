@@ -384,6 +384,11 @@ impl Tracing {
         span.server.span_context().trace_id().to_string()
     }
 
+    /// The context of a request's SERVER span.
+    pub fn server_context(span: &RequestSpan) -> SpanContext {
+        span.server.span_context().clone()
+    }
+
     /// The trace and span ids of a request's SERVER span, hex.
     pub fn span_ids(span: &RequestSpan) -> crate::access::SpanIds {
         let c = span.server.span_context();
