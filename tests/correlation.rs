@@ -1,7 +1,10 @@
-//! From a metric to its trace, against the real thing: Debian's Prometheus
-//! (with exemplar storage) scrapes llamatap in front of the real
-//! llama-server with OTLP export on, and the exemplars Prometheus stores on
-//! the TTFT histogram name traces the OTLP receiver received.
+//! From a metric, a log line or an access-log line to its trace, against
+//! the real thing: Debian's Prometheus (with exemplar storage) scrapes
+//! llamatap in front of the real llama-server with OTLP export on; the
+//! exemplars it stores on the TTFT histogram name traces the OTLP receiver
+//! received, and llama-server's own `llamacpp:*` series arrive with their
+//! upstream label. Access-log lines and log lines written during a request
+//! carry that request's trace (and span) id.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
