@@ -42,6 +42,9 @@ pub struct Cli {
     /// OTLP transport: grpc or http (http/protobuf).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", value_name = "PROTOCOL")]
     pub otlp_protocol: Option<String>,
+    /// JSON access log, one line per request: a file (appended to) or `-` for stdout [default: none].
+    #[arg(long, env = "LLAMATAP_ACCESS_LOG", value_name = "PATH")]
+    pub access_log: Option<String>,
     /// Worker threads of the proxy [default: 1].
     #[arg(long, env = "LLAMATAP_THREADS")]
     pub threads: Option<usize>,
@@ -86,6 +89,7 @@ impl Cli {
             upstream_api_key: std::env::var("LLAMATAP_UPSTREAM_API_KEY")
                 .ok()
                 .filter(|s| !s.is_empty()),
+            access_log: self.access_log.clone(),
         }
     }
 }

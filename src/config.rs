@@ -183,6 +183,8 @@ pub struct RawTelemetry {
     pub max_event_bytes: Option<usize>,
     /// Largest request body prefix read for the model name, bytes.
     pub max_inspect_bytes: Option<usize>,
+    /// Access log: a file path, `-` for stdout; empty or absent: none.
+    pub access_log: Option<String>,
 }
 
 /// `[models]` as written.
@@ -232,6 +234,8 @@ pub struct Overrides {
     pub api_keys: Option<Vec<String>>,
     /// `LLAMATAP_UPSTREAM_API_KEY`.
     pub upstream_api_key: Option<String>,
+    /// `--access-log` / `LLAMATAP_ACCESS_LOG`.
+    pub access_log: Option<String>,
 }
 
 /// Where one llama-server lives.
@@ -281,6 +285,28 @@ pub struct Telemetry {
     pub max_event_bytes: usize,
     /// Request body prefix inspected for model and parameters.
     pub max_inspect_bytes: usize,
+    /// Where the access log goes; `None`: no access log.
+    pub access_log: Option<AccessLogTarget>,
+}
+
+/// Where access-log lines are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    /// Standard output (`-`).
+    Stdout,
+    /// A file, opened for appending (created if missing).
+    File(PathBuf),
+}
+
+impl AccessLogTarget {
+    /// `-` is stdout, empty is none, anything else a path.
+    fn parse(s: &str) -> Option<AccessLogTarget> {
+        match s.trim() {
+            "" => None,
+            "-" => Some(AccessLogTarget::Stdout),
+            _ => Some(AccessLogTarget::File(PathBuf::from(s))),
+        }
+    }
 }
 
 /// The validated configuration: the single source of truth.
@@ -396,6 +422,11 @@ impl Config {
                 t.max_inspect_bytes,
                 1 << 20,
             )?,
+            access_log: o
+                .access_log
+                .as_deref()
+                .or(t.access_log.as_deref())
+                .and_then(AccessLogTarget::parse),
         };
         Ok(Config {
             listen: parse_addr("listen", &listen)?,

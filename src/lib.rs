@@ -12,16 +12,20 @@
 //! - [`llama`]: llama-server's stream and response formats.
 //! - [`request`]: request inspection (route, model, stream flag).
 //! - [`tracecontext`]: W3C `traceparent`/`tracestate` parsing.
+//! - [`access`]: the access log's JSON line.
+//! - [`llamacpp`]: llama-server's own `llamacpp:*` metrics, parsed and bounded.
 //! - [`route`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
 //! [`server`], [`shutdown`].
 
+pub mod access;
 pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod llama;
+pub mod llamacpp;
 pub mod observe;
 pub mod proxy;
 pub mod record;

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    llamatap::telemetry::logs::init();
     match server::run(config, &cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),

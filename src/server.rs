@@ -113,7 +113,7 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     } else {
         String::new()
     };
-    log::warn!(
+    tracing::warn!(
         "llamatap listening on {} (admin {}), upstream {}{routing}",
         config.listen,
         config.admin_listen,

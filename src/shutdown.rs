@@ -64,7 +64,7 @@ impl ShutdownSignalWatch for Signals {
             signal(SignalKind::interrupt()),
             signal(SignalKind::quit()),
         ) else {
-            log::error!("cannot install signal handlers; llamatap stops only when killed");
+            tracing::error!("cannot install signal handlers; llamatap stops only when killed");
             std::future::pending::<()>().await;
             return ShutdownSignal::FastShutdown;
         };
@@ -120,7 +120,7 @@ fn on_own_thread(f: impl FnOnce() + Send + 'static) {
         .name("llamatap-drain".into())
         .spawn(f);
     if spawned.is_err() {
-        log::error!("cannot start the drain thread; waiting the full grace period");
+        tracing::error!("cannot start the drain thread; waiting the full grace period");
     }
 }
 

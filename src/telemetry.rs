@@ -1,16 +1,20 @@
-//! Telemetry: Prometheus metrics, OpenTelemetry spans, the model-label set and
-//! the recent-request ring, behind one [`Telemetry`] handle the proxy and the
-//! admin listener share.
+//! Telemetry: Prometheus metrics, OpenTelemetry spans, the access log, the
+//! model-label set and the recent-request ring, behind one [`Telemetry`]
+//! handle the proxy and the admin listener share.
 //!
 //! The proxy calls in twice per request: [`Telemetry::request_started`] at
 //! arrival and [`Telemetry::request_finished`] in `logging`. Nothing here runs
 //! per event.
 
+pub mod access;
 pub mod export;
+pub mod exposition;
 pub mod fleet;
+pub mod logs;
 pub mod metrics;
 pub mod models;
 pub mod recent;
+pub mod reexport;
 pub mod semconv;
 pub mod spans;
 
@@ -18,9 +22,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
+use crate::config::{AccessLogTarget, Config};
 use crate::record::RequestRecord;
-use metrics::Metrics;
+use access::AccessLog;
+use metrics::{Metrics, TraceExemplar};
 use models::ModelNames;
 use recent::{RecentRequest, RecentRequests};
 use spans::{RequestSpan, Tracing};
@@ -28,9 +33,14 @@ use spans::{RequestSpan, Tracing};
 /// Failure to start telemetry.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
-    /// Metric registration failed.
-    #[error("cannot register metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
+    /// The access log cannot be opened.
+    #[error("cannot open the access log {path}: {source}")]
+    AccessLog {
+        /// The configured path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// OTLP export could not start.
     #[error(transparent)]
     Tracing(#[from] spans::TracingError),
@@ -48,16 +58,32 @@ pub struct Telemetry {
     pub models: ModelNames,
     /// Recent requests for the latency page.
     pub recent: RecentRequests,
+    /// The access log, when configured.
+    pub access: Option<AccessLog>,
     inflight: AtomicI64,
 }
 
 impl Telemetry {
     /// Builds metrics and, with an endpoint, tracing.
     pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
-        let metrics = Metrics::new()?;
+        let metrics = Metrics::new();
         let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
         metrics.fleet.seed_upstreams(&names);
         let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
+        let access = match &cfg.telemetry.access_log {
+            Some(target) => Some(
+                AccessLog::open(target, metrics.access_lines.clone()).map_err(|source| {
+                    TelemetryError::AccessLog {
+                        path: match target {
+                            AccessLogTarget::Stdout => "-".to_string(),
+                            AccessLogTarget::File(p) => p.display().to_string(),
+                        },
+                        source,
+                    }
+                })?,
+            ),
+            None => None,
+        };
         let models = ModelNames::new(cfg.model_aliases.clone());
         // The aliases are known now; the upstreams' names come with their /v1/models.
         for alias in models.list() {
@@ -69,6 +95,7 @@ impl Telemetry {
             tracing,
             models,
             recent: RecentRequests::new(cfg.recent_requests),
+            access,
             inflight: AtomicI64::new(0),
         }))
     }
@@ -92,14 +119,24 @@ impl Telemetry {
         }
     }
 
-    /// A request finished: metrics, span, latency page.
+    /// A request finished: metrics, access log, span, latency page.
     pub fn request_finished(&self, rec: &RequestRecord, span: Option<RequestSpan>) {
         self.inflight.fetch_sub(1, Ordering::Relaxed);
         let model = self.models.label(rec.model());
         let trace_id = span.as_ref().map(Tracing::trace_id);
         if self.metrics_enabled {
             self.metrics.inflight_requests.dec();
-            self.metrics.record(rec, &model);
+            let exemplar =
+                span.as_ref()
+                    .and_then(Tracing::sampled_trace_id)
+                    .map(|id| TraceExemplar {
+                        trace_id: Arc::new(id),
+                    });
+            self.metrics.record(rec, &model, exemplar.as_ref());
+        }
+        if let Some(log) = &self.access {
+            let ids = span.as_ref().map(Tracing::span_ids);
+            log.submit(crate::access::line(rec, &model, ids.as_ref()));
         }
         if let (Some(t), Some(s)) = (&self.tracing, span) {
             t.finish(s, rec);
@@ -115,11 +152,16 @@ impl Telemetry {
         self.inflight.load(Ordering::Relaxed)
     }
 
-    /// Exports the spans still queued and stops export, giving up after
-    /// `within` (at shutdown: a black-holing collector cannot hold the exit).
+    /// Writes the access-log lines and exports the spans still queued, then
+    /// stops both, giving up after `within` (at shutdown: a black-holing
+    /// collector or a stalled disk cannot hold the exit).
     pub fn shutdown(&self, within: Duration) {
+        let deadline = std::time::Instant::now() + within;
+        if let Some(log) = &self.access {
+            log.shutdown(within);
+        }
         if let Some(t) = &self.tracing {
-            t.shutdown(within);
+            t.shutdown(deadline.saturating_duration_since(std::time::Instant::now()));
         }
     }
 }

@@ -666,6 +666,55 @@ fn grafana_provisioning_points_at_the_services_and_the_dashboards() {
     }
 }
 
+#[test]
+fn exemplars_are_stored_shown_and_linked_to_jaeger() {
+    // Compose's Prometheus keeps exemplars.
+    let c = compose();
+    let cmd = command(service(&c, "prometheus"));
+    assert!(
+        cmd.iter().any(|a| a == "--enable-feature=exemplar-storage"),
+        "prometheus runs without exemplar storage: {cmd:?}"
+    );
+    // The Prometheus data source links an exemplar's trace_id to Jaeger.
+    let ds = yaml("conf/grafana/provisioning/datasources/llamatap.yml");
+    let sources = ds["datasources"].as_sequence().unwrap();
+    let prometheus = sources.iter().find(|d| d["type"] == "prometheus").unwrap();
+    let jaeger = sources.iter().find(|d| d["type"] == "jaeger").unwrap();
+    let dest = prometheus["jsonData"]["exemplarTraceIdDestinations"]
+        .as_sequence()
+        .expect("exemplarTraceIdDestinations");
+    assert!(
+        dest.iter()
+            .any(|d| d["name"] == "trace_id" && d["datasourceUid"] == jaeger["uid"]),
+        "{dest:?}"
+    );
+    // The TTFT and first-sentence panels ask for exemplars on every query;
+    // their queries read the histograms that carry them.
+    let (_, latency) = dashboards()
+        .into_iter()
+        .find(|(_, d)| d["uid"] == "llamatap-latency")
+        .unwrap();
+    for title in [
+        "Time to first token (TTFT) p50 / p95 / p99",
+        "Time to first sentence p50 / p95 / p99",
+    ] {
+        let panel = all_panels(&latency)
+            .into_iter()
+            .find(|p| p["title"] == title)
+            .unwrap_or_else(|| panic!("no panel {title:?}"));
+        for t in panel["targets"].as_array().unwrap() {
+            assert_eq!(t["exemplar"], true, "{title}: {t}");
+            assert!(
+                t["expr"]
+                    .as_str()
+                    .unwrap()
+                    .contains("llamatap_stage_duration_seconds_bucket"),
+                "{title}: {t}"
+            );
+        }
+    }
+}
+
 fn collect_datasources(v: &serde_json::Value, out: &mut Vec<(String, String)>) {
     match v {
         serde_json::Value::Object(m) => {
@@ -712,17 +761,41 @@ fn all_panels(dash: &serde_json::Value) -> Vec<&serde_json::Value> {
     out
 }
 
-/// Metric families documented in the README's metrics table.
+/// Metric families documented in the README's metrics tables: llamatap's
+/// own, and the llama-server series it re-exports (`llamacpp:`).
 fn documented_metrics() -> BTreeSet<String> {
-    read("README.md")
-        .lines()
-        .filter_map(|l| l.strip_prefix("| `llamatap_"))
-        .map(|l| format!("llamatap_{}", l.split('`').next().unwrap()))
-        .collect()
+    let readme = read("README.md");
+    let mut out = BTreeSet::new();
+    for prefix in ["llamatap_", "llamacpp:"] {
+        let row = format!("| `{prefix}");
+        out.extend(
+            readme
+                .lines()
+                .filter_map(|l| l.strip_prefix(row.as_str()))
+                .map(|l| format!("{prefix}{}", l.split('`').next().unwrap())),
+        );
+    }
+    out
+}
+
+/// `llamatap_*` names and re-exported `llamacpp:*` names in a PromQL
+/// expression, with histogram suffixes removed.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut out = llamatap_names(expr);
+    let mut rest = expr;
+    while let Some(pos) = rest.find("llamacpp:") {
+        let tail = &rest[pos..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(tail.len());
+        out.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
 }
 
 /// `llamatap_*` names in a PromQL expression, with histogram suffixes removed.
-fn metric_names(expr: &str) -> Vec<String> {
+fn llamatap_names(expr: &str) -> Vec<String> {
     let mut out = Vec::new();
     let bytes = expr.as_bytes();
     let mut i = 0;
@@ -882,7 +955,7 @@ fn dashboards_follow_the_house_rules() {
                 let names = metric_names(expr);
                 assert!(
                     !names.is_empty(),
-                    "{file}: {title}: no llamatap metric in {expr}"
+                    "{file}: {title}: no llamatap (or re-exported llama-server) metric in {expr}"
                 );
                 for n in &names {
                     assert!(

@@ -359,15 +359,31 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
         "no prompt-cache reuse\n{m}"
     );
 
-    // promtool lints the exposition.
+    // promtool lints the exposition: llamatap's own families are clean. The
+    // one message allowed is about llama-server's re-exported names, which
+    // keep llama.cpp's `llamacpp:` prefix (promtool reserves ':' for
+    // recording rules) so that queries written for llama-server work as they
+    // are; everything else about them is clean too.
     let lint = promtool(&["check", "metrics"], Some(m.as_bytes()));
     let lint_text = format!(
         "{}{}",
         String::from_utf8_lossy(&lint.stdout),
         String::from_utf8_lossy(&lint.stderr)
     );
+    let reexported = lint_text
+        .lines()
+        .filter(|l| {
+            l.starts_with("llamacpp:") && l.ends_with(" metric names should not contain ':'")
+        })
+        .count();
+    let other: Vec<&str> = lint_text
+        .lines()
+        .filter(|l| {
+            !(l.starts_with("llamacpp:") && l.ends_with(" metric names should not contain ':'"))
+        })
+        .collect();
     assert!(
-        lint.status.success(),
+        reexported > 0 && other.is_empty(),
         "promtool check metrics on llamatap's /metrics:\n{lint_text}"
     );
 

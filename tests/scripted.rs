@@ -247,8 +247,15 @@ fn oversized_event_is_skipped_by_the_reader_but_forwarded() {
     let body = r.read_all().unwrap();
     assert!(body.starts_with(big.as_bytes()));
     assert!(String::from_utf8_lossy(&body).contains("after"));
+    // (A scrape reads one family after another, so it may catch a request
+    // recorded in one and not yet in the next: wait for both.)
     let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
         metric_sum(m, "llamatap_sse_events_skipped_total", &[]) >= 1.0
+            && metric_sum(
+                m,
+                "llamatap_stage_duration_seconds_count",
+                &["stage=\"ttft\""],
+            ) >= 1.0
     });
     assert_eq!(
         metric_sum(&m, "llamatap_sse_events_skipped_total", &[]),

@@ -3,7 +3,8 @@
 //! - `/healthz`: 200 while the process serves.
 //! - `/readyz`: 200 when at least one upstream's `/health` answered 200 at
 //!   the last check and every model the fleet serves has such an upstream, else 503.
-//! - `/metrics`: Prometheus exposition.
+//! - `/metrics`: Prometheus exposition: OpenMetrics (with exemplars) when
+//!   the scraper's `Accept` asks for it, the classic text format otherwise.
 //! - `/latency`: the latency page; `/latency.json`: its data.
 //!
 //! It binds to loopback by default; it never proxies anything.
@@ -18,6 +19,7 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
 use crate::proxy::fleet::Fleet;
+use crate::telemetry::exposition::Exposition;
 use crate::telemetry::Telemetry;
 
 /// The admin HTTP app.
@@ -43,11 +45,7 @@ impl AdminApp {
     fn refresh_fleet_gauges(&self) {
         let f = &self.telemetry.metrics.fleet;
         for m in self.fleet.members() {
-            let name = m.upstream.name.as_str();
-            f.up.with_label_values(&[name]).set(i64::from(m.healthy()));
-            f.inflight
-                .with_label_values(&[name])
-                .set(i64::from(m.in_flight()));
+            f.set_state(&m.upstream.name, m.healthy(), m.in_flight());
         }
     }
 }
@@ -84,10 +82,16 @@ impl ServeHttp for AdminApp {
             }
             "/metrics" => {
                 self.refresh_fleet_gauges();
+                let accept = session
+                    .req_header()
+                    .headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                let format = Exposition::negotiate(accept);
                 reply(
                     200,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    self.telemetry.metrics.render(),
+                    format.content_type(),
+                    self.telemetry.metrics.render(format),
                 )
             }
             "/latency" | "/" => {

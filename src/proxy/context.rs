@@ -28,6 +28,9 @@ pub struct RequestCtx {
     /// are boxed: the context lives inside each connection's future, whose
     /// size every held stream pays in full.
     pub span: Option<Box<RequestSpan>>,
+    /// The `tracing` span log lines about this request are written in,
+    /// bridged to the SERVER span (disabled when tracing is off).
+    pub log_span: tracing::Span,
     /// Upstream response headers arrived.
     pub upstream_headers: Option<Instant>,
     /// Status sent downstream.
@@ -89,6 +92,7 @@ impl RequestCtx {
             body_truncated: false,
             request: RequestFacts::default(),
             span: None,
+            log_span: tracing::Span::none(),
             upstream_headers: None,
             status: None,
             observer: None,

@@ -30,6 +30,7 @@ use crate::config::Config;
 use crate::observe::StreamObserver;
 use crate::record::Outcome;
 use crate::request::{self, Route};
+use crate::telemetry::logs;
 use crate::telemetry::spans::Tracing;
 use crate::telemetry::Telemetry;
 use context::RequestCtx;
@@ -112,11 +113,13 @@ impl ProxyHttp for LlamaProxy {
         ctx.started = true;
         self.telemetry.request_started();
         if let Some(t) = &self.telemetry.tracing {
-            ctx.span = Some(Box::new(t.start_request(
+            let span = t.start_request(
                 header(req, "traceparent"),
                 header(req, "tracestate"),
                 ctx.received_wall,
-            )));
+            );
+            ctx.log_span = logs::request_span(&span);
+            ctx.span = Some(Box::new(span));
         }
         if let Some(r) = guard::check(req, ctx.route, &self.config) {
             refuse(session, ctx, r).await;
@@ -156,6 +159,14 @@ impl ProxyHttp for LlamaProxy {
     ) -> Box<Error> {
         if let Some(i) = ctx.member {
             self.fleet.eject(i);
+            if self.fleet.is_fleet() {
+                let _in = ctx.log_span.enter();
+                let name = self.fleet.member(i).map(|m| m.upstream.name.as_str());
+                tracing::warn!(
+                    upstream = name.unwrap_or(""),
+                    "connect failed ({e}); upstream ejected"
+                );
+            }
             if self.fleet.is_fleet()
                 && self
                     .fleet
@@ -407,6 +418,16 @@ impl ProxyHttp for LlamaProxy {
         e
     }
 
+    /// Pingora's own error line about a request ("Fail to proxy: …") ends
+    /// with this: its summary, and the trace id when tracing is on.
+    fn request_summary(&self, session: &Session, ctx: &RequestCtx) -> String {
+        let summary = session.as_ref().request_summary();
+        match &ctx.span {
+            Some(span) => format!("{summary}, trace_id={}", Tracing::trace_id(span)),
+            None => summary,
+        }
+    }
+
     /// Client hang-ups are normal traffic, not errors worth a log line.
     fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {
         error.esource() == &ErrorSource::Downstream
@@ -432,6 +453,18 @@ impl ProxyHttp for LlamaProxy {
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
         rec.upstream = routing::finish(&self.fleet, ctx, &rec);
+        if e.is_none() && rec.outcome == Outcome::UpstreamError {
+            // Pingora logged nothing (the HTTP exchange itself went well):
+            // an upstream 5xx, an error event in the stream, a cut stream.
+            let _in = ctx.log_span.enter();
+            tracing::warn!(
+                error.type = rec.error_type.unwrap_or(""),
+                "{} {}: {}",
+                rec.method,
+                rec.path,
+                rec.error_message.as_deref().unwrap_or("")
+            );
+        }
         self.telemetry
             .request_finished(&rec, ctx.span.take().map(|s| *s));
     }

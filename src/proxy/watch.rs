@@ -1,9 +1,11 @@
 //! Watches every upstream in the background: resolves its address, checks
 //! `/health` (readiness, `llamatap_upstream_up`), reads its model list
-//! (`/v1/models`, else llama-server's router-mode `/models`) and its idle
-//! slots (`/slots`). One small HTTP/1.1 GET at a time per upstream, with a
-//! timeout; never on a request's path, so a slow DNS server or a dead
-//! upstream never holds a request up.
+//! (`/v1/models`, else llama-server's router-mode `/models`), its idle
+//! slots (`/slots`) and its own `llamacpp:*` metrics (`/metrics`, when it
+//! runs with `--metrics`; re-exported by [`crate::telemetry::reexport`]).
+//! One small HTTP/1.1 GET at a time per upstream, with a timeout; never on
+//! a request's path, so a slow DNS server or a dead upstream never holds a
+//! request up.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 use super::fleet::Fleet;
+use crate::llamacpp;
 use crate::telemetry::models::parse_model_list;
 use crate::telemetry::Telemetry;
 
@@ -59,6 +62,18 @@ impl UpstreamWatch {
         }
     }
 
+    /// Publishes (or, with `None`, removes) the `llamacpp:*` series of member `i`.
+    fn publish_metrics(&self, i: usize, families: Option<Vec<llamacpp::Family>>) {
+        let Some(m) = self.fleet.member(i) else {
+            return;
+        };
+        let series = &self.telemetry.metrics.llamacpp;
+        match families {
+            Some(f) => series.set(&m.upstream.name, f),
+            None => series.clear(&m.upstream.name),
+        }
+    }
+
     /// Publishes the fleet's model names as the allowed `model` labels.
     fn publish_models(&self) {
         let names = self.fleet.models();
@@ -72,10 +87,27 @@ impl UpstreamWatch {
     }
 }
 
-/// One round of checks of member `i`; returns whether its model list was read.
-async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
+/// What one round of checks of an upstream learnt.
+struct Checked {
+    /// Its `/health` answered 200.
+    healthy: bool,
+    /// Its model list was read.
+    models: bool,
+    /// Its `llamacpp:*` families, `None` when it is down or serves no
+    /// metrics (its re-exported series are then removed).
+    metrics: Option<Vec<llamacpp::Family>>,
+}
+
+/// One round of checks of member `i`. The model list is read when
+/// `models_due`; `/metrics` when `metrics_due`.
+async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool, metrics_due: bool) -> Checked {
+    let mut out = Checked {
+        healthy: false,
+        models: false,
+        metrics: None,
+    };
     let Some(m) = fleet.member(i) else {
-        return false;
+        return out;
     };
     let addr = m.upstream.address.clone();
     if let Some(a) = tokio::task::spawn_blocking(move || resolve(&addr))
@@ -87,7 +119,7 @@ async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
     }
     let Some(target) = m.address() else {
         let _ = m.set_healthy(false);
-        return false;
+        return out;
     };
     let host = m.upstream.address.as_str();
     let base = &m.upstream.base_path;
@@ -100,8 +132,9 @@ async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
         fleet.rejoined(i);
     }
     if !healthy {
-        return false;
+        return out;
     }
+    out.healthy = true;
     if fleet.is_fleet() {
         let idle = match get(target, host, &format!("{base}/slots")).await {
             Some((200, body)) => idle_slots(&body),
@@ -109,19 +142,26 @@ async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool) -> bool {
         };
         m.set_idle_slots(idle);
     }
+    if metrics_due {
+        out.metrics = match get(target, host, &format!("{base}/metrics")).await {
+            Some((200, body)) => Some(llamacpp::parse(&body)),
+            _ => None,
+        };
+    }
     if !models_due {
-        return false;
+        return out;
     }
     for path in ["/v1/models", "/models"] {
         if let Some((200, body)) = get(target, host, &format!("{base}{path}")).await {
             let names = parse_model_list(&body);
             if !names.is_empty() {
                 m.set_models(names);
-                return true;
+                out.models = true;
+                return out;
             }
         }
     }
-    false
+    out
 }
 
 /// Idle slots in a `/slots` answer (an array of slots with `is_processing`).
@@ -140,21 +180,33 @@ impl BackgroundService for UpstreamWatch {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let n = self.fleet.members().len();
         let mut last_models: Vec<Option<Instant>> = vec![None; n];
+        // An upstream without `--metrics` answers /metrics with an error:
+        // it is asked again only with its model list, not every round.
+        let mut serves_metrics: Vec<bool> = vec![true; n];
         loop {
             let mut round = JoinSet::new();
             for (i, last) in last_models.iter().enumerate() {
                 let due = last.is_none_or(|t| t.elapsed() >= self.model_refresh);
+                let metrics_due = due || serves_metrics.get(i).copied().unwrap_or(true);
                 let fleet = self.fleet.clone();
-                round.spawn(async move { (i, check(fleet, i, due).await) });
+                round.spawn(async move { (i, check(fleet, i, due, metrics_due).await) });
             }
             let mut read_models = false;
             while let Some(done) = round.join_next().await {
-                if let Ok((i, true)) = done {
+                let Ok((i, checked)) = done else {
+                    continue;
+                };
+                if checked.models {
                     if let Some(slot) = last_models.get_mut(i) {
                         *slot = Some(Instant::now());
                     }
                     read_models = true;
                 }
+                if let Some(slot) = serves_metrics.get_mut(i) {
+                    // Down: asked again as soon as it is back.
+                    *slot = !checked.healthy || checked.metrics.is_some();
+                }
+                self.publish_metrics(i, checked.metrics);
             }
             if read_models {
                 self.publish_models();

@@ -11,10 +11,10 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::metrics::{ResultLabels, SpanCounts};
 use opentelemetry::Context;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
-use prometheus::IntCounterVec;
 
 /// Largest batch sent in one export call.
 const MAX_BATCH: usize = 512;
@@ -34,7 +34,7 @@ pub struct ExportQueue {
     worker: Mutex<Option<JoinHandle<()>>>,
     /// Disconnected when the export thread has ended.
     ended: Mutex<Option<Receiver<()>>>,
-    counts: IntCounterVec,
+    counts: SpanCounts,
 }
 
 impl std::fmt::Debug for ExportQueue {
@@ -49,7 +49,7 @@ impl ExportQueue {
         exporter: E,
         runtime: tokio::runtime::Runtime,
         capacity: usize,
-        counts: IntCounterVec,
+        counts: SpanCounts,
     ) -> std::io::Result<ExportQueue> {
         let (tx, rx) = sync_channel(capacity);
         let (alive, ended) = sync_channel::<()>(0);
@@ -77,7 +77,7 @@ fn run<E: SpanExporter>(
     exporter: E,
     runtime: tokio::runtime::Runtime,
     rx: Receiver<Msg>,
-    counts: IntCounterVec,
+    counts: SpanCounts,
 ) {
     let mut batch: Vec<SpanData> = Vec::with_capacity(MAX_BATCH);
     let mut flushes: Vec<SyncSender<()>> = Vec::new();
@@ -108,7 +108,9 @@ fn run<E: SpanExporter>(
                 Ok(Ok(())) => "exported",
                 _ => "dropped_export_failed",
             };
-            counts.with_label_values(&[label]).inc_by(n);
+            counts
+                .get_or_create(&ResultLabels { result: label })
+                .inc_by(n);
         }
         if due || batch.is_empty() {
             deadline = Instant::now() + BATCH_DELAY;
@@ -131,7 +133,11 @@ impl SpanProcessor for ExportQueue {
         match tx.try_send(Msg::Span(Box::new(span))) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.counts.with_label_values(&["dropped_queue_full"]).inc();
+                self.counts
+                    .get_or_create(&ResultLabels {
+                        result: "dropped_queue_full",
+                    })
+                    .inc();
             }
         }
     }

@@ -1,19 +1,31 @@
-//! Prometheus metrics: one registry owned by llamatap (never the global one),
-//! the families below, and the exposition text for the admin `/metrics`.
+//! Prometheus metrics: one registry owned by llamatap (never a global one),
+//! the families below, and their exposition for the admin `/metrics`, in the
+//! classic text format or in OpenMetrics ([`Exposition`]).
 //!
 //! Labels come from fixed lists (`stage`, `route`, `outcome`, `kind`,
 //! `phase`) or from [`super::models::ModelNames`] (`model`), so no client can
 //! mint series. Recording happens once per request, in the proxy's `logging`.
+//! The stage and time-per-output-token histograms keep, per bucket, the
+//! latest sampled request's trace id as an exemplar (shown in OpenMetrics
+//! only; the classic format has no exemplars).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use prometheus::{
-    CounterVec, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
+use super::exposition::Exposition;
 use crate::record::{HangupPhase, Outcome, RequestRecord};
 use crate::request::Route;
+
+#[cfg(test)]
+mod tests;
 
 /// Stage histogram buckets, seconds: sub-millisecond to a minute (the OTel
 /// GenAI TTFT boundaries, extended both ways).
@@ -40,184 +52,351 @@ pub const STAGES: &[&str] = &[
     "decode",
 ];
 
+// === label sets ===
+// Fields in alphabetical order: the order labels are written in.
+
+/// The exemplar of a sampled request: its trace id (32 hex digits).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TraceExemplar {
+    /// The trace id, lower-case hex.
+    pub trace_id: Arc<String>,
+}
+
+/// `{model}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelLabels {
+    /// Bounded model label.
+    pub model: String,
+}
+
+/// `{model,stage}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    /// Bounded model label.
+    pub model: String,
+    /// One of [`STAGES`].
+    pub stage: &'static str,
+}
+
+/// `{model,outcome,route}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Bounded model label.
+    pub model: String,
+    /// [`Outcome::as_str`].
+    pub outcome: &'static str,
+    /// [`Route::as_str`].
+    pub route: &'static str,
+}
+
+/// `{kind,model}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    /// `prompt`, `cached` or `completion`.
+    pub kind: &'static str,
+    /// Bounded model label.
+    pub model: String,
+}
+
+/// `{model,phase}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// Bounded model label.
+    pub model: String,
+    /// [`HangupPhase::as_str`].
+    pub phase: &'static str,
+}
+
+/// `{result}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// A fixed result name.
+    pub result: &'static str,
+}
+
+/// `{version}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabels {
+    /// The crate version.
+    pub version: &'static str,
+}
+
+/// A histogram whose buckets keep a trace-id exemplar.
+pub type TracedHistogram = HistogramWithExemplars<TraceExemplar>;
+/// A family of [`TracedHistogram`]s.
+pub type TracedHistograms<L> = Family<L, TracedHistogram, fn() -> TracedHistogram>;
+/// A family of plain histograms.
+pub type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+/// `llamatap_otel_spans_total{result}`, shared with the span export queue.
+pub type SpanCounts = Family<ResultLabels, Counter>;
+
+fn stage_histogram() -> TracedHistogram {
+    HistogramWithExemplars::new(STAGE_BUCKETS.iter().copied())
+}
+
+fn tpot_histogram() -> TracedHistogram {
+    HistogramWithExemplars::new(TPOT_BUCKETS.iter().copied())
+}
+
+fn gap_histogram() -> Histogram {
+    Histogram::new(STAGE_BUCKETS.iter().copied())
+}
+
+/// Observes `v` in `h`, with `exemplar` (and its moment) when the request was sampled.
+pub fn observe(h: &TracedHistogram, v: Duration, exemplar: Option<&TraceExemplar>, at: SystemTime) {
+    match exemplar {
+        Some(e) => h.observe(v.as_secs_f64(), Some(e.clone()), Some(at)),
+        None => h.observe(v.as_secs_f64(), None, None),
+    }
+}
+
 /// Every metric family llamatap exports.
-#[derive(Clone)]
 pub struct Metrics {
-    registry: Registry,
-    /// `llamatap_stage_duration_seconds{stage,model}`.
-    pub stage: HistogramVec,
-    /// `llamatap_requests_total{model,route,outcome}`.
-    pub requests: IntCounterVec,
-    /// `llamatap_tokens_total{model,kind}`.
-    pub tokens: IntCounterVec,
+    registry: Arc<Registry>,
+    last_render: std::sync::atomic::AtomicUsize,
+    /// `llamatap_stage_duration_seconds{model,stage}`.
+    pub stage: TracedHistograms<StageLabels>,
+    /// `llamatap_requests_total{model,outcome,route}`.
+    pub requests: Family<RequestLabels, Counter>,
+    /// `llamatap_tokens_total{kind,model}`.
+    pub tokens: Family<TokenLabels, Counter>,
     /// `llamatap_inflight_requests`.
-    pub inflight_requests: IntGauge,
+    pub inflight_requests: Gauge,
     /// `llamatap_inflight_streams`.
-    pub inflight_streams: IntGauge,
+    pub inflight_streams: Gauge,
     /// `llamatap_time_per_output_token_seconds{model}`.
-    pub tpot: HistogramVec,
+    pub tpot: TracedHistograms<ModelLabels>,
     /// `llamatap_max_token_gap_seconds{model}`.
-    pub max_gap: HistogramVec,
+    pub max_gap: Histograms<ModelLabels>,
     /// `llamatap_cancellations_total{model,phase}`.
-    pub cancellations: IntCounterVec,
+    pub cancellations: Family<PhaseLabels, Counter>,
     /// `llamatap_hangup_elapsed_seconds_total{model}`: seconds from arrival to hang-up, summed.
-    pub wasted: CounterVec,
+    pub wasted: Family<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     /// `llamatap_sse_events_skipped_total`.
-    pub skipped_events: IntCounter,
+    pub skipped_events: Counter,
     /// `llamatap_otel_spans_total{result}`.
-    pub spans: IntCounterVec,
+    pub spans: SpanCounts,
+    /// `llamatap_access_log_lines_total{result}`.
+    pub access_lines: SpanCounts,
     /// Per-upstream and routing families.
     pub fleet: super::fleet::FleetMetrics,
+    /// llama-server's own `llamacpp:*` series, re-exported.
+    pub llamacpp: Arc<super::reexport::LlamacppSeries>,
     /// `llamatap_upstream_retries_total`.
-    pub upstream_retries: IntCounter,
-
+    pub upstream_retries: Counter,
     /// `llamatap_upstream_models{model}`.
-    pub upstream_models: IntGaugeVec,
+    pub upstream_models: Family<ModelLabels, Gauge>,
     /// `llamatap_build_info{version}`.
-    pub build_info: Gauge,
+    pub build_info: Family<VersionLabels, Gauge>,
 }
 
 impl Metrics {
-    /// Creates and registers every family in a new registry.
-    pub fn new() -> Result<Metrics, prometheus::Error> {
-        let registry = Registry::new();
-        let hist = |name: &str, help: &str, labels: &[&str], buckets: &[f64]| {
-            HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-                labels,
-            )
-        };
+    /// Creates and registers every family in a new registry. Counter names
+    /// are registered without `_total`: the encoders add it.
+    pub fn new() -> Metrics {
+        let mut r = Registry::default();
+        let stage: TracedHistograms<StageLabels> = Family::new_with_constructor(stage_histogram);
+        r.register(
+            "llamatap_stage_duration_seconds",
+            "Time from the request's arrival at llamatap to each stage (prefill and decode: llama-server's own timings)",
+            stage.clone(),
+        );
+        let requests = Family::<RequestLabels, Counter>::default();
+        r.register(
+            "llamatap_requests",
+            "Proxied requests by model, route and outcome",
+            requests.clone(),
+        );
+        let tokens = Family::<TokenLabels, Counter>::default();
+        r.register(
+            "llamatap_tokens",
+            "Tokens by kind: prompt (all input tokens, cached included), cached (reused from the KV cache), completion",
+            tokens.clone(),
+        );
+        let inflight_requests = Gauge::default();
+        r.register(
+            "llamatap_inflight_requests",
+            "Requests being proxied now",
+            inflight_requests.clone(),
+        );
+        let inflight_streams = Gauge::default();
+        r.register(
+            "llamatap_inflight_streams",
+            "Event-stream responses being forwarded now",
+            inflight_streams.clone(),
+        );
+        let tpot: TracedHistograms<ModelLabels> = Family::new_with_constructor(tpot_histogram);
+        r.register(
+            "llamatap_time_per_output_token_seconds",
+            "Per stream: (last token - first token) / (output tokens - 1)",
+            tpot.clone(),
+        );
+        let max_gap: Histograms<ModelLabels> = Family::new_with_constructor(gap_histogram);
+        r.register(
+            "llamatap_max_token_gap_seconds",
+            "Per stream: the longest gap between two token-carrying events",
+            max_gap.clone(),
+        );
+        let cancellations = Family::<PhaseLabels, Counter>::default();
+        r.register(
+            "llamatap_cancellations",
+            "Client hang-ups propagated upstream (the upstream connection closed), by phase",
+            cancellations.clone(),
+        );
+        let wasted = Family::<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+        r.register(
+            "llamatap_hangup_elapsed_seconds",
+            "Seconds between arrival and hang-up of requests whose client hung up: upstream work the client never used",
+            wasted.clone(),
+        );
+        let skipped_events = Counter::default();
+        r.register(
+            "llamatap_sse_events_skipped",
+            "SSE events larger than telemetry.max_event_bytes: forwarded untouched but not parsed",
+            skipped_events.clone(),
+        );
+        let spans = SpanCounts::default();
+        r.register(
+            "llamatap_otel_spans",
+            "Finished spans by export result: exported, dropped_queue_full, dropped_export_failed",
+            spans.clone(),
+        );
+        let access_lines = SpanCounts::default();
+        r.register(
+            "llamatap_access_log_lines",
+            "Access-log lines by result: written, dropped_queue_full (the writer fell behind), dropped_write_failed",
+            access_lines.clone(),
+        );
+        let fleet = super::fleet::FleetMetrics::register(&mut r);
+        let upstream_retries = Counter::default();
+        r.register(
+            "llamatap_upstream_retries",
+            "Requests sent again on a new upstream connection because the first one provably never reached llama-server whole",
+            upstream_retries.clone(),
+        );
+        let upstream_models = Family::<ModelLabels, Gauge>::default();
+        r.register(
+            "llamatap_upstream_models",
+            "Model names the upstream reports (1 per name); these are the allowed model labels",
+            upstream_models.clone(),
+        );
+        let build_info = Family::<VersionLabels, Gauge>::default();
+        r.register(
+            "llamatap_build_info",
+            "Always 1; the version label says which build",
+            build_info.clone(),
+        );
+        let llamacpp = Arc::new(super::reexport::LlamacppSeries::default());
+        r.register_collector(Box::new(llamacpp.clone()));
         let m = Metrics {
-            stage: hist(
-                "llamatap_stage_duration_seconds",
-                "Time from the request's arrival at llamatap to each stage (prefill and decode: llama-server's own timings).",
-                &["stage", "model"],
-                STAGE_BUCKETS,
-            )?,
-            requests: IntCounterVec::new(
-                Opts::new("llamatap_requests_total", "Proxied requests by model, route and outcome."),
-                &["model", "route", "outcome"],
-            )?,
-            tokens: IntCounterVec::new(
-                Opts::new("llamatap_tokens_total", "Tokens by kind: prompt (all input tokens, cached included), cached (reused from the KV cache), completion."),
-                &["model", "kind"],
-            )?,
-            inflight_requests: IntGauge::new("llamatap_inflight_requests", "Requests being proxied now.")?,
-            inflight_streams: IntGauge::new("llamatap_inflight_streams", "Event-stream responses being forwarded now.")?,
-            tpot: hist(
-                "llamatap_time_per_output_token_seconds",
-                "Per stream: (last token - first token) / (output tokens - 1).",
-                &["model"],
-                TPOT_BUCKETS,
-            )?,
-            max_gap: hist(
-                "llamatap_max_token_gap_seconds",
-                "Per stream: the longest gap between two token-carrying events.",
-                &["model"],
-                STAGE_BUCKETS,
-            )?,
-            cancellations: IntCounterVec::new(
-                Opts::new("llamatap_cancellations_total", "Client hang-ups propagated upstream (the upstream connection closed), by phase."),
-                &["model", "phase"],
-            )?,
-            wasted: CounterVec::new(
-                Opts::new("llamatap_hangup_elapsed_seconds_total", "Seconds between arrival and hang-up of requests whose client hung up: upstream work the client never used."),
-                &["model"],
-            )?,
-            skipped_events: IntCounter::new("llamatap_sse_events_skipped_total", "SSE events larger than telemetry.max_event_bytes: forwarded untouched but not parsed.")?,
-            spans: IntCounterVec::new(
-                Opts::new("llamatap_otel_spans_total", "Finished spans by export result: exported, dropped_queue_full, dropped_export_failed."),
-                &["result"],
-            )?,
-            fleet: super::fleet::FleetMetrics::register(&registry)?,
-            upstream_retries: IntCounter::new("llamatap_upstream_retries_total", "Requests sent again on a new upstream connection because the first one provably never reached llama-server whole.")?,
-
-            upstream_models: IntGaugeVec::new(
-                Opts::new("llamatap_upstream_models", "Model names the upstream reports (1 per name); these are the allowed model labels."),
-                &["model"],
-            )?,
-            build_info: Gauge::with_opts(
-                Opts::new("llamatap_build_info", "Always 1; the version label says which build.")
-                    .const_label("version", env!("CARGO_PKG_VERSION")),
-            )?,
-            registry,
+            registry: Arc::new(r),
+            last_render: std::sync::atomic::AtomicUsize::new(0),
+            stage,
+            requests,
+            tokens,
+            inflight_requests,
+            inflight_streams,
+            tpot,
+            max_gap,
+            cancellations,
+            wasted,
+            skipped_events,
+            spans,
+            access_lines,
+            fleet,
+            llamacpp,
+            upstream_retries,
+            upstream_models,
+            build_info,
         };
-        m.register_all()?;
-        m.build_info.set(1.0);
+        m.build_info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
         m.seed_model(super::models::OTHER);
         m.seed_model(super::models::NONE);
-        for r in ["exported", "dropped_queue_full", "dropped_export_failed"] {
-            m.spans.with_label_values(&[r]);
+        for result in ["exported", "dropped_queue_full", "dropped_export_failed"] {
+            let _ = m.spans.get_or_create(&ResultLabels { result });
         }
-        Ok(m)
+        for result in super::access::RESULTS {
+            let _ = m.access_lines.get_or_create(&ResultLabels { result });
+        }
+        m
     }
 
-    fn register_all(&self) -> Result<(), prometheus::Error> {
-        let r = &self.registry;
-        r.register(Box::new(self.stage.clone()))?;
-        r.register(Box::new(self.requests.clone()))?;
-        r.register(Box::new(self.tokens.clone()))?;
-        r.register(Box::new(self.inflight_requests.clone()))?;
-        r.register(Box::new(self.inflight_streams.clone()))?;
-        r.register(Box::new(self.tpot.clone()))?;
-        r.register(Box::new(self.max_gap.clone()))?;
-        r.register(Box::new(self.cancellations.clone()))?;
-        r.register(Box::new(self.wasted.clone()))?;
-        r.register(Box::new(self.skipped_events.clone()))?;
-        r.register(Box::new(self.spans.clone()))?;
-        r.register(Box::new(self.upstream_retries.clone()))?;
-
-        r.register(Box::new(self.upstream_models.clone()))?;
-        r.register(Box::new(self.build_info.clone()))?;
-        Ok(())
-    }
-
-    /// Records one finished request under `model` (already a bounded label).
-    pub fn record(&self, rec: &RequestRecord, model: &str) {
+    /// Records one finished request under `model` (already a bounded label);
+    /// `exemplar` is the trace id of a sampled request.
+    pub fn record(&self, rec: &RequestRecord, model: &str, exemplar: Option<&TraceExemplar>) {
         self.requests
-            .with_label_values(&[model, rec.route.as_str(), rec.outcome.as_str()])
+            .get_or_create(&RequestLabels {
+                model: model.to_string(),
+                outcome: rec.outcome.as_str(),
+                route: rec.route.as_str(),
+            })
             .inc();
         self.upstream_retries
             .inc_by(u64::from(rec.upstream_retries.unwrap_or(0)));
-        let stage = |name: &str, d: Option<Duration>| {
-            if let Some(d) = d {
-                self.stage
-                    .with_label_values(&[name, model])
-                    .observe(d.as_secs_f64());
-            }
+        let mut key = StageLabels {
+            model: model.to_string(),
+            stage: "",
         };
-        stage("upstream_headers", rec.upstream_headers);
-        stage("first_token_any", rec.first_token_any);
-        stage("ttft", rec.first_token);
-        stage("first_sentence", rec.first_sentence);
-        stage("last_token", rec.last_token);
+        let at = |d: Duration| rec.received_wall + d;
+        // Each stage's exemplar is stamped with the moment it happened.
+        let mut stage = |name: &'static str, d: Duration, moment: Duration| {
+            key.stage = name;
+            observe(&self.stage.get_or_create(&key), d, exemplar, at(moment));
+        };
+        for (name, d) in [
+            ("upstream_headers", rec.upstream_headers),
+            ("first_token_any", rec.first_token_any),
+            ("ttft", rec.first_token),
+            ("first_sentence", rec.first_sentence),
+            ("last_token", rec.last_token),
+        ] {
+            if let Some(d) = d {
+                stage(name, d, d);
+            }
+        }
         if rec.route.operation_name().is_some() {
-            stage("e2e", Some(rec.end));
+            stage("e2e", rec.end, rec.end);
         }
         if let Some(t) = &rec.timings {
             let ms = |v: Option<f64>| {
                 v.filter(|x| x.is_finite() && *x >= 0.0)
                     .map(|x| Duration::from_secs_f64(x / 1000.0))
             };
-            stage("prefill", ms(t.prompt_ms));
-            stage("decode", ms(t.predicted_ms));
-        }
-        let tokens = |kind: &str, n: Option<u64>| {
-            if let Some(n) = n {
-                self.tokens.with_label_values(&[model, kind]).inc_by(n);
+            // Durations, not moments: their exemplars are stamped with the end.
+            for (name, d) in [("prefill", ms(t.prompt_ms)), ("decode", ms(t.predicted_ms))] {
+                if let Some(d) = d {
+                    stage(name, d, rec.end);
+                }
             }
+        }
+        let mut tokens = TokenLabels {
+            kind: "",
+            model: model.to_string(),
         };
-        tokens("prompt", rec.input_tokens());
-        tokens("cached", rec.cached_input_tokens());
-        tokens("completion", rec.output_tokens());
+        for (kind, n) in [
+            ("prompt", rec.input_tokens()),
+            ("cached", rec.cached_input_tokens()),
+            ("completion", rec.output_tokens()),
+        ] {
+            if let Some(n) = n {
+                tokens.kind = kind;
+                self.tokens.get_or_create(&tokens).inc_by(n);
+            }
+        }
+        let by_model = ModelLabels {
+            model: model.to_string(),
+        };
         if let Some(t) = rec.time_per_output_token() {
-            self.tpot
-                .with_label_values(&[model])
-                .observe(t.as_secs_f64());
+            let end = rec.last_token.unwrap_or(rec.end);
+            observe(&self.tpot.get_or_create(&by_model), t, exemplar, at(end));
         }
         if let Some(g) = rec.max_token_gap {
             self.max_gap
-                .with_label_values(&[model])
+                .get_or_create(&by_model)
                 .observe(g.as_secs_f64());
         }
         if rec.outcome == Outcome::ClientHangup {
@@ -225,24 +404,35 @@ impl Metrics {
                 .hangup_phase
                 .map(|p| p.as_str())
                 .unwrap_or("before_headers");
-            self.cancellations.with_label_values(&[model, phase]).inc();
+            self.cancellations
+                .get_or_create(&PhaseLabels {
+                    model: model.to_string(),
+                    phase,
+                })
+                .inc();
             self.wasted
-                .with_label_values(&[model])
+                .get_or_create(&by_model)
                 .inc_by(rec.end.as_secs_f64());
         }
         if rec.skipped_events > 0 {
             self.skipped_events.inc_by(rec.skipped_events);
         }
-        self.fleet.record(rec);
+        self.fleet.record(rec, exemplar);
     }
 
     /// Replaces the `llamatap_upstream_models` series and creates every
     /// series of each model at zero (see [`Metrics::seed_model`]).
+    /// The series come first: a scrape that sees a model's gauge sees its
+    /// series too.
     pub fn set_models(&self, names: &[String]) {
-        self.upstream_models.reset();
         for n in names {
-            self.upstream_models.with_label_values(&[n]).set(1);
             self.seed_model(n);
+        }
+        self.upstream_models.clear();
+        for n in names {
+            self.upstream_models
+                .get_or_create(&ModelLabels { model: n.clone() })
+                .set(1);
         }
     }
 
@@ -255,37 +445,70 @@ impl Metrics {
     /// "no data". `other` and `none` are seeded by [`Metrics::new`].
     pub fn seed_model(&self, model: &str) {
         for stage in STAGES {
-            self.stage.with_label_values(&[stage, model]);
+            let _ = self.stage.get_or_create(&StageLabels {
+                model: model.to_string(),
+                stage,
+            });
         }
-        self.tpot.with_label_values(&[model]);
-        self.max_gap.with_label_values(&[model]);
+        let by_model = ModelLabels {
+            model: model.to_string(),
+        };
+        let _ = self.tpot.get_or_create(&by_model);
+        let _ = self.max_gap.get_or_create(&by_model);
         let every_route = model == super::models::NONE;
         for route in Route::all()
             .iter()
             .filter(|r| every_route || r.operation_name().is_some())
         {
             for outcome in Outcome::ALL {
-                self.requests
-                    .with_label_values(&[model, route.as_str(), outcome.as_str()]);
+                let _ = self.requests.get_or_create(&RequestLabels {
+                    model: model.to_string(),
+                    outcome: outcome.as_str(),
+                    route: route.as_str(),
+                });
             }
         }
         for phase in HangupPhase::ALL {
-            self.cancellations
-                .with_label_values(&[model, phase.as_str()]);
+            let _ = self.cancellations.get_or_create(&PhaseLabels {
+                model: model.to_string(),
+                phase: phase.as_str(),
+            });
         }
         for kind in ["prompt", "cached", "completion"] {
-            self.tokens.with_label_values(&[model, kind]);
+            let _ = self.tokens.get_or_create(&TokenLabels {
+                kind,
+                model: model.to_string(),
+            });
         }
-        self.wasted.with_label_values(&[model]);
+        let _ = self.wasted.get_or_create(&by_model);
     }
 
-    /// The exposition text.
-    pub fn render(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        let families = self.registry.gather();
-        if TextEncoder::new().encode(&families, &mut out).is_err() {
+    /// The exposition in `format` (empty if encoding failed, which writing
+    /// to a `String` cannot). The buffer starts at the last answer's size
+    /// (plus a little), so a scrape allocates once instead of doubling its
+    /// way up to a few hundred KiB.
+    pub fn render(&self, format: Exposition) -> Vec<u8> {
+        let hint = self.last_render.load(std::sync::atomic::Ordering::Relaxed);
+        let mut out = String::with_capacity(hint + hint / 8 + 4096);
+        let done = match format {
+            Exposition::Classic => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            }
+            Exposition::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            }
+        };
+        if done.is_err() {
             out.clear();
         }
-        out
+        self.last_render
+            .store(out.len(), std::sync::atomic::Ordering::Relaxed);
+        out.into_bytes()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
     }
 }

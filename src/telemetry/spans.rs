@@ -16,9 +16,9 @@ use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, Span, SpanExporter};
 use opentelemetry_sdk::Resource;
-use prometheus::IntCounterVec;
 
 use super::export::ExportQueue;
+use super::metrics::SpanCounts;
 use super::semconv as sc;
 use crate::config::{OtlpProtocol, Telemetry as TelemetryConfig, Upstream};
 use crate::record::{Outcome, RequestRecord};
@@ -50,7 +50,7 @@ impl Tracing {
     pub fn start(
         cfg: &TelemetryConfig,
         upstream: &Upstream,
-        counts: IntCounterVec,
+        counts: SpanCounts,
     ) -> Result<Option<Tracing>, TracingError> {
         let Some(endpoint) = &cfg.otlp_endpoint else {
             return Ok(None);
@@ -382,6 +382,27 @@ impl Tracing {
     /// The trace id of a request, hex.
     pub fn trace_id(span: &RequestSpan) -> String {
         span.server.span_context().trace_id().to_string()
+    }
+
+    /// The context of a request's SERVER span.
+    pub fn server_context(span: &RequestSpan) -> SpanContext {
+        span.server.span_context().clone()
+    }
+
+    /// The trace and span ids of a request's SERVER span, hex.
+    pub fn span_ids(span: &RequestSpan) -> crate::access::SpanIds {
+        let c = span.server.span_context();
+        crate::access::SpanIds {
+            trace_id: c.trace_id().to_string(),
+            span_id: c.span_id().to_string(),
+        }
+    }
+
+    /// The trace id of a request whose trace is sampled (recorded and
+    /// exported), hex: what an exemplar may point at.
+    pub fn sampled_trace_id(span: &RequestSpan) -> Option<String> {
+        let c = span.server.span_context();
+        c.is_sampled().then(|| c.trace_id().to_string())
     }
 
     /// Exports the queued spans and stops export, giving up after `within`.

@@ -101,6 +101,12 @@ impl Prometheus {
     /// in a new temp directory that also holds the TSDB) on a free loopback
     /// port, and waits until `/-/ready` answers 200 (at most 60 s).
     pub fn start(config: &str) -> Prometheus {
+        Self::start_with(config, &[])
+    }
+
+    /// As [`Prometheus::start`], with extra command-line flags (e.g.
+    /// `--enable-feature=exemplar-storage`).
+    pub fn start_with(config: &str, flags: &[&str]) -> Prometheus {
         let bin = require_binary("prometheus", "prometheus");
         let mut last = String::new();
         for _attempt in 0..5 {
@@ -118,6 +124,7 @@ impl Prometheus {
                 ))
                 .arg(format!("--web.listen-address=127.0.0.1:{port}"))
                 .arg("--storage.tsdb.retention.time=1h")
+                .args(flags)
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(log.try_clone().unwrap()))
                 .stderr(Stdio::from(log))

@@ -88,15 +88,23 @@ impl Scripted {
 pub fn next_request(s: &mut TcpStream, log: &Log) -> Option<ReqInfo> {
     loop {
         let req = read_request(s)?;
-        let answer = match req.path.as_str() {
-            "/health" => r#"{"status":"ok"}"#,
-            "/v1/models" => r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
+        let (status, answer) = match req.path.as_str() {
+            "/health" => (200, r#"{"status":"ok"}"#),
+            "/v1/models" => (
+                200,
+                r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
+            ),
+            // llama-server started without --metrics.
+            "/metrics" => (
+                501,
+                r#"{"error":{"code":501,"message":"This server does not support metrics endpoint. Start it with `--metrics`","type":"not_supported_error"}}"#,
+            ),
             _ => {
                 log.lock().unwrap().push(req.clone());
                 return Some(req);
             }
         };
-        json(s, 200, answer);
+        json(s, status, answer);
         if req
             .header("connection")
             .is_some_and(|c| c.eq_ignore_ascii_case("close"))

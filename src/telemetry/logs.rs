@@ -1,0 +1,107 @@
+//! Log lines: `tracing` with `tracing-subscriber`, one line per event on
+//! stderr, and the trace of the request in flight on every line written
+//! inside it.
+//!
+//! Each traced request gets a `tracing` span, `request`, which
+//! `tracing-opentelemetry` bridges to the request's SERVER span
+//! ([`request_span`]): its OpenTelemetry context is that span's, so an
+//! event inside it is written with ` trace_id=… span_id=…`. The bridge uses
+//! a no-op tracer on purpose: the exported spans stay the ones
+//! [`super::spans::Tracing`] builds from the finished request, with their
+//! documented names, attributes and exact start, event and end times (a
+//! span exported by the bridge would be stamped when it is created and when
+//! it is last exited, and would add a third span per request).
+//!
+//! Pingora's own lines (the `log` crate) come through the same writer.
+//! `RUST_LOG` sets the filter (default `warn`).
+
+use std::fmt;
+
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry::Context;
+use tracing::{Event, Subscriber};
+use tracing_log::NormalizeEvent;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
+
+use super::spans::{RequestSpan, Tracing};
+
+/// Installs the global subscriber: the `RUST_LOG` filter (default `warn`),
+/// the line writer on stderr, the OpenTelemetry bridge, and the bridge
+/// from the `log` crate. A second call does nothing.
+pub fn init() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let lines = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .event_format(Line);
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(lines)
+        .with(tracing_opentelemetry::layer())
+        .try_init();
+}
+
+/// The `request` span of a traced request, bridged to its SERVER span.
+/// Enabled at every level but `off`, so the ids are there whatever the
+/// filter lets through.
+pub fn request_span(span: &RequestSpan) -> tracing::Span {
+    let s = tracing::error_span!("request");
+    let cx = Context::new().with_remote_span_context(Tracing::server_context(span));
+    let _ = s.set_parent(cx);
+    s
+}
+
+/// `TIME LEVEL target: message fields[ trace_id=… span_id=…]`.
+struct Line;
+
+impl<S, N> FormatEvent<S, N> for Line
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        // A `log` record's own target and level, not "log".
+        let normalized = event.normalized_metadata();
+        let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
+        write!(
+            writer,
+            "{} {:>5} {}: ",
+            crate::access::rfc3339(std::time::SystemTime::now()),
+            meta.level(),
+            meta.target()
+        )?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        if let Some((trace_id, span_id)) = ids(ctx) {
+            write!(writer, " trace_id={trace_id} span_id={span_id}")?;
+        }
+        writeln!(writer)
+    }
+}
+
+/// The ids of the innermost span around the event that is bridged to a
+/// valid trace.
+fn ids<S, N>(ctx: &FmtContext<'_, S, N>) -> Option<(String, String)>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    let spans: Vec<tracing::span::Id> = ctx.event_scope()?.map(|s| s.id()).collect();
+    tracing::dispatcher::get_default(|dispatch| {
+        spans.iter().find_map(|id| {
+            let cx = tracing_opentelemetry::get_otel_context(id, dispatch)?;
+            let sc = cx.span().span_context().clone();
+            sc.is_valid()
+                .then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
+        })
+    })
+}

@@ -1,0 +1,127 @@
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::request::RequestFacts;
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+fn record() -> RequestRecord {
+    RequestRecord {
+        route: Route::ChatCompletions,
+        method: "POST".into(),
+        path: "/v1/chat/completions".into(),
+        status: Some(200),
+        outcome: Outcome::Ok,
+        error_type: None,
+        error_message: None,
+        hangup_phase: None,
+        request: RequestFacts::default(),
+        streamed: true,
+        received_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        upstream_headers: Some(Duration::from_millis(2)),
+        first_token_any: Some(Duration::from_millis(30)),
+        first_token: Some(Duration::from_millis(30)),
+        first_sentence: Some(Duration::from_millis(90)),
+        sentence_chars: Some(10),
+        sentence_text: None,
+        last_token: Some(Duration::from_millis(300)),
+        end: Duration::from_millis(310),
+        response_model: Some("tiny".into()),
+        response_id: None,
+        finish_reasons: vec![],
+        timings: None,
+        usage: Some(crate::llama::Usage {
+            output_tokens: Some(10),
+            ..Default::default()
+        }),
+        token_events: 10,
+        max_token_gap: Some(Duration::from_millis(40)),
+        skipped_events: 0,
+        response_bytes: 100,
+        upstream_retries: Some(0),
+        client_address: None,
+        upstream: None,
+    }
+}
+
+fn text(m: &Metrics, f: Exposition) -> String {
+    String::from_utf8(m.render(f)).unwrap()
+}
+
+fn exemplar() -> TraceExemplar {
+    TraceExemplar {
+        trace_id: Arc::new(TRACE.to_string()),
+    }
+}
+
+#[test]
+fn openmetrics_buckets_carry_the_trace_id_of_a_sampled_request() {
+    let m = Metrics::new();
+    m.record(&record(), "tiny", Some(&exemplar()));
+    let om = text(&m, Exposition::OpenMetrics);
+    // TTFT 30 ms lands in the 0.04 bucket, stamped with its moment.
+    let line = om
+        .lines()
+        .find(|l| {
+            l.starts_with("llamatap_stage_duration_seconds_bucket{")
+                && l.contains("stage=\"ttft\"")
+                && l.contains("le=\"0.04\"")
+                && l.contains("model=\"tiny\"")
+        })
+        .unwrap_or_else(|| panic!("no ttft bucket:\n{om}"));
+    assert!(
+        line.ends_with(&format!("# {{trace_id=\"{TRACE}\"}} 0.03 1700000000.03")),
+        "{line}"
+    );
+    for stage in ["first_sentence", "e2e"] {
+        assert!(
+            om.lines().any(|l| l.contains(&format!("stage=\"{stage}\""))
+                && l.contains(&format!("trace_id=\"{TRACE}\""))),
+            "{stage}: no exemplar\n{om}"
+        );
+    }
+    // Time per output token: (300 - 30) ms / 9 = 30 ms.
+    assert!(
+        om.lines().any(
+            |l| l.starts_with("llamatap_time_per_output_token_seconds_bucket")
+                && l.contains(&format!("trace_id=\"{TRACE}\"}} 0.03"))
+        ),
+        "{om}"
+    );
+    assert!(om.ends_with("# EOF\n"), "{om}");
+}
+
+#[test]
+fn the_classic_format_has_no_exemplars_and_the_same_names() {
+    let m = Metrics::new();
+    m.record(&record(), "tiny", Some(&exemplar()));
+    let classic = text(&m, Exposition::Classic);
+    assert!(!classic.contains(TRACE), "{classic}");
+    assert!(!classic.contains("# EOF"));
+    for line in [
+        "# TYPE llamatap_requests_total counter",
+        "# TYPE llamatap_stage_duration_seconds histogram",
+        "# TYPE llamatap_hangup_elapsed_seconds_total counter",
+        "# HELP llamatap_inflight_requests Requests being proxied now.",
+        "llamatap_requests_total{model=\"tiny\",outcome=\"ok\",route=\"chat_completions\"} 1",
+        "llamatap_tokens_total{kind=\"completion\",model=\"tiny\"} 10",
+        "llamatap_build_info{version=\"0.1.0\"} 1",
+        "llamatap_otel_spans_total{result=\"exported\"} 0",
+    ] {
+        assert!(classic.lines().any(|l| l == line), "{line}\n{classic}");
+    }
+    // HELP texts end with one period, not two.
+    assert!(!classic.contains(".."), "{classic}");
+}
+
+#[test]
+fn an_unsampled_request_leaves_no_exemplar() {
+    let m = Metrics::new();
+    m.record(&record(), "tiny", None);
+    let om = text(&m, Exposition::OpenMetrics);
+    assert!(!om.contains("trace_id"), "{om}");
+    assert!(om.contains(
+        "llamatap_requests_total{model=\"tiny\",outcome=\"ok\",route=\"chat_completions\"} 1"
+    ));
+}
