@@ -185,6 +185,9 @@ fn a_black_holing_collector_does_not_slow_the_stream() {
     assert_eq!(http::get(&traced.admin(), "/healthz").unwrap().0, 200);
 }
 
+/// Hang-up storms in [`a_thousand_clients_hang_up_at_once_and_nothing_is_left`].
+const STORMS: u32 = 10;
+
 #[test]
 fn a_thousand_clients_hang_up_at_once_and_nothing_is_left() {
     let open = Arc::new(AtomicUsize::new(0));
@@ -220,7 +223,7 @@ fn a_thousand_clients_hang_up_at_once_and_nothing_is_left() {
     let n = 1000;
     let mut after = Vec::new();
     let mut first_footprint = 0;
-    for round in 1..=5u32 {
+    for round in 1..=STORMS {
         let (opened, closed_before) = (open.load(Ordering::SeqCst), closed.load(Ordering::SeqCst));
         let mut clients: Vec<TcpStream> = Vec::with_capacity(n);
         for i in 0..n {
@@ -284,11 +287,13 @@ fn a_thousand_clients_hang_up_at_once_and_nothing_is_left() {
         after.push(rss1);
     }
     // Nothing leaks. The allocator keeps freed memory for reuse, so RSS stays
-    // near the peak after a storm and wanders by a few MiB from one storm to
-    // the next; a leak would instead add the same amount every storm. Over
-    // storms 2 to 5, RSS may not grow by half of what holding the first
-    // 1,000 streams took (a leak of ~8 KiB per request would).
-    let growth = after[4] as i64 - after[1] as i64;
+    // near the peak after a storm, and over the first storms it climbs while
+    // fragmentation settles (measured: +17, +12, +8, +7 MiB, then flat within
+    // a few MiB from the 6th storm to the 12th). A leak would instead add the
+    // same amount every storm, for ever. So after the warm-up (storms 1 to
+    // 5), over storms 5 to 10, RSS may not grow by half of what holding the
+    // first 1,000 streams took (a leak of ~5 KiB per request would).
+    let growth = after[STORMS as usize - 1] as i64 - after[4] as i64;
     assert!(
         growth <= first_footprint as i64 / 2,
         "memory keeps growing storm after storm: {after:?} KiB after each, {first_footprint} KiB to hold the first {n}"
