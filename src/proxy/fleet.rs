@@ -113,8 +113,9 @@ impl Member {
         self.models.read().map(|g| g.clone()).unwrap_or_default()
     }
 
-    /// Replaces its model names.
-    pub fn set_models(&self, names: Vec<String>) {
+    /// Replaces its model names (through [`Fleet::set_models`], which keeps
+    /// the fleet's list in step).
+    fn set_models(&self, names: Vec<String>) {
         if let Ok(mut g) = self.models.write() {
             *g = names;
         }
@@ -132,6 +133,9 @@ impl Member {
 #[derive(Debug)]
 pub struct Fleet {
     members: Vec<Member>,
+    /// Every model name the members report, sorted, each once: kept in step
+    /// by [`Fleet::set_models`], so a request reads it without rebuilding it.
+    models: RwLock<Vec<String>>,
     router: Mutex<Router>,
     policy: &'static str,
     session_header: Option<String>,
@@ -148,6 +152,7 @@ impl Fleet {
         };
         Fleet {
             members: config.upstreams.iter().cloned().map(Member::new).collect(),
+            models: RwLock::new(Vec::new()),
             router: Mutex::new(Router::new(&names, route)),
             policy: config.routing.policy.as_str(),
             session_header: config.routing.session_header.clone(),
@@ -183,10 +188,34 @@ impl Fleet {
 
     /// Every model name the fleet serves, sorted, each once.
     pub fn models(&self) -> Vec<String> {
+        self.models.read().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Replaces member `i`'s model names (the watcher's job) and the fleet's list.
+    pub fn set_models(&self, i: usize, names: Vec<String>) {
+        let Some(m) = self.members.get(i) else {
+            return;
+        };
+        m.set_models(names);
         let mut all: Vec<String> = self.members.iter().flat_map(|m| m.models()).collect();
         all.sort();
         all.dedup();
-        all
+        if let Ok(mut g) = self.models.write() {
+            *g = all;
+        }
+    }
+
+    /// The fleet serves two or more models: requests are routed by model.
+    fn serves_several_models(&self) -> bool {
+        self.models.read().map(|g| g.len() > 1).unwrap_or(false)
+    }
+
+    /// Some member reports `name`.
+    fn knows_model(&self, name: &str) -> bool {
+        self.models
+            .read()
+            .map(|g| g.binary_search_by(|m| m.as_str().cmp(name)).is_ok())
+            .unwrap_or(false)
     }
 
     /// Ready: at least one upstream is healthy, and every model any upstream
@@ -203,10 +232,11 @@ impl Fleet {
     /// `Err(UnknownModel)` when the fleet serves several models and none
     /// named `model` (a request naming no model may go anywhere).
     pub fn check_model(&self, model: Option<&str>) -> Result<(), NoRoute> {
-        let models = self.models();
         match model {
-            Some(name) if models.len() > 1 && !models.iter().any(|m| m == name) => {
-                Err(NoRoute::UnknownModel { available: models })
+            Some(name) if self.serves_several_models() && !self.knows_model(name) => {
+                Err(NoRoute::UnknownModel {
+                    available: self.models(),
+                })
             }
             _ => Ok(()),
         }
@@ -215,7 +245,7 @@ impl Fleet {
     /// Another member than `failed` and those in `tried` could serve a
     /// request for `model`.
     pub fn can_fail_over(&self, model: Option<&str>, failed: usize, tried: &[usize]) -> bool {
-        let filter = self.models().len() > 1;
+        let filter = self.serves_several_models();
         self.members.iter().enumerate().any(|(i, m)| {
             i != failed
                 && !tried.contains(&i)
@@ -249,14 +279,14 @@ impl Fleet {
         session: Option<u64>,
         exclude: &[usize],
     ) -> Result<Decision, NoRoute> {
-        let models = self.models();
-        let filter_model = models.len() > 1;
         let mut serving: Vec<(usize, &Member)> = self.members.iter().enumerate().collect();
-        if filter_model {
+        if self.serves_several_models() {
             if let Some(name) = model {
                 serving.retain(|(_, m)| m.serves(name));
                 if serving.is_empty() {
-                    return Err(NoRoute::UnknownModel { available: models });
+                    return Err(NoRoute::UnknownModel {
+                        available: self.models(),
+                    });
                 }
             }
         }

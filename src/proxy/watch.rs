@@ -155,7 +155,7 @@ async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool, metrics_due: bool)
         if let Some((200, body)) = get(target, host, &format!("{base}{path}")).await {
             let names = parse_model_list(&body);
             if !names.is_empty() {
-                m.set_models(names);
+                fleet.set_models(i, names);
                 out.models = true;
                 return out;
             }

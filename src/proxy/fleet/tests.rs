@@ -18,8 +18,8 @@ fn fleet(n: usize) -> Fleet {
 }
 
 fn models(f: &Fleet, lists: &[&[&str]]) {
-    for (m, l) in f.members().iter().zip(lists) {
-        m.set_models(l.iter().map(|s| s.to_string()).collect());
+    for (i, l) in lists.iter().enumerate() {
+        f.set_models(i, l.iter().map(|s| s.to_string()).collect());
     }
 }
 
