@@ -60,8 +60,6 @@ pub struct RequestCtx {
     pub routed: Box<Routed>,
     /// Session key from the configured session header.
     pub session: Option<u64>,
-    /// The body was read before routing (model and chain are known).
-    pub preread: bool,
     /// The fleet member of the current attempt (counted in its load).
     pub member: Option<usize>,
     /// llamatap answered the client's `Expect: 100-continue` itself.
@@ -107,7 +105,6 @@ impl RequestCtx {
             started: false,
             routed: Box::default(),
             session: None,
-            preread: false,
             member: None,
             continue_sent: false,
             upstream_attempts: 0,

@@ -84,7 +84,6 @@ pub async fn prepare(
     } else {
         Chain::default()
     };
-    ctx.preread = true;
     if let Err(NoRoute::UnknownModel { available }) =
         fleet.check_model(ctx.request.model.as_deref())
     {
