@@ -719,6 +719,55 @@ fn hop_by_hop_headers_are_not_forwarded() {
     }
 }
 
+#[test]
+fn streaming_routes_forward_a_chunked_body_unchanged_without_hop_by_hop_headers() {
+    // The routes that can stream have a forwarding path of their own: the
+    // request must leave it as it leaves Pingora's (body byte for byte,
+    // re-framed; hop-by-hop and connection-nominated headers dropped).
+    let up = Scripted::start(|s, req| {
+        let names: Vec<String> = req
+            .headers
+            .iter()
+            .map(|(k, _)| k.to_ascii_lowercase())
+            .collect();
+        let digest = serde_json::json!({
+            "len": req.body.len(),
+            "sum": req.body.iter().map(|b| *b as u64).sum::<u64>(),
+            "headers": names,
+        });
+        upstream::json(s, 200, &digest.to_string());
+    });
+    let proxy = Llamatap::start(&up.url(), &[]);
+    let body: Vec<u8> = (0..300_000).map(|i| b'a' + (i % 26) as u8).collect();
+    let sum: u64 = body.iter().map(|b| *b as u64).sum();
+    let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    let mut req = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, X-Secret-Hop\r\nX-Secret-Hop: 1\r\nKeep-Alive: timeout=5\r\nProxy-Authorization: x\r\nX-End-To-End: 1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for piece in body.chunks(7_000) {
+        req.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        req.extend_from_slice(piece);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    s.write_all(&req).unwrap();
+    let mut r = http::Reader::read_head(s).unwrap();
+    assert_eq!(r.head.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+    assert_eq!(v["len"], body.len());
+    assert_eq!(v["sum"], sum);
+    let names: Vec<&str> = v["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"x-end-to-end"), "{names:?}");
+    for hop in ["x-secret-hop", "keep-alive", "proxy-authorization"] {
+        assert!(!names.contains(&hop), "{hop} was forwarded: {names:?}");
+    }
+    let reqs = up.requests.lock().unwrap().clone();
+    assert_eq!(reqs[0].header("connection"), Some("close"));
+}
+
 /// A real llama-server stream of each format (`tests/fixtures/sse/`), with
 /// the route that answers in it.
 const FORMAT_FIXTURES: &[(&str, &str, &str)] = &[

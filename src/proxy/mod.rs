@@ -10,6 +10,7 @@
 pub mod context;
 pub mod errors;
 pub mod fleet;
+mod forward;
 pub mod guard;
 mod routing;
 pub mod watch;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use pingora::connectors::http::v1::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::modules::http::HttpModules;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
@@ -41,6 +43,8 @@ pub struct LlamaProxy {
     config: Arc<Config>,
     telemetry: Arc<Telemetry>,
     fleet: Arc<Fleet>,
+    /// Upstream connections of the direct path ([`forward`]); never pooled.
+    connector: Connector,
 }
 
 impl LlamaProxy {
@@ -50,6 +54,7 @@ impl LlamaProxy {
             config,
             telemetry,
             fleet,
+            connector: Connector::new(None),
         }
     }
 
@@ -103,13 +108,20 @@ impl ProxyHttp for LlamaProxy {
     fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
 
     /// Runs first for each request: classify the route, start the spans.
+    /// Routes that can stream are then forwarded here, by [`forward`];
+    /// every other request goes on to Pingora's proxy loop.
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        // Keep (up to Pingora's 64 KiB) the body as it is forwarded, so that a
-        // request sent on a pooled connection the upstream had already closed
-        // can be sent again (see error_while_proxy).
-        session.enable_retry_buffering();
         let req = session.req_header();
         ctx.route = Route::from_path(req.uri.path());
+        let direct = forward::eligible(session, ctx);
+        if !direct || self.fleet.is_fleet() {
+            // Keep (up to Pingora's 64 KiB) the body as it is forwarded, so
+            // that a request sent on a pooled connection the upstream had
+            // already closed can be sent again (see error_while_proxy), and
+            // so that a body read before routing is forwarded whole.
+            session.enable_retry_buffering();
+        }
+        let req = session.req_header();
         ctx.started = true;
         self.telemetry.request_started();
         if let Some(t) = &self.telemetry.tracing {
@@ -125,10 +137,16 @@ impl ProxyHttp for LlamaProxy {
             refuse(session, ctx, r).await;
             return Ok(true);
         }
-        if !self.fleet.is_fleet() {
-            return Ok(false);
+        if self.fleet.is_fleet()
+            && routing::prepare(session, ctx, &self.fleet, &self.config).await?
+        {
+            return Ok(true);
         }
-        routing::prepare(session, ctx, &self.fleet, &self.config).await
+        if direct {
+            forward::run(self, &self.connector, session, ctx).await?;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// Each attempt asks the fleet for an upstream (see [`routing`]); a

@@ -1,0 +1,316 @@
+//! The direct forwarding path of the routes that can stream (chat,
+//! completions, messages, responses): one task reads an upstream chunk, hands
+//! it to the observer and writes it to the client before it reads the next,
+//! and the same `select` watches the client socket for a hang-up and the
+//! upstream for a stall.
+//!
+//! Pingora still accepts and parses the request, runs the hooks before this
+//! path (guard, routing) and after it (`fail_to_proxy`, `logging`), makes the
+//! upstream connection and reads and writes HTTP/1. The hooks that shape the
+//! request and observe the response are the proxy's own, called here in
+//! Pingora's order, so both paths behave alike. What this path leaves out is
+//! Pingora's HTTP/1 proxy loop: two halves joined by a channel, a batch vector
+//! per chunk, and a second poll of the request's task for every chunk (the
+//! half that read it wakes the half that writes it), which on one worker
+//! thread queues each chunk behind the whole run queue.
+//!
+//! Deliberately not handled here (those requests take Pingora's path):
+//! methods other than POST, `Expect`, `Upgrade`, HTTP/2 clients, and every
+//! route that cannot stream. Upstream connections are never pooled (these
+//! routes ask llama-server for `Connection: close`), and a request is never
+//! sent again once its connection is made: only a failed connect fails over
+//! to another upstream.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header;
+use pingora::connectors::http::v1::Connector;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora::proxy::{ProxyHttp, Session};
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorType, Result};
+
+use super::context::RequestCtx;
+use super::LlamaProxy;
+
+/// Whether a request takes this path.
+pub fn eligible(session: &Session, ctx: &RequestCtx) -> bool {
+    let req = session.req_header();
+    ctx.format().is_some()
+        && req.method == http::Method::POST
+        && session.as_downstream().as_http1().is_some()
+        && !req.headers.contains_key(header::EXPECT)
+        && !req.headers.contains_key(header::UPGRADE)
+}
+
+/// Forwards the request and its answer; `Ok` once the answer is complete.
+/// An error goes to `fail_to_proxy` and `logging` as on Pingora's path.
+pub async fn run(
+    proxy: &LlamaProxy,
+    connector: &Connector,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+) -> Result<()> {
+    let (mut up, peer) = connect(proxy, connector, session, ctx).await?;
+    send_request(proxy, session, &mut up, &peer, ctx).await?;
+    let header = read_header(session, &mut up, &peer).await?;
+    respond(proxy, session, &mut up, header, &peer, ctx).await
+}
+
+/// Connects to the upstream the routing picks; a refused or timed-out
+/// connect fails over as [`LlamaProxy::fail_to_connect`] decides.
+async fn connect(
+    proxy: &LlamaProxy,
+    connector: &Connector,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+) -> Result<(UpstreamSession, Box<HttpPeer>)> {
+    loop {
+        let peer = proxy.upstream_peer(session, ctx).await?;
+        match connector.get_http_session(&*peer).await {
+            Ok((up, _)) => return Ok((up, peer)),
+            Err(mut e) => {
+                e.as_up();
+                let e = proxy.fail_to_connect(session, &peer, ctx, e);
+                if !e.retry() {
+                    return Err(e.into_up());
+                }
+            }
+        }
+    }
+}
+
+/// Writes the request head (through `upstream_request_filter`) and the body
+/// (each chunk through `request_body_filter`, which enforces the body limit).
+async fn send_request(
+    proxy: &LlamaProxy,
+    session: &mut Session,
+    up: &mut UpstreamSession,
+    peer: &HttpPeer,
+    ctx: &mut RequestCtx,
+) -> Result<()> {
+    let mut req = session.req_header().clone();
+    req.set_version(http::Version::HTTP_11);
+    strip_hop_by_hop(&mut req);
+    proxy
+        .upstream_request_filter(session, &mut req, ctx)
+        .await?;
+    if !session.as_mut().is_body_empty()
+        && !req.headers.contains_key(header::CONTENT_LENGTH)
+        && !req.headers.contains_key(header::TRANSFER_ENCODING)
+    {
+        req.insert_header(header::TRANSFER_ENCODING, "chunked")?;
+    }
+    up.write_timeout = peer.options.write_timeout;
+    up.write_request_header(Box::new(req))
+        .await
+        .map_err(|e| e.into_up())?;
+    // The part of the body read before routing (fleets only) is in Pingora's
+    // replay buffer; the rest is read here.
+    let mut pending = if ctx.preread {
+        session.as_ref().get_retry_buffer()
+    } else {
+        None
+    };
+    loop {
+        let chunk = match pending.take() {
+            Some(b) => Some(b),
+            None if session.as_mut().is_body_done() => None,
+            None => session
+                .as_mut()
+                .read_request_body()
+                .await
+                .map_err(|e| e.into_down())?,
+        };
+        let end = chunk.is_none() || session.as_mut().is_body_done();
+        let mut body = chunk;
+        proxy
+            .request_body_filter(session, &mut body, end, ctx)
+            .await?;
+        if let Some(b) = body.filter(|b| !b.is_empty()) {
+            up.write_body(&b).await.map_err(|e| e.into_up())?;
+        }
+        if end {
+            break;
+        }
+    }
+    up.finish_body().await.map_err(|e| e.into_up())?;
+    Ok(())
+}
+
+/// Reads the final response head (informational ones are skipped), while
+/// watching the client: a hang-up now drops the upstream connection at once.
+async fn read_header(
+    session: &mut Session,
+    up: &mut UpstreamSession,
+    peer: &HttpPeer,
+) -> Result<Box<ResponseHeader>> {
+    up.read_timeout = peer.options.read_timeout;
+    loop {
+        let header = tokio::select! {
+            biased;
+            r = up.read_resp_header_parts() => r.map_err(|e| e.into_up())?,
+            r = session.as_downstream_mut().read_body_or_idle(true) => {
+                r.map_err(|e| e.into_down())?;
+                continue;
+            }
+        };
+        if !header.status.is_informational() {
+            return Ok(header);
+        }
+    }
+}
+
+/// Sends the head downstream and moves the body chunk by chunk.
+async fn respond(
+    proxy: &LlamaProxy,
+    session: &mut Session,
+    up: &mut UpstreamSession,
+    mut header: Box<ResponseHeader>,
+    peer: &HttpPeer,
+    ctx: &mut RequestCtx,
+) -> Result<()> {
+    let mut end = up.is_body_done();
+    let bodiless_answer = end;
+    proxy
+        .upstream_response_filter(session, &mut header, ctx)
+        .await?;
+    // An HTTP/1.0-style answer (neither length nor chunks) is sent chunked,
+    // so that the client connection can be kept, as Pingora does.
+    let bodiless = matches!(header.status.as_u16(), 204 | 304);
+    if !bodiless
+        && !end
+        && !header.headers.contains_key(header::TRANSFER_ENCODING)
+        && !header.headers.contains_key(header::CONTENT_LENGTH)
+    {
+        header.set_version(http::Version::HTTP_11);
+        header.insert_header(header::TRANSFER_ENCODING, "chunked")?;
+    }
+    proxy.response_filter(session, &mut header, ctx).await?;
+    session
+        .as_downstream_mut()
+        .write_response_header(header)
+        .await
+        .map_err(|e| e.into_down())?;
+
+    // The read timeout restarts with every chunk; the timer is moved only
+    // when it fires, not per chunk.
+    up.read_timeout = None;
+    let timeout = peer.options.read_timeout.unwrap_or(Duration::MAX);
+    let mut last = Instant::now();
+    let stall = tokio::time::sleep_until(deadline(last, timeout));
+    tokio::pin!(stall);
+    while !end {
+        let chunk = tokio::select! {
+            biased;
+            r = up.read_body_ref() => {
+                let chunk = r.map_err(|e| e.into_up())?.map(Bytes::copy_from_slice);
+                end = chunk.is_none() || up.is_body_done();
+                chunk
+            }
+            r = session.as_downstream_mut().read_body_or_idle(true) => {
+                r.map_err(|e| e.into_down())?;
+                continue;
+            }
+            () = &mut stall => {
+                if last.checked_add(timeout).is_some_and(|d| Instant::now() >= d) {
+                    return Err(Error::explain(
+                        ErrorType::ReadTimedout,
+                        "reading the response body (timeout)",
+                    )
+                    .into_up());
+                }
+                stall.as_mut().reset(deadline(last, timeout));
+                continue;
+            }
+        };
+        last = Instant::now();
+        let mut body = chunk;
+        proxy.response_body_filter(session, &mut body, end, ctx)?;
+        let ds = session.as_downstream_mut();
+        if let Some(b) = body.filter(|b| !b.is_empty()) {
+            ds.write_response_body(b, end)
+                .await
+                .map_err(|e| e.into_down())?;
+        } else if end {
+            ds.write_response_body(Bytes::new(), true)
+                .await
+                .map_err(|e| e.into_down())?;
+        }
+    }
+    if bodiless_answer {
+        // The loop never ran: end the body here.
+        let mut none = None;
+        proxy.response_body_filter(session, &mut none, true, ctx)?;
+        session
+            .as_downstream_mut()
+            .write_response_body(Bytes::new(), true)
+            .await
+            .map_err(|e| e.into_down())?;
+    }
+    Ok(())
+}
+
+/// `from + timeout` as a Tokio instant, far in the future when it overflows.
+fn deadline(from: Instant, timeout: Duration) -> tokio::time::Instant {
+    let far = Duration::from_secs(86_400 * 365);
+    tokio::time::Instant::from_std(from + timeout.min(far))
+}
+
+/// Removes the hop-by-hop headers and those the client's `Connection` names,
+/// as Pingora's default request policy does.
+fn strip_hop_by_hop(req: &mut RequestHeader) {
+    let nominated: Vec<String> = req
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    for name in nominated {
+        req.remove_header(name.as_str());
+    }
+    for name in [
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "connection",
+        "upgrade",
+        "http2-settings",
+    ] {
+        req.remove_header(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_nominated_headers_are_removed() {
+        let mut req = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+        req.insert_header("Connection", "keep-alive, X-Hop")
+            .unwrap();
+        req.insert_header("X-Hop", "1").unwrap();
+        req.insert_header("Keep-Alive", "timeout=5").unwrap();
+        req.insert_header("Transfer-Encoding", "chunked").unwrap();
+        req.insert_header("X-End", "1").unwrap();
+        strip_hop_by_hop(&mut req);
+        let names: Vec<&str> = req.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-end"]);
+    }
+
+    #[test]
+    fn an_overflowing_deadline_is_far_away() {
+        let now = Instant::now();
+        assert!(deadline(now, Duration::MAX) > tokio::time::Instant::from_std(now));
+    }
+}
