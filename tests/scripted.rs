@@ -317,6 +317,41 @@ fn stalled_upstream_gives_504_after_the_configured_timeout() {
 }
 
 #[test]
+fn a_stream_silent_mid_body_ends_with_a_timeout_event_and_a_slow_one_does_not() {
+    // `read_seconds` bounds each silence between body reads, not the whole
+    // answer: events 600 ms apart pass a 1 s timeout; a stream that then
+    // falls silent gets an error event after about a second.
+    let up = Scripted::start(|s, _req| {
+        upstream::sse_head(s);
+        for word in ["One", " two", " three", " four."] {
+            upstream::chunk(s, upstream::chat_event(word).as_bytes());
+            std::thread::sleep(Duration::from_millis(600));
+        }
+        upstream::wait_closed(s, Duration::from_secs(60));
+    });
+    let cfg = common::temp_config("midstall", "[upstream_timeouts]\nread_seconds = 1\n");
+    let proxy = Llamatap::start(&up.url(), &["--config", cfg.to_str().unwrap()]);
+    let start = Instant::now();
+    let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
+    assert_eq!(r.head.status, 200);
+    let body = String::from_utf8(r.read_all().unwrap()).unwrap();
+    let waited = start.elapsed();
+    for word in ["One", " two", " three", " four."] {
+        assert!(
+            body.contains(&format!("\"content\":\"{word}\"")),
+            "{word}: {body}"
+        );
+    }
+    assert!(body.contains("upstream_timeout"), "{body}");
+    assert!(!body.contains("[DONE]"), "{body}");
+    // Four events 600 ms apart, then one silent second; far below a minute.
+    assert!(
+        waited >= Duration::from_millis(2400) && waited < Duration::from_secs(20),
+        "ended after {waited:?}"
+    );
+}
+
+#[test]
 fn upstream_error_responses_pass_through_untouched() {
     let up = Scripted::start(|s, _req| {
         upstream::json(
