@@ -1154,6 +1154,73 @@ fn a_connection_that_carried_a_stream_is_never_reused() {
 }
 
 #[test]
+fn a_stream_goes_out_on_a_connection_made_before_it_and_never_on_a_stale_one() {
+    // After a stream, the next one should not wait for a TCP connect: it
+    // takes a connection made in advance, which never carried a request. A
+    // connection older than `pool_idle_ms` is never used (llama-server closes
+    // one that sent nothing after 5 s).
+    type Conns = Arc<Mutex<Vec<(Instant, Option<Instant>)>>>;
+    let conns: Conns = Arc::new(Mutex::new(Vec::new()));
+    let c = conns.clone();
+    let up = Scripted::start_conn(move |mut s, log| {
+        let i = {
+            let mut g = c.lock().unwrap();
+            g.push((Instant::now(), None));
+            g.len() - 1
+        };
+        if next_request(&mut s, log).is_some() {
+            c.lock().unwrap()[i].1 = Some(Instant::now());
+            upstream::sse_head(&mut s);
+            upstream::chunk(&mut s, &chat_stream_bytes(&["Hi", "."]));
+            upstream::end_chunks(&mut s);
+        }
+    });
+    let cfg = common::temp_config("spare", "[upstream_timeouts]\npool_idle_ms = 500\n");
+    let proxy = Llamatap::start(&up.url(), &["--config", cfg.to_str().unwrap()]);
+    let stream = || {
+        let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
+        assert_eq!(r.head.status, 200);
+        r.read_all().unwrap();
+    };
+    // Connections that never carried a request, made after `t`.
+    let idle_since = |t: Instant| {
+        conns
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(made, req)| *made > t && req.is_none())
+            .count()
+    };
+    let t0 = Instant::now();
+    stream();
+    assert!(
+        wait_until(Duration::from_secs(5), || idle_since(t0) >= 1),
+        "no connection made in advance"
+    );
+    let sent = Instant::now();
+    stream();
+    let (made, _) = *conns
+        .lock()
+        .unwrap()
+        .iter()
+        .rfind(|(_, req)| req.is_some_and(|r| r > sent))
+        .unwrap();
+    assert!(made < sent, "the second stream waited for a new connection");
+    // Past `pool_idle_ms`, the one made in advance is left unused.
+    assert!(wait_until(Duration::from_secs(5), || idle_since(sent) >= 1));
+    std::thread::sleep(Duration::from_millis(800));
+    let sent = Instant::now();
+    stream();
+    let (made, _) = *conns
+        .lock()
+        .unwrap()
+        .iter()
+        .rfind(|(_, req)| req.is_some_and(|r| r > sent))
+        .unwrap();
+    assert!(made > sent, "a connection older than pool_idle_ms was used");
+}
+
+#[test]
 fn an_unresolvable_upstream_host_gives_502_and_the_proxy_lives_on() {
     // The start-up lookup fails; requests must not resolve (or panic) on the
     // proxy's thread: they get 502 until the background watcher resolves it.

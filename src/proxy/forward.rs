@@ -59,8 +59,9 @@ pub async fn run(
     respond(proxy, session, &mut up, header, &peer, ctx).await
 }
 
-/// Connects to the upstream the routing picks; a refused or timed-out
-/// connect fails over as [`LlamaProxy::fail_to_connect`] decides.
+/// Connects to the upstream the routing picks, on its spare connection when
+/// one is ready ([`super::spare`]); a refused or timed-out connect fails
+/// over as [`LlamaProxy::fail_to_connect`] decides.
 async fn connect(
     proxy: &LlamaProxy,
     connector: &Connector,
@@ -69,8 +70,16 @@ async fn connect(
 ) -> Result<(UpstreamSession, Box<HttpPeer>)> {
     loop {
         let peer = proxy.upstream_peer(session, ctx).await?;
+        let member = ctx.member.unwrap_or(0);
+        if let Some(stream) = proxy.spares.take(member, &peer).await {
+            proxy.spares.refill(member, &peer);
+            return Ok((UpstreamSession::new_with_options(stream, &*peer), peer));
+        }
         match connector.get_http_session(&*peer).await {
-            Ok((up, _)) => return Ok((up, peer)),
+            Ok((up, _)) => {
+                proxy.spares.refill(member, &peer);
+                return Ok((up, peer));
+            }
             Err(mut e) => {
                 e.as_up();
                 let e = proxy.fail_to_connect(session, &peer, ctx, e);

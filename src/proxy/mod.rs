@@ -13,6 +13,7 @@ pub mod fleet;
 mod forward;
 pub mod guard;
 mod routing;
+mod spare;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -45,16 +46,23 @@ pub struct LlamaProxy {
     fleet: Arc<Fleet>,
     /// Upstream connections of the direct path ([`forward`]); never pooled.
     connector: Connector,
+    /// A connected, never-used connection per upstream for the direct path.
+    spares: Arc<spare::Spares>,
 }
 
 impl LlamaProxy {
     /// A proxy for `config`'s upstreams.
     pub fn new(config: Arc<Config>, telemetry: Arc<Telemetry>, fleet: Arc<Fleet>) -> Self {
+        let spares = Arc::new(spare::Spares::new(
+            fleet.members().len(),
+            config.pool_idle_timeout,
+        ));
         LlamaProxy {
             config,
             telemetry,
             fleet,
             connector: Connector::new(None),
+            spares,
         }
     }
 
