@@ -146,10 +146,13 @@ fn log_files(dir: &Path, name: &str) -> (PathBuf, Stdio, Stdio) {
 }
 
 /// Starts the scripted upstream; returns it once it listens.
-pub fn start_upstream(bin: &Path, dir: &Path) -> Running {
+/// With `keepalive_after_stream` it keeps a connection open after a streamed
+/// answer; by default it closes it, as llama-server does.
+pub fn start_upstream(bin: &Path, dir: &Path, keepalive_after_stream: bool) -> Running {
     let (path, _, err) = log_files(dir, "sse-upstream");
     let mut child = Command::new(bin)
         .args(["--listen", "127.0.0.1:0"])
+        .args(keepalive_after_stream.then_some("--keepalive-after-stream"))
         .stdout(Stdio::piped())
         .stderr(err)
         .spawn()

@@ -57,6 +57,7 @@ struct Args {
     skip: Vec<String>,
     nice: i32,
     rt: bool,
+    upstream_keepalive: bool,
 }
 
 fn home() -> PathBuf {
@@ -82,6 +83,8 @@ fn usage() -> ! {
   --ramp R               new held streams per second (default 1000)
   --real-requests N      requests per side against the real llama-server (default 50)
   --skip LIST            phases to skip: latency,hangup,memory,real
+  --upstream-keepalive   the scripted upstream keeps a connection open after a
+                         streamed answer (by default it closes it, as llama-server does)
   --no-rt                do not run under SCHED_RR (see below)
   --nice N               without real-time scheduling: nice of the bench and everything
                          it starts (default -10; 0 leaves it)
@@ -124,6 +127,7 @@ fn parse_args() -> Args {
         skip: Vec::new(),
         nice: -10,
         rt: true,
+        upstream_keepalive: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -154,6 +158,7 @@ fn parse_args() -> Args {
             "--skip" => a.skip = list(v()),
             "--nice" => a.nice = num(v()) as i32,
             "--no-rt" => a.rt = false,
+            "--upstream-keepalive" => a.upstream_keepalive = true,
             "--llamatap" => a.llamatap = v().into(),
             "--llamatap-alt" => a.llamatap_alt = v().into(),
             "--venv" => a.venv = v().into(),
@@ -481,7 +486,7 @@ fn main() {
 
     let me = std::env::current_exe().expect("current exe");
     let up_bin = me.with_file_name("sse-upstream");
-    let mut upstream = proxies::start_upstream(&up_bin, &dir);
+    let mut upstream = proxies::start_upstream(&up_bin, &dir, args.upstream_keepalive);
     let up = upstream.addr;
     UPSTREAM_PID.store(upstream.pid().unwrap_or(0), Ordering::Relaxed);
     log(format!("scripted upstream on {up}"));
@@ -643,6 +648,7 @@ fn main() {
         "mem_steps": args.mem_steps,
         "mem_interval_ms": args.mem_interval_ms,
         "ramp_streams_per_s": args.ramp,
+        "upstream_closes_after_stream": !args.upstream_keepalive,
         "nofile_limit": nofile,
         "scheduling": if realtime { "SCHED_RR priority 1".to_string() } else if reniced { format!("nice {}", args.nice) } else { "default".to_string() },
         "loadavg_before": load_before,

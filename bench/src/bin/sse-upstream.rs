@@ -18,8 +18,12 @@
 //! A request names its stream with `bench-id:N` anywhere in its body (the
 //! client puts it in the user message, which every proxy forwards).
 //!
-//! Usage: `sse-upstream [--listen 127.0.0.1:0] [--threads 1]`; prints
-//! `listening on ADDR` on stdout once ready.
+//! After a streamed answer it closes the connection, as llama-server does
+//! (it ends every streamed answer with a close, `Connection: close` asked or
+//! not); `--keepalive-after-stream` keeps it open for the next request.
+//!
+//! Usage: `sse-upstream [--listen 127.0.0.1:0] [--threads 1]
+//! [--keepalive-after-stream]`; prints `listening on ADDR` on stdout once ready.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -64,18 +68,21 @@ struct Shared {
     events: AtomicU64,
     open: AtomicU64,
     abort: tokio::sync::Notify,
+    keepalive_after_stream: bool,
 }
 
 fn main() {
     let mut listen = "127.0.0.1:0".to_string();
     let mut threads = 1usize;
+    let mut keepalive_after_stream = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--listen" => listen = args.next().unwrap_or(listen),
             "--threads" => threads = args.next().and_then(|v| v.parse().ok()).unwrap_or(1),
+            "--keepalive-after-stream" => keepalive_after_stream = true,
             _ => {
-                eprintln!("usage: sse-upstream [--listen ADDR] [--threads N]");
+                eprintln!("usage: sse-upstream [--listen ADDR] [--threads N] [--keepalive-after-stream]");
                 std::process::exit(2);
             }
         }
@@ -95,7 +102,10 @@ fn main() {
         let l = TcpListener::bind(&listen).await.expect("bind");
         println!("listening on {}", l.local_addr().expect("addr"));
         let _ = std::io::stdout().flush();
-        let sh = Arc::new(Shared::default());
+        let sh = Arc::new(Shared {
+            keepalive_after_stream,
+            ..Shared::default()
+        });
         loop {
             let Ok((s, _)) = l.accept().await else {
                 // EMFILE and friends: back off instead of spinning.
@@ -233,6 +243,7 @@ async fn conn(mut s: TcpStream, sh: &Shared) {
                 let pace = *sh.pace.lock().unwrap();
                 if streaming {
                     stream(&mut s, &mut buf, bench_id(&req.body), t_req, pace, sh).await
+                        && sh.keepalive_after_stream
                 } else {
                     let body = br#"{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":"Sure."}}],"created":1764493200,"model":"tiny.gguf","object":"chat.completion","usage":{"completion_tokens":2,"prompt_tokens":12,"total_tokens":14},"id":"chatcmpl-x"}"#;
                     respond(&mut s, "200 OK", "application/json", body).await
