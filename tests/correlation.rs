@@ -298,7 +298,9 @@ fn log_lines_written_during_a_request_carry_its_trace_id() {
         .all(|l| !l.contains("trace_id=")));
 
     // Pingora's own line about a failed request (the `log` crate, through
-    // the same writer) names the trace too.
+    // the same writer) names the trace too. (A streaming route's error comes
+    // out of `request_filter`, where llamatap forwards it, so Pingora says
+    // "Fail to filter request"; other routes' say "Fail to proxy".)
     let dead = format!("http://127.0.0.1:{}", common::free_port());
     let proxy = Llamatap::start(&dead, &tracing_on);
     let mut r = http::post(&proxy.addr(), "/v1/chat/completions", body).unwrap();
@@ -307,7 +309,9 @@ fn log_lines_written_during_a_request_carry_its_trace_id() {
     r.read_all().unwrap();
     assert!(
         wait_until(Duration::from_secs(30), || proxy.stderr().lines().any(
-            |l| l.contains("Fail to proxy") && l.contains(&format!("trace_id={trace_id}"))
+            |l| l.contains("pingora_proxy")
+                && l.contains("ConnectRefused")
+                && l.contains(&format!("trace_id={trace_id}"))
         )),
         "no Pingora line naming trace {trace_id}:\n{}",
         proxy.stderr()

@@ -118,11 +118,10 @@ async fn send_request(
         .map_err(|e| e.into_up())?;
     // The part of the body read before routing (fleets only) is in Pingora's
     // replay buffer; the rest is read here.
-    let mut pending = if ctx.preread {
-        session.as_ref().get_retry_buffer()
-    } else {
-        None
-    };
+    let mut pending = session
+        .as_ref()
+        .get_retry_buffer()
+        .filter(|b| !b.is_empty());
     loop {
         let chunk = match pending.take() {
             Some(b) => Some(b),
