@@ -89,8 +89,25 @@ fn tiny_model_routes_content_and_counts() {
     let timings = final_timings(&proxied);
 
     // Token counts in metrics and span equal llama-server's own timings.
+    let model_label = format!("model=\"{}\"", llama.model_id);
+    const STAGES: [&str; 6] = [
+        "upstream_headers",
+        "ttft",
+        "first_sentence",
+        "e2e",
+        "prefill",
+        "decode",
+    ];
     let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
         metric_sum(m, "llamatap_tokens_total", &["kind=\"completion\""]) > 0.0
+            && STAGES.iter().all(|stage| {
+                let s = format!("stage=\"{stage}\"");
+                metric_sum(
+                    m,
+                    "llamatap_stage_duration_seconds_count",
+                    &[&s, &model_label],
+                ) > 0.0
+            })
     });
     let predicted = timings["predicted_n"].as_f64().unwrap();
     let prompt = timings["prompt_n"].as_f64().unwrap() + timings["cache_n"].as_f64().unwrap_or(0.0);
@@ -102,15 +119,7 @@ fn tiny_model_routes_content_and_counts() {
         metric_sum(&m, "llamatap_tokens_total", &["kind=\"prompt\""]),
         prompt
     );
-    let model_label = format!("model=\"{}\"", llama.model_id);
-    for stage in [
-        "upstream_headers",
-        "ttft",
-        "first_sentence",
-        "e2e",
-        "prefill",
-        "decode",
-    ] {
+    for stage in STAGES {
         let s = format!("stage=\"{stage}\"");
         assert_eq!(
             metric_sum(

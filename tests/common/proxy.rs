@@ -159,12 +159,22 @@ impl Llamatap {
         String::from_utf8(body).unwrap()
     }
 
-    /// Waits until the metrics text satisfies `pred`.
+    /// Waits until the metrics text satisfies `pred`, and returns the scrape
+    /// after the first that did. llamatap writes a finished request's series
+    /// one after another, so a scrape can run in the middle of them and see
+    /// the series `pred` looks at but not yet the others; the next scrape
+    /// starts after that one ended, and so after the request's writes.
     pub fn wait_metrics(&self, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
         loop {
             let m = self.metrics();
-            if pred(&m) || start.elapsed() > timeout {
+            if pred(&m) {
+                let next = self.metrics();
+                if pred(&next) {
+                    return next;
+                }
+            }
+            if start.elapsed() > timeout {
                 return m;
             }
             std::thread::sleep(Duration::from_millis(25));
