@@ -13,6 +13,7 @@
 //! - [`request`]: request inspection (route, model, stream flag).
 //! - [`tracecontext`]: W3C `traceparent`/`tracestate` parsing.
 //! - [`access`]: the access log's JSON line.
+//! - [`framing`]: HTTP/1 response body framing and the chunked decoder.
 //! - [`llamacpp`]: llama-server's own `llamacpp:*` metrics, parsed and bounded.
 //! - [`route`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
@@ -24,6 +25,7 @@ pub mod access;
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod framing;
 pub mod llama;
 pub mod llamacpp;
 pub mod observe;

@@ -6,7 +6,8 @@
 //!
 //! Pingora still accepts and parses the request, runs the hooks before this
 //! path (guard, routing) and after it (`fail_to_proxy`, `logging`), makes the
-//! upstream connection and reads and writes HTTP/1. The hooks that shape the
+//! upstream connection and reads and writes the client's HTTP/1; the
+//! upstream's HTTP/1 is [`super::upstream`]'s. The hooks that shape the
 //! request and observe the response are the proxy's own, called here in
 //! Pingora's order, so both paths behave alike. What this path leaves out is
 //! Pingora's HTTP/1 proxy loop: two halves joined by a channel, a batch vector
@@ -23,16 +24,17 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes};
 use http::header;
-use pingora::connectors::http::v1::Connector;
+use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
-use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora::protocols::http::v1::client::http_req_header_to_wire;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
+use super::upstream::Upstream;
 use super::LlamaProxy;
 
 /// Whether a request takes this path.
@@ -49,7 +51,7 @@ pub fn eligible(session: &Session, ctx: &RequestCtx) -> bool {
 /// An error goes to `fail_to_proxy` and `logging` as on Pingora's path.
 pub async fn run(
     proxy: &LlamaProxy,
-    connector: &Connector,
+    connector: &TransportConnector,
     session: &mut Session,
     ctx: &mut RequestCtx,
 ) -> Result<()> {
@@ -64,21 +66,21 @@ pub async fn run(
 /// over as [`LlamaProxy::fail_to_connect`] decides.
 async fn connect(
     proxy: &LlamaProxy,
-    connector: &Connector,
+    connector: &TransportConnector,
     session: &mut Session,
     ctx: &mut RequestCtx,
-) -> Result<(UpstreamSession, Box<HttpPeer>)> {
+) -> Result<(Upstream, Box<HttpPeer>)> {
     loop {
         let peer = proxy.upstream_peer(session, ctx).await?;
         let member = ctx.member.unwrap_or(0);
         if let Some(stream) = proxy.spares.take(member, &peer).await {
             proxy.spares.refill(member, &peer);
-            return Ok((UpstreamSession::new_with_options(stream, &*peer), peer));
+            return Ok((Upstream::new(stream), peer));
         }
-        match connector.get_http_session(&*peer).await {
-            Ok((up, _)) => {
+        match connector.new_stream(&*peer).await {
+            Ok(stream) => {
                 proxy.spares.refill(member, &peer);
-                return Ok((up, peer));
+                return Ok((Upstream::new(stream), peer));
             }
             Err(mut e) => {
                 e.as_up();
@@ -93,10 +95,12 @@ async fn connect(
 
 /// Writes the request head (through `upstream_request_filter`) and the body
 /// (each chunk through `request_body_filter`, which enforces the body limit).
+/// The head goes out with the first body chunk, a body read whole with it
+/// in one write.
 async fn send_request(
     proxy: &LlamaProxy,
     session: &mut Session,
-    up: &mut UpstreamSession,
+    up: &mut Upstream,
     peer: &HttpPeer,
     ctx: &mut RequestCtx,
 ) -> Result<()> {
@@ -112,10 +116,12 @@ async fn send_request(
     {
         req.insert_header(header::TRANSFER_ENCODING, "chunked")?;
     }
-    up.write_timeout = peer.options.write_timeout;
-    up.write_request_header(Box::new(req))
-        .await
-        .map_err(|e| e.into_up())?;
+    let chunked = req.headers.contains_key(header::TRANSFER_ENCODING);
+    let mut out = http_req_header_to_wire(&req).ok_or_else(|| {
+        Error::explain(ErrorType::InvalidHTTPHeader, "invalid request target").into_down()
+    })?;
+    drop(req);
+    let timeout = peer.options.write_timeout;
     // The part of the body read before routing (fleets only) is in Pingora's
     // replay buffer; the rest is read here.
     let mut pending = session
@@ -138,28 +144,39 @@ async fn send_request(
             .request_body_filter(session, &mut body, end, ctx)
             .await?;
         if let Some(b) = body.filter(|b| !b.is_empty()) {
-            up.write_body(&b).await.map_err(|e| e.into_up())?;
+            if chunked {
+                out.put_slice(format!("{:x}\r\n", b.len()).as_bytes());
+                out.put_slice(&b);
+                out.put_slice(b"\r\n");
+            } else {
+                out.put_slice(&b);
+            }
+        }
+        if end && chunked {
+            out.put_slice(b"0\r\n\r\n");
+        }
+        if !out.is_empty() {
+            up.write(&out, timeout).await?;
+            out.clear();
         }
         if end {
-            break;
+            return Ok(());
         }
     }
-    up.finish_body().await.map_err(|e| e.into_up())?;
-    Ok(())
 }
 
 /// Reads the final response head (informational ones are skipped), while
 /// watching the client: a hang-up now drops the upstream connection at once.
 async fn read_header(
     session: &mut Session,
-    up: &mut UpstreamSession,
+    up: &mut Upstream,
     peer: &HttpPeer,
 ) -> Result<Box<ResponseHeader>> {
-    up.read_timeout = peer.options.read_timeout;
+    let timeout = peer.options.read_timeout;
     loop {
         let header = tokio::select! {
             biased;
-            r = up.read_resp_header_parts() => r.map_err(|e| e.into_up())?,
+            r = up.read_header(timeout) => r?,
             r = session.as_downstream_mut().read_body_or_idle(true) => {
                 r.map_err(|e| e.into_down())?;
                 continue;
@@ -175,7 +192,7 @@ async fn read_header(
 async fn respond(
     proxy: &LlamaProxy,
     session: &mut Session,
-    up: &mut UpstreamSession,
+    up: &mut Upstream,
     mut header: Box<ResponseHeader>,
     peer: &HttpPeer,
     ctx: &mut RequestCtx,
@@ -205,7 +222,6 @@ async fn respond(
 
     // The read timeout restarts with every chunk; the timer is moved only
     // when it fires, not per chunk.
-    up.read_timeout = None;
     let timeout = peer.options.read_timeout.unwrap_or(Duration::MAX);
     let mut last = Instant::now();
     let stall = tokio::time::sleep_until(deadline(last, timeout));
@@ -213,8 +229,8 @@ async fn respond(
     while !end {
         let chunk = tokio::select! {
             biased;
-            r = up.read_body_ref() => {
-                let chunk = r.map_err(|e| e.into_up())?.map(Bytes::copy_from_slice);
+            r = up.read_body() => {
+                let chunk = r?;
                 end = chunk.is_none() || up.is_body_done();
                 chunk
             }

@@ -14,6 +14,7 @@ mod forward;
 pub mod guard;
 mod routing;
 mod spare;
+mod upstream;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use pingora::connectors::http::v1::Connector;
+use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::modules::http::HttpModules;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
@@ -45,7 +46,7 @@ pub struct LlamaProxy {
     telemetry: Arc<Telemetry>,
     fleet: Arc<Fleet>,
     /// Upstream connections of the direct path ([`forward`]); never pooled.
-    connector: Connector,
+    connector: TransportConnector,
     /// A connected, never-used connection per upstream for the direct path.
     spares: Arc<spare::Spares>,
 }
@@ -61,7 +62,7 @@ impl LlamaProxy {
             config,
             telemetry,
             fleet,
-            connector: Connector::new(None),
+            connector: TransportConnector::new(None),
             spares,
         }
     }
