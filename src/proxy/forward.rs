@@ -148,6 +148,9 @@ async fn send_request(
                 out.put_slice(format!("{:x}\r\n", b.len()).as_bytes());
                 out.put_slice(&b);
                 out.put_slice(b"\r\n");
+            } else if out.is_empty() {
+                // Past the first chunk a body goes out as it is, uncopied.
+                up.write(&b, timeout).await?;
             } else {
                 out.put_slice(&b);
             }

@@ -226,6 +226,7 @@ impl Upstream {
                 }
                 Step::End { .. } => {
                     self.body = Body::Done;
+                    self.buf = BytesMut::new();
                     return Ok(None);
                 }
             },
