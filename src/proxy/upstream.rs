@@ -6,10 +6,11 @@
 //! head goes out with the first body chunk). The response head is parsed
 //! with `httparse` under the options Pingora's client uses; the body is
 //! decoded in place ([`crate::framing`]) and each piece is handed out as a
-//! slice of the read buffer, without a copy. The buffer starts at 4 KiB and
-//! grows (to 64 KiB) only while reads fill it, so a held stream keeps one
-//! small buffer where Pingora's client session keeps a 4 KiB head buffer and
-//! a 64 KiB body buffer.
+//! slice of the read buffer, without a copy. The buffer is taken only when
+//! the socket has bytes to read and let go once they are parsed; it starts
+//! at 4 KiB and grows (to 64 KiB) only while reads fill it. So a stream held
+//! between two events keeps no read buffer, where Pingora's client session
+//! keeps a 4 KiB head buffer and a 64 KiB body buffer.
 //!
 //! Deliberately not: keep-alive (these routes ask llama-server for
 //! `Connection: close`; the connection is dropped after one exchange),
@@ -239,7 +240,21 @@ impl Upstream {
     }
 
     /// Reads once into the buffer; the number of bytes read (0 at the end).
+    ///
+    /// With nothing left unparsed, the buffer is let go and a new one taken
+    /// only once the socket is readable (a read into no room waits for that
+    /// and reads nothing): a stream held between two events keeps no read
+    /// buffer. The old one is freed when the pieces cut from it have been
+    /// written.
     async fn fill(&mut self) -> Result<usize> {
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+            self.stream
+                .read(&mut [])
+                .await
+                .or_err(ErrorType::ReadError, "reading from the upstream")
+                .map_err(|e| e.into_up())?;
+        }
         if self.buf.capacity() - self.buf.len() < self.read_size / 2 {
             self.buf.reserve(self.read_size);
         }
