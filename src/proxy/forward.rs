@@ -55,8 +55,10 @@ pub async fn run(
     session: &mut Session,
     ctx: &mut RequestCtx,
 ) -> Result<()> {
-    let (mut up, peer) = connect(proxy, connector, session, ctx).await?;
-    send_request(proxy, session, &mut up, &peer, ctx).await?;
+    // The connect and the request are boxed: their futures are large and
+    // over before the answer, which is what a held stream keeps.
+    let (mut up, peer) = Box::pin(connect(proxy, connector, session, ctx)).await?;
+    Box::pin(send_request(proxy, session, &mut up, &peer, ctx)).await?;
     let header = read_header(session, &mut up, &peer).await?;
     respond(proxy, session, &mut up, header, &peer, ctx).await
 }

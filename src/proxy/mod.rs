@@ -142,12 +142,15 @@ impl ProxyHttp for LlamaProxy {
             ctx.log_span = logs::request_span(&span);
             ctx.span = Some(Box::new(span));
         }
+        // The steps before forwarding are boxed, so that the hook's own
+        // future, which a held stream keeps, is the size of the forwarding
+        // loop, not of the largest step.
         if let Some(r) = guard::check(req, ctx.route, &self.config) {
-            refuse(session, ctx, r).await;
+            Box::pin(refuse(session, ctx, r)).await;
             return Ok(true);
         }
         if self.fleet.is_fleet()
-            && routing::prepare(session, ctx, &self.fleet, &self.config).await?
+            && Box::pin(routing::prepare(session, ctx, &self.fleet, &self.config)).await?
         {
             return Ok(true);
         }
