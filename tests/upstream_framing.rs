@@ -228,3 +228,23 @@ fn the_request_head_and_a_small_body_reach_the_upstream_whole() {
     assert_eq!(v["body"], CHAT);
     assert_eq!(v["length"], CHAT.len().to_string());
 }
+
+#[test]
+fn two_chunks_read_at_once_leave_as_two_chunks() {
+    // llama-server writes one chunk per event; when two reach llamatap in
+    // one read they must still leave as two chunks, never merged.
+    let first = upstream::chat_event("One.");
+    let second = upstream::chat_event("Two.");
+    let mut raw =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    raw.extend_from_slice(&chunked(&[first.as_bytes(), second.as_bytes()]));
+    let up = raw_upstream(raw);
+    let proxy = Llamatap::start(&up.url(), &[]);
+    let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
+    let mut pieces = Vec::new();
+    while let Some(p) = r.next_piece().unwrap() {
+        pieces.push(String::from_utf8(p).unwrap());
+    }
+    assert_eq!(pieces, [first, second]);
+}
