@@ -41,6 +41,14 @@ fn fetch(up: &Scripted) -> (u16, Vec<u8>, bool) {
     (r.head.status, body, r.clean_end)
 }
 
+/// The client gets a 200 with exactly [`events`] and a clean end.
+fn assert_events_arrive_whole(up: &Scripted) {
+    let (status, body, clean) = fetch(up);
+    assert_eq!(status, 200);
+    assert_eq!(body, events());
+    assert!(clean);
+}
+
 fn chunked(pieces: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::new();
     for p in pieces {
@@ -57,10 +65,7 @@ fn a_body_delimited_by_the_close_arrives_whole_and_ends_cleanly() {
     let mut raw =
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n".to_vec();
     raw.extend_from_slice(&events());
-    let (status, body, clean) = fetch(&raw_upstream(raw));
-    assert_eq!(status, 200);
-    assert_eq!(body, events());
-    assert!(clean);
+    assert_events_arrive_whole(&raw_upstream(raw));
 }
 
 #[test]
@@ -71,10 +76,7 @@ fn an_http_1_0_answer_with_a_length_arrives_whole() {
     )
     .into_bytes();
     raw.extend_from_slice(&events());
-    let (status, body, clean) = fetch(&raw_upstream(raw));
-    assert_eq!(status, 200);
-    assert_eq!(body, events());
-    assert!(clean);
+    assert_events_arrive_whole(&raw_upstream(raw));
 }
 
 #[test]
@@ -90,10 +92,7 @@ fn chunk_extensions_trailers_and_bare_line_feeds_are_framing_not_body() {
     raw.extend_from_slice(format!("{:x}\n", b.len()).as_bytes());
     raw.extend_from_slice(b);
     raw.extend_from_slice(b"\n0\r\nX-Trailer: 1\r\n\r\n");
-    let (status, body, clean) = fetch(&raw_upstream(raw));
-    assert_eq!(status, 200);
-    assert_eq!(body, events());
-    assert!(clean);
+    assert_events_arrive_whole(&raw_upstream(raw));
 }
 
 #[test]
@@ -110,20 +109,14 @@ fn a_head_and_body_dripped_byte_by_byte_arrive_whole() {
             }
         }
     });
-    let (status, body, clean) = fetch(&up);
-    assert_eq!(status, 200);
-    assert_eq!(body, events());
-    assert!(clean);
+    assert_events_arrive_whole(&up);
 }
 
 #[test]
 fn informational_heads_are_skipped() {
     let mut raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     raw.extend_from_slice(&chunked(&[&events()]));
-    let (status, body, clean) = fetch(&raw_upstream(raw));
-    assert_eq!(status, 200);
-    assert_eq!(body, events());
-    assert!(clean);
+    assert_events_arrive_whole(&raw_upstream(raw));
 }
 
 #[test]
