@@ -53,7 +53,7 @@ mod tests;
 pub use chain::{Chain, BLOCK_BYTES, COLD_BLOCKS};
 pub use decision::{Candidate, Decision, Policy, Prediction, Reason, Request};
 pub use hash::SEED;
-pub use index::{Match, PrefixIndex, DEFAULT_CAPACITY, MIN_LIMIT};
+pub use index::{Match, PrefixIndex, DEFAULT_CAPACITY};
 pub use learn::{Accuracy, Observation};
 pub use rendezvous::{session_key, upstream_id};
 pub use router::{RouteConfig, Router};

@@ -22,11 +22,12 @@
 //! reports the current figure. The table is keyed with a random per-process
 //! key, so crafted link hashes cannot pile into one slot.
 //!
-//! Approximate: it records what was sent, not what the upstream kept. The
-//! upstream may have evicted a prefix since; the router learns that from
-//! `cache_n` and calls [`PrefixIndex::forget_before`], which also lowers
-//! the index's limit (the number of links it keeps, at most the capacity),
-//! and [`PrefixIndex::grow`] raises it again as predictions come true.
+//! Approximate: it records what was sent, not what the upstream kept. An
+//! answer that reused less than predicted proves nothing about the other
+//! chains (llama-server may have chosen another slot, and its host-memory
+//! prompt cache keeps prefixes past their slot), so nothing is dropped for
+//! it; the index is emptied ([`PrefixIndex::clear`]) only when the upstream
+//! restarted, and otherwise ages by least-recent use within its capacity.
 //!
 //! Not thread-safe by itself and framework-free: the caller holds it behind
 //! its own lock.
@@ -37,9 +38,6 @@ use std::hash::{BuildHasher, Hasher};
 
 /// Default capacity, in links, of one upstream's index.
 pub const DEFAULT_CAPACITY: usize = 65_536;
-
-/// The lowest limit learning may set (or the capacity, when smaller).
-pub const MIN_LIMIT: usize = 256;
 
 /// Largest capacity accepted: node positions are `u32`.
 const MAX_CAPACITY: usize = 1 << 31;
@@ -80,7 +78,6 @@ pub struct PrefixIndex {
     /// First unused node.
     free: u32,
     capacity: usize,
-    limit: usize,
     /// Touches so far; the stamp of the latest touch.
     clock: u64,
 }
@@ -97,7 +94,6 @@ impl PrefixIndex {
             tail: NIL,
             free: NIL,
             capacity,
-            limit: capacity,
             clock: 0,
         }
     }
@@ -115,11 +111,6 @@ impl PrefixIndex {
     /// The most links this index may ever hold.
     pub fn capacity(&self) -> usize {
         self.capacity
-    }
-
-    /// The most links it holds now: the capacity, unless learning lowered it.
-    pub fn limit(&self) -> usize {
-        self.limit
     }
 
     /// The longest prefix of `links` in the index, found by probing from
@@ -141,42 +132,23 @@ impl PrefixIndex {
 
     /// Records that `links` were sent to this upstream: touches each link,
     /// last to first, inserting the missing ones and evicting the least
-    /// recently touched links beyond the limit.
+    /// recently touched links beyond the capacity.
     pub fn insert(&mut self, links: &[u64]) {
         for &key in links.iter().rev() {
             self.touch(key);
         }
     }
 
-    /// Drops every link last touched before `stamp` (the upstream has lost
-    /// a link touched then, so it has lost the older ones too, if it evicts
-    /// least recently used first), then lowers the limit to the links left,
-    /// not below [`MIN_LIMIT`] (or the capacity, when smaller). Returns the
-    /// number of links dropped.
-    pub fn forget_before(&mut self, stamp: u64) -> usize {
-        let mut dropped = 0;
-        while self.tail != NIL && self.node(self.tail).stamp < stamp {
-            self.evict_tail();
-            dropped += 1;
-        }
-        self.limit = self.len().max(MIN_LIMIT).min(self.capacity);
-        dropped
-    }
-
-    /// Raises the limit by `links`, up to the capacity.
-    pub fn grow(&mut self, links: usize) {
-        self.limit = self.limit.saturating_add(links).min(self.capacity);
-    }
-
-    /// Drops every link and restores the limit to the capacity (an upstream
-    /// that restarted has an empty cache). Keeps the allocations.
-    pub fn clear(&mut self) {
+    /// Drops every link (an upstream that restarted has an empty cache);
+    /// the number dropped. Keeps the allocations.
+    pub fn clear(&mut self) -> usize {
+        let dropped = self.map.len();
         self.map.clear();
         self.nodes.clear();
         self.head = NIL;
         self.tail = NIL;
         self.free = NIL;
-        self.limit = self.capacity;
+        dropped
     }
 
     /// Heap bytes held now, estimated from the table's and the slab's
@@ -211,7 +183,7 @@ impl PrefixIndex {
             self.push_front(at);
             return;
         }
-        while self.map.len() >= self.limit {
+        while self.map.len() >= self.capacity {
             self.evict_tail();
         }
         let at = self.allocate(Node {

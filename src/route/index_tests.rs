@@ -57,45 +57,12 @@ fn a_shared_prefix_outlives_the_chains_that_carry_it() {
 }
 
 #[test]
-fn forget_before_drops_older_links_and_lowers_the_limit() {
-    let mut index = PrefixIndex::new(1000);
-    for key in 0..600u64 {
-        index.insert(&[key]);
-    }
-    let stamp = index.matched(&[400]).stamp;
-    assert_eq!(index.forget_before(stamp), 400);
-    assert_eq!(index.len(), 200);
-    assert_eq!(index.matched(&[399]).links, 0);
-    assert_eq!(index.matched(&[400]).links, 1);
-    assert_eq!(
-        index.limit(),
-        MIN_LIMIT,
-        "200 left, but not below the floor"
-    );
-    for key in 1000..1100u64 {
-        index.insert(&[key]);
-    }
-    assert_eq!(index.len(), MIN_LIMIT, "the learned limit holds");
-    index.grow(50);
-    assert_eq!(index.limit(), MIN_LIMIT + 50);
-    index.grow(10_000);
-    assert_eq!(index.limit(), 1000, "never past the capacity");
-    // The floor never exceeds a small capacity.
-    let mut small = PrefixIndex::new(10);
-    small.insert(&[1, 2, 3]);
-    small.forget_before(u64::MAX);
-    assert_eq!((small.len(), small.limit()), (0, 10));
-}
-
-#[test]
 fn clear_empties_and_keeps_the_clock() {
     let mut index = PrefixIndex::new(8);
     index.insert(&[1, 2]);
     let before = index.matched(&[1]).stamp;
-    index.forget_before(u64::MAX);
-    index.clear();
+    assert_eq!(index.clear(), 2);
     assert!(index.is_empty());
-    assert_eq!(index.limit(), 8);
     index.insert(&[1]);
     assert!(
         index.matched(&[1]).stamp > before,

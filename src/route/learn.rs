@@ -5,22 +5,25 @@
 //! [`Router::observe`] turns the cached tokens into covered links (tokens
 //! spread evenly over the chain's text bytes; a link counts when half of it
 //! is covered) and compares them with the decision's prediction:
-//! - confirmed (at least the predicted links were cached): the upstream keeps
-//!   at least that much, so its index limit grows by the predicted links;
-//! - shortfall (fewer): the upstream had lost the last predicted link, which
-//!   the index last touched at the prediction's stamp. A cache that evicts
-//!   least recently used first has then lost everything older too, so the
-//!   index drops every link touched before that stamp and lowers its limit
-//!   to what is left (not below `MIN_LIMIT`): it learns how much that
-//!   upstream really keeps. The request's own chain is not dropped: the
-//!   upstream has just computed that prompt and holds it now;
-//! - unpredicted (nothing predicted, something cached): the upstream keeps
-//!   more than the index knew; its limit grows by the links covered;
-//! - cold (nothing predicted, nothing cached): nothing to learn.
+//! - confirmed: at least the predicted links were cached;
+//! - shortfall: fewer were. That says something about this one chain on
+//!   this one answer, not about the upstream's whole cache: llama-server
+//!   picks the idle slot whose prompt is most similar, and takes the least
+//!   recently used one when no slot shares `--slot-prompt-similarity` (10%)
+//!   of the prompt, so a prefix still cached on another slot (or in its
+//!   host-memory prompt cache) can go unused. Either way the upstream has
+//!   just computed this chain's whole prompt and holds it now, which the
+//!   index already records (the decision touched it). So a shortfall is
+//!   counted and drops nothing: dropping older chains on it once sent
+//!   follow-up turns whose prefixes were cached to `cold`;
+//! - unpredicted: nothing predicted, something cached (a prefix another
+//!   conversation sent, or one the index aged out);
+//! - cold: nothing predicted, nothing cached.
 //!
-//! The [`Accuracy`] counters per upstream are monotonic, for the metrics
-//! layer to export. Not done here: exporting them, reading `cache_n` from a
-//! response (see `llama::Timings`), or acting on `/slots`.
+//! The index forgets an upstream only on evidence that it restarted (see
+//! `Router::forget`). The [`Accuracy`] counters per upstream are
+//! monotonic, for the metrics layer to export. Not done here: exporting
+//! them, or reading `cache_n` from a response (see `llama::Timings`).
 
 use super::chain::Chain;
 use super::decision::Prediction;
@@ -46,7 +49,7 @@ pub struct Accuracy {
     pub cached_tokens: u64,
     /// Prompt tokens reported, cached ones included.
     pub prompt_tokens: u64,
-    /// Index links dropped by learning.
+    /// Index links dropped because the upstream restarted.
     pub forgotten_links: u64,
 }
 
@@ -74,8 +77,6 @@ pub enum Observation {
         predicted: usize,
         /// Links covered by the cached tokens.
         links: usize,
-        /// Index links dropped as lost by the upstream.
-        forgotten: usize,
     },
 }
 
@@ -85,7 +86,7 @@ impl Router {
     /// `prompt_tokens` tokens in all (`usage.prompt_tokens`, or
     /// `timings.prompt_n + timings.cache_n`) of which `cached_tokens` came
     /// from the cache (`timings.cache_n`); see the module docs. Updates the
-    /// upstream's [`Accuracy`] and index, and the token estimate ratio.
+    /// upstream's [`Accuracy`] and the token estimate ratio.
     pub fn observe(
         &mut self,
         upstream: usize,
@@ -124,24 +125,14 @@ impl Router {
                 return Observation::Cold;
             }
             accuracy.unpredicted += 1;
-            up.index.grow(links);
             return Observation::Unpredicted { links };
         }
         accuracy.predicted += 1;
         if links >= predicted {
             accuracy.confirmed += 1;
-            up.index.grow(predicted);
             return Observation::Confirmed { links };
         }
         accuracy.shortfalls += 1;
-        let forgotten = up.index.forget_before(prediction.stamp);
-        accuracy.forgotten_links = accuracy
-            .forgotten_links
-            .saturating_add(u64::try_from(forgotten).unwrap_or(u64::MAX));
-        Observation::Shortfall {
-            predicted,
-            links,
-            forgotten,
-        }
+        Observation::Shortfall { predicted, links }
     }
 }

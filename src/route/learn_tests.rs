@@ -21,7 +21,7 @@ fn tokens(chain: &Chain, links: usize) -> u64 {
 }
 
 #[test]
-fn a_confirmed_prediction_counts_and_grows_the_limit() {
+fn a_confirmed_prediction_counts() {
     let mut router = small_router(10_000);
     let first = conversation(Some("Be brief."), 1, 0);
     send(&mut router, &idle(2), &first);
@@ -52,7 +52,7 @@ fn a_confirmed_prediction_counts_and_grows_the_limit() {
 }
 
 #[test]
-fn a_shortfall_forgets_what_the_upstream_lost() {
+fn a_shortfall_counts_and_forgets_no_other_chain() {
     let mut router = small_router(10_000);
     let only = [Candidate::new(0)];
     // Conversation 0 first, then 400 others on the same upstream.
@@ -60,11 +60,10 @@ fn a_shortfall_forgets_what_the_upstream_lost() {
     for id in 1..=400 {
         send(&mut router, &only, &conversation(None, id, 0));
     }
-    let index = router.index(0).unwrap();
-    assert_eq!(index.len(), 401);
-    // Turn 1 of conversation 0 is predicted, but nothing was cached: the
-    // upstream lost it, and with it everything older (nothing here), but
-    // conversations sent after it stay.
+    assert_eq!(router.index(0).unwrap().len(), 401);
+    // Turn 1 of conversation 0 is predicted, but nothing was cached
+    // (llama-server took another slot, say). That says nothing of the
+    // conversations sent after or before it.
     let next = conversation(None, 0, 1);
     let decision = send(&mut router, &only, &next);
     assert_eq!(decision.prediction.links, 1);
@@ -74,57 +73,32 @@ fn a_shortfall_forgets_what_the_upstream_lost() {
         seen,
         Observation::Shortfall {
             predicted: 1,
-            links: 0,
-            forgotten: 0
-        }
-    );
-    // The upstream keeps less than the 403 links indexed: that is the limit.
-    assert_eq!(router.index(0).unwrap().limit(), 403);
-    // Now conversation 200 is predicted and missed. Its new turn adds two
-    // links, so the limit evicts conversations 1 and 2; the shortfall
-    // forgets the 197 others sent before it. It and the later ones stay,
-    // and so does conversation 0's new turn (the upstream just computed it).
-    let again = conversation(None, 200, 1);
-    let decision = send(&mut router, &only, &again);
-    assert_eq!(decision.prediction.links, 1);
-    let seen = router.observe(
-        0,
-        &again,
-        &decision.prediction,
-        0,
-        tokens(&again, again.len()),
-    );
-    assert_eq!(
-        seen,
-        Observation::Shortfall {
-            predicted: 1,
-            links: 0,
-            forgotten: 197
+            links: 0
         }
     );
     let index = router.index(0).unwrap();
-    for gone in [1, 2, 3, 199] {
-        assert_eq!(index.matched(conversation(None, gone, 0).links()).links, 0);
+    for kept in [1, 2, 199, 400] {
+        assert_eq!(
+            index.matched(conversation(None, kept, 0).links()).links,
+            1,
+            "conversation {kept} was dropped"
+        );
     }
-    assert_eq!(index.matched(conversation(None, 201, 0).links()).links, 1);
+    // The upstream just computed this turn's whole prompt: still indexed.
     assert_eq!(index.matched(next.links()).links, next.len());
-    assert_eq!(index.limit(), MIN_LIMIT, "it keeps no more than it showed");
+    // The next turn of that conversation is predicted there again.
+    let after = conversation(None, 0, 2);
+    let decision = send(&mut router, &only, &after);
+    assert_eq!(decision.prediction.links, next.len());
     let accuracy = router.accuracy(0).unwrap();
-    assert_eq!((accuracy.predicted, accuracy.shortfalls), (2, 2));
-    assert_eq!(accuracy.forgotten_links, 197);
+    assert_eq!((accuracy.predicted, accuracy.shortfalls), (1, 1));
+    assert_eq!(accuracy.forgotten_links, 0, "nothing was forgotten");
 }
 
 #[test]
-fn an_unpredicted_hit_grows_the_limit_and_a_cold_miss_teaches_nothing() {
+fn an_unpredicted_hit_and_a_cold_miss_are_told_apart() {
     let mut router = small_router(100_000);
     let only = [Candidate::new(0)];
-    // Lower the limit first through a shortfall.
-    send(&mut router, &only, &conversation(None, 1, 0));
-    let next = conversation(None, 1, 1);
-    let decision = send(&mut router, &only, &next);
-    router.observe(0, &next, &decision.prediction, 0, 100);
-    assert_eq!(router.index(0).unwrap().limit(), MIN_LIMIT);
-
     let cold = conversation(None, 2, 0);
     let decision = send(&mut router, &only, &cold);
     assert_eq!(
@@ -142,7 +116,6 @@ fn an_unpredicted_hit_grows_the_limit_and_a_cold_miss_teaches_nothing() {
         tokens(&unknown, 3),
     );
     assert_eq!(seen, Observation::Unpredicted { links: 2 });
-    assert_eq!(router.index(0).unwrap().limit(), MIN_LIMIT + 2);
     assert_eq!(router.accuracy(0).unwrap().unpredicted, 1);
 }
 
@@ -176,4 +149,9 @@ fn forget_empties_one_upstream() {
     router.forget(9);
     assert!(router.index(0).unwrap().is_empty());
     assert_eq!(router.index(1).unwrap().len(), chain.len());
+    assert_eq!(
+        router.accuracy(0).unwrap().forgotten_links,
+        chain.len() as u64,
+        "a restart's forgotten links are counted"
+    );
 }

@@ -147,10 +147,14 @@ impl Router {
     }
 
     /// Empties upstream `upstream`'s index, as when it restarted (its cache
-    /// is gone); does nothing past the end.
+    /// is gone), counting the links dropped; does nothing past the end.
     pub fn forget(&mut self, upstream: usize) {
         if let Some(up) = self.upstreams.get_mut(upstream) {
-            up.index.clear();
+            let dropped = up.index.clear();
+            up.accuracy.forgotten_links = up
+                .accuracy
+                .forgotten_links
+                .saturating_add(u64::try_from(dropped).unwrap_or(u64::MAX));
         }
     }
 
