@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+pub mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -74,6 +75,17 @@ impl Family {
             _ => self.name.clone(),
         }
     }
+}
+
+/// The value of the unlabelled sample named `sample_name` (as exposed:
+/// `llamacpp:n_decode_total`, `llamacpp:requests_deferred`), if present.
+pub fn value(families: &[Family], sample_name: &str) -> Option<f64> {
+    families
+        .iter()
+        .find(|f| f.sample_name() == sample_name)
+        .and_then(|f| f.samples.iter().find(|s| s.labels.is_empty()))
+        .map(|s| s.value)
+        .filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 /// The `llamacpp:*` families of a `/metrics` body, bounded.

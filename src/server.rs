@@ -37,6 +37,9 @@ pub enum StartError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// Two configured upstreams are one server.
+    #[error("{0}")]
+    Upstreams(String),
     /// Telemetry failed to start.
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
@@ -51,7 +54,7 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     let config = Arc::new(config);
     let telemetry = Telemetry::start(&config)?;
     let fleet = Arc::new(Fleet::new(&config));
-    UpstreamWatch::resolve_now(&fleet);
+    UpstreamWatch::resolve_now(&fleet).map_err(StartError::Upstreams)?;
 
     let conf = ServerConf {
         threads: config.threads,

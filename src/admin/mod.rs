@@ -2,7 +2,8 @@
 //!
 //! - `/healthz`: 200 while the process serves.
 //! - `/readyz`: 200 when at least one upstream's `/health` answered 200 at
-//!   the last check and every model the fleet serves has such an upstream, else 503.
+//!   the last check and its model list was read, and every model the fleet
+//!   serves has such an upstream; else 503 naming what is missing.
 //! - `/metrics`: Prometheus exposition: OpenMetrics (with exemplars) when
 //!   the scraper's `Accept` asks for it, the classic text format otherwise.
 //! - `/latency`: the latency page; `/latency.json`: its data.
@@ -73,13 +74,14 @@ impl ServeHttp for AdminApp {
         let path = session.req_header().uri.path().to_string();
         match path.as_str() {
             "/healthz" => reply(200, "text/plain; charset=utf-8", b"ok\n".to_vec()),
-            "/readyz" => {
-                if self.fleet.ready() {
-                    reply(200, "text/plain; charset=utf-8", b"ready\n".to_vec())
-                } else {
-                    reply(503, "text/plain; charset=utf-8", b"upstream not ready\n".to_vec())
-                }
-            }
+            "/readyz" => match self.fleet.readiness() {
+                Ok(()) => reply(200, "text/plain; charset=utf-8", b"ready\n".to_vec()),
+                Err(why) => reply(
+                    503,
+                    "text/plain; charset=utf-8",
+                    format!("not ready: {why}\n").into_bytes(),
+                ),
+            },
             "/metrics" => {
                 self.refresh_fleet_gauges();
                 let accept = session

@@ -2,10 +2,11 @@
 //! knows of it now (address, health, ejection, load, models), and the one
 //! [`Router`] that picks among them.
 //!
-//! The watcher ([`super::watch`]) writes health, addresses and model lists;
-//! the proxy hooks read them, count in-flight requests and report passive
-//! failures. Deciding is [`crate::route`]'s pure code, called here under one
-//! mutex; nothing here does I/O.
+//! The watcher ([`super::watch`]) writes health, addresses, model lists and
+//! the marks that reveal a restart; the proxy hooks read them, count
+//! in-flight requests and report passive failures. Deciding is
+//! [`crate::route`]'s pure code, called here under one mutex; nothing here
+//! does I/O.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -13,6 +14,7 @@ use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, Upstream};
+use crate::llamacpp::slots::Marks;
 use crate::route::{
     Candidate, Chain, Decision, Observation, Prediction, Request, RouteConfig, Router,
 };
@@ -33,8 +35,33 @@ pub enum NoRoute {
         /// The names the fleet serves, sorted.
         available: Vec<String>,
     },
+    /// Every upstream that serves it failed its last health check.
+    Unavailable {
+        /// Why, naming each upstream: `a: connection refused; b: ...`.
+        why: String,
+    },
     /// Every upstream that could serve it was already tried.
     Exhausted,
+}
+
+/// What the health checks last found of a member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Not checked yet.
+    Unknown,
+    /// `/health` answered 200.
+    Up,
+    /// Not usable, and why (`connection refused`, `loading model (503)`, ...).
+    Down(String),
+}
+
+/// A change of a member's health, for the watcher to log once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// It passes its checks again (or for the first time).
+    Up,
+    /// It stopped passing them (or failed the first one), and why.
+    Down(String),
 }
 
 /// One llama-server of the fleet.
@@ -44,12 +71,17 @@ pub struct Member {
     pub upstream: Upstream,
     resolved: RwLock<Option<SocketAddr>>,
     healthy: AtomicBool,
+    health: Mutex<Health>,
     /// Milliseconds since the fleet's start until which the member is ejected.
     ejected_until_ms: AtomicU64,
     consecutive_failures: AtomicU32,
     in_flight: AtomicU32,
     /// Idle slots from `/slots`, `u32::MAX` when unknown.
     idle_slots: AtomicU32,
+    /// Its own queue (`llamacpp:requests_deferred`), `u32::MAX` when unknown.
+    deferred: AtomicU32,
+    /// Marks of its process's life, as last read.
+    marks: Mutex<Marks>,
     models: RwLock<Vec<String>>,
 }
 
@@ -59,10 +91,13 @@ impl Member {
             upstream,
             resolved: RwLock::new(None),
             healthy: AtomicBool::new(false),
+            health: Mutex::new(Health::Unknown),
             ejected_until_ms: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
             in_flight: AtomicU32::new(0),
             idle_slots: AtomicU32::new(u32::MAX),
+            deferred: AtomicU32::new(u32::MAX),
+            marks: Mutex::new(Marks::default()),
             models: RwLock::new(Vec::new()),
         }
     }
@@ -84,17 +119,68 @@ impl Member {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// Records a `/health` result; true when the member just came back
-    /// (was not healthy before).
-    pub fn set_healthy(&self, up: bool) -> bool {
-        let was = self.healthy.swap(up, Ordering::Relaxed);
+    /// What the last check found.
+    pub fn health(&self) -> Health {
+        self.health
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or(Health::Unknown)
+    }
+
+    /// Records a check's result (`Err`: why it failed); the transition when
+    /// its state changed, so that each change is logged once. A failed first
+    /// check is a transition too (down from the start).
+    pub fn set_health(&self, result: Result<(), String>) -> Option<Transition> {
+        let up = result.is_ok();
+        self.healthy.store(up, Ordering::Relaxed);
         if up {
             // An active check that passes ends a passive ejection: the
             // upstream rejoins within one check interval of recovering.
             self.consecutive_failures.store(0, Ordering::Relaxed);
             self.ejected_until_ms.store(0, Ordering::Relaxed);
         }
-        up && !was
+        let mut g = self.health.lock().ok()?;
+        let (now, transition) = match result {
+            Ok(()) => (Health::Up, Transition::Up),
+            Err(why) => (Health::Down(why.clone()), Transition::Down(why)),
+        };
+        let changed = std::mem::discriminant(&*g) != std::mem::discriminant(&now);
+        *g = now;
+        changed.then_some(transition)
+    }
+
+    /// Its last check failed (not merely: it was not checked yet).
+    fn checked_down(&self) -> bool {
+        matches!(self.health(), Health::Down(_))
+    }
+
+    /// Why it is not ready, in a few words (`ready` when it is).
+    pub fn not_ready_reason(&self) -> String {
+        match self.health() {
+            Health::Unknown => "not checked yet".to_string(),
+            Health::Down(why) => why,
+            Health::Up if self.models().is_empty() => "model list not read yet".to_string(),
+            Health::Up => "ready".to_string(),
+        }
+    }
+
+    /// Records its queue (`llamacpp:requests_deferred`; `None`: unknown).
+    pub fn set_deferred(&self, deferred: Option<u32>) {
+        self.deferred
+            .store(deferred.unwrap_or(u32::MAX), Ordering::Relaxed);
+    }
+
+    /// Records the marks just read; the evidence when they show that another
+    /// process answers now (see [`Marks::restart_evidence`]).
+    pub fn note_marks(&self, newer: &Marks) -> Option<&'static str> {
+        let mut g = self.marks.lock().ok()?;
+        let evidence = g.restart_evidence(newer);
+        *g = if evidence.is_some() {
+            *newer
+        } else {
+            g.merge(newer)
+        };
+        evidence
     }
 
     /// Requests in flight to it now.
@@ -218,15 +304,71 @@ impl Fleet {
             .unwrap_or(false)
     }
 
-    /// Ready: at least one upstream is healthy, and every model any upstream
-    /// reported has a healthy upstream serving it.
-    pub fn ready(&self) -> bool {
-        if !self.members.iter().any(Member::healthy) {
-            return false;
+    /// Ready: at least one upstream is healthy and its model list was read,
+    /// and every model any upstream reported has such an upstream serving
+    /// it. `Err` names what is missing, for `/readyz`.
+    pub fn readiness(&self) -> Result<(), String> {
+        let ready = |m: &Member| m.healthy() && !m.models().is_empty();
+        if !self.members.iter().any(ready) {
+            let why: Vec<String> = self
+                .members
+                .iter()
+                .map(|m| format!("{}: {}", m.upstream.name, m.not_ready_reason()))
+                .collect();
+            return Err(format!("no upstream ready ({})", why.join("; ")));
         }
-        self.models()
+        let missing: Vec<String> = self
+            .models()
+            .into_iter()
+            .filter(|model| !self.members.iter().any(|m| ready(m) && m.serves(model)))
+            .collect();
+        match missing.as_slice() {
+            [] => Ok(()),
+            _ => Err(format!(
+                "no healthy upstream for model {}",
+                missing.join(", ")
+            )),
+        }
+    }
+
+    /// Each member's name and why it serves nothing now, `; `-separated.
+    fn down_list<'a>(members: impl Iterator<Item = &'a Member>) -> String {
+        members
+            .map(|m| format!("{}: {}", m.upstream.name, m.not_ready_reason()))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// The model names healthy upstreams serve now, sorted, each once: what
+    /// the fleet's `GET /v1/models` lists.
+    pub fn servable_models(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .members
             .iter()
-            .all(|model| self.members.iter().any(|m| m.healthy() && m.serves(model)))
+            .filter(|m| !m.checked_down())
+            .flat_map(|m| m.models())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    /// `Err(Unavailable)` when every upstream that could serve a request
+    /// for `model` failed its last health check (an upstream not checked yet
+    /// still counts as able).
+    pub fn unavailable(&self, model: Option<&str>) -> Result<(), NoRoute> {
+        let filter = self.serves_several_models();
+        let serving = || {
+            self.members
+                .iter()
+                .filter(move |m| !filter || model.is_none_or(|name| m.serves(name)))
+        };
+        if serving().next().is_none() || serving().any(|m| !m.checked_down()) {
+            return Ok(());
+        }
+        Err(NoRoute::Unavailable {
+            why: Self::down_list(serving()),
+        })
     }
 
     /// `Err(UnknownModel)` when the fleet serves several models and none
@@ -306,7 +448,10 @@ impl Fleet {
                     u32::MAX => None,
                     n => Some(n),
                 },
-                deferred: None,
+                deferred: match m.deferred.load(Ordering::Relaxed) {
+                    u32::MAX => None,
+                    n => Some(n),
+                },
             })
             .collect();
         let request = Request {
@@ -335,9 +480,10 @@ impl Fleet {
         }
     }
 
-    /// A connect failure, reset or 5xx before any byte: eject member `i` for
-    /// an exponentially growing time (1 s, 2 s, ... 30 s) unless an active
-    /// check passes first.
+    /// A sign that member `i` itself is unwell (a failed connect, a reset or
+    /// timeout under a request, a 502/503/504 on a route that works): eject
+    /// it for an exponentially growing time (1 s, 2 s, ... 30 s) unless an
+    /// active check passes first. Never called for an error a client caused.
     pub fn eject(&self, i: usize) {
         let Some(m) = self.members.get(i) else {
             return;
@@ -353,7 +499,8 @@ impl Fleet {
         m.ejected_until_ms.store(until.max(1), Ordering::Relaxed);
     }
 
-    /// A response arrived from member `i` without a 5xx: its failure streak ends.
+    /// A response arrived from member `i` that shows it well: its failure
+    /// streak ends.
     pub fn succeeded(&self, i: usize) {
         if let Some(m) = self.members.get(i) {
             m.consecutive_failures.store(0, Ordering::Relaxed);
@@ -376,10 +523,11 @@ impl Fleet {
             .map(|mut r| r.observe(i, chain, prediction, cached_tokens, prompt_tokens))
     }
 
-    /// Member `i` came back after failing its checks: a restarted
-    /// llama-server holds nothing in its cache, so the router forgets what
-    /// it sent there.
-    pub fn rejoined(&self, i: usize) {
+    /// Member `i` restarted (its marks say so, see
+    /// [`Member::note_marks`]): a new llama-server process holds nothing in
+    /// its cache, so the router forgets what it sent there. A failed check
+    /// alone never calls this: a blip must not cost the fleet its affinity.
+    pub fn forget(&self, i: usize) {
         if let Ok(mut r) = self.router.lock() {
             r.forget(i);
         }

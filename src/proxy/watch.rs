@@ -1,34 +1,52 @@
-//! Watches every upstream in the background: resolves its address, checks
-//! `/health` (readiness, `llamatap_upstream_up`), reads its model list
-//! (`/v1/models`, else llama-server's router-mode `/models`), its idle
-//! slots (`/slots`) and its own `llamacpp:*` metrics (`/metrics`, when it
-//! runs with `--metrics`; re-exported by [`crate::telemetry::reexport`]).
-//! One small HTTP/1.1 GET at a time per upstream, with a timeout; never on
-//! a request's path, so a slow DNS server or a dead upstream never holds a
-//! request up.
+//! Watches every upstream in the background, each on its own schedule, so
+//! that a slow or dead member never delays another's checks:
+//!
+//! - the **health loop** of a member re-resolves its address (a bounded
+//!   lookup, one at a time) and checks `/health` every [`HEALTH_INTERVAL`],
+//!   each check bounded by [`HEALTH_TIMEOUT`]: readiness,
+//!   `llamatap_upstream_up`, and one log line per change of state, naming
+//!   the upstream and the reason;
+//! - the **info loop** of a member, while it is healthy, reads its idle
+//!   slots and the marks of its process's life (`/slots`, fleets only), its
+//!   own `llamacpp:*` metrics (`/metrics`, when it runs with `--metrics`;
+//!   re-exported by [`crate::telemetry::reexport`]) and its model list
+//!   (`/v1/models`, else llama-server's router-mode `/models`), each read
+//!   bounded by [`INFO_TIMEOUT`]. It reads the model list at once when the
+//!   member turns healthy. A mark that went backwards (see
+//!   [`crate::llamacpp::slots::Marks`]) means the member restarted: the
+//!   router forgets its prefixes. A failed check alone does not.
+//!
+//! Every request goes through [`super::probe`], the proxy's own HTTP/1
+//! client. Never on a request's path: a slow DNS server or a dead upstream
+//! never holds a request up.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
 
-use super::fleet::Fleet;
-use crate::llamacpp;
+use super::fleet::{Fleet, Transition};
+use super::probe::{self, ProbeError};
+use crate::llamacpp::{self, slots};
 use crate::telemetry::models::parse_model_list;
 use crate::telemetry::Telemetry;
 
 /// How often each upstream's `/health` is checked. A recovered upstream
-/// rejoins within one interval (two, counting the check in progress).
+/// rejoins within one interval and one check's timeout.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
-/// Timeout of one check.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
-/// Largest response read from a check.
-const MAX_CHECK_BYTES: usize = 1 << 20;
+/// Longest a `/health` check may take, connect included.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_millis(1500);
+/// Longest a name lookup may take before the last known address is used.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest each of the other reads (`/slots`, `/metrics`, models) may take.
+const INFO_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The first address `host:port` resolves to (a blocking lookup).
 fn resolve(address: &str) -> Option<SocketAddr> {
@@ -53,25 +71,204 @@ impl UpstreamWatch {
     }
 
     /// Resolves every upstream once, before the listeners open, so that a
-    /// name that resolves is usable from the first request.
-    pub fn resolve_now(fleet: &Fleet) {
+    /// name that resolves is usable from the first request. `Err` names two
+    /// upstreams that are one server (the same address and base path).
+    pub fn resolve_now(fleet: &Fleet) -> Result<(), String> {
         for m in fleet.members() {
             if let Some(a) = resolve(&m.upstream.address) {
                 m.set_address(a);
             }
         }
+        let members = fleet.members();
+        for (i, a) in members.iter().enumerate() {
+            for b in members.iter().skip(i + 1) {
+                if let (Some(x), Some(y)) = (a.address(), b.address()) {
+                    if x == y && a.upstream.base_path == b.upstream.base_path {
+                        return Err(format!(
+                            "upstreams {} and {} are the same server ({x}{}); list it once",
+                            a.upstream.name, b.upstream.name, a.upstream.base_path
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the two loops of one member share.
+struct Watched {
+    fleet: Arc<Fleet>,
+    telemetry: Arc<Telemetry>,
+    i: usize,
+    /// Woken when the member turns healthy: read its models at once.
+    healthy_again: Notify,
+    /// A name lookup is running (a stuck resolver gets one thread, not one
+    /// per check).
+    resolving: AtomicBool,
+}
+
+impl Watched {
+    fn name(&self) -> &str {
+        self.fleet
+            .member(self.i)
+            .map_or("", |m| m.upstream.name.as_str())
     }
 
-    /// Publishes (or, with `None`, removes) the `llamacpp:*` series of member `i`.
-    fn publish_metrics(&self, i: usize, families: Option<Vec<llamacpp::Family>>) {
-        let Some(m) = self.fleet.member(i) else {
+    /// Re-resolves the member's address, waiting at most [`RESOLVE_TIMEOUT`]
+    /// (the last address stays in use meanwhile).
+    async fn resolve(self: &Arc<Self>) {
+        let Some(m) = self.fleet.member(self.i) else {
             return;
         };
-        let series = &self.telemetry.metrics.llamacpp;
-        match families {
-            Some(f) => series.set(&m.upstream.name, f),
-            None => series.clear(&m.upstream.name),
+        if self.resolving.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let me = self.clone();
+        let address = m.upstream.address.clone();
+        let lookup = tokio::task::spawn_blocking(move || {
+            let found = resolve(&address);
+            me.resolving.store(false, Ordering::Release);
+            found
+        });
+        if let Ok(Ok(Some(a))) = tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
+            m.set_address(a);
+        }
+    }
+
+    /// One health check: `Err` says why the member is not usable.
+    async fn check_health(self: &Arc<Self>) -> Result<(), String> {
+        self.resolve().await;
+        let m = self.fleet.member(self.i).ok_or("unknown upstream")?;
+        let Some(target) = m.address() else {
+            return Err(format!("{} does not resolve", m.upstream.address));
+        };
+        let path = format!("{}/health", m.upstream.base_path);
+        match probe::get(target, &m.upstream.address, &path, HEALTH_TIMEOUT).await {
+            Ok((200, _)) => Ok(()),
+            // llama-server's answer while it loads its model.
+            Ok((503, _)) => Err("loading model (/health answered 503)".to_string()),
+            Ok((status, _)) => Err(format!("{path} answered {status}")),
+            Err(ProbeError::TimedOut) => Err(format!(
+                "/health did not answer within {} ms",
+                HEALTH_TIMEOUT.as_millis()
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Checks `/health` every [`HEALTH_INTERVAL`] and logs each change.
+    async fn health_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut first = true;
+        loop {
+            tick.tick().await;
+            let result = self.check_health().await;
+            let Some(m) = self.fleet.member(self.i) else {
+                return;
+            };
+            match m.set_health(result) {
+                Some(Transition::Up) => {
+                    tracing::info!(upstream = self.name(), "upstream healthy");
+                    self.healthy_again.notify_one();
+                }
+                Some(Transition::Down(why)) if first => {
+                    tracing::warn!(upstream = self.name(), reason = %why, "upstream unreachable at start");
+                }
+                Some(Transition::Down(why)) => {
+                    tracing::warn!(upstream = self.name(), reason = %why, "upstream down");
+                }
+                None => {}
+            }
+            first = false;
+        }
+    }
+
+    /// Reads slots, metrics and models while the member is healthy.
+    async fn info_loop(self: Arc<Self>, model_refresh: Duration) {
+        let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut models_read: Option<Instant> = None;
+        // An upstream without `--metrics` answers /metrics with an error:
+        // it is asked again only with its model list, not every round.
+        let mut serves_metrics = true;
+        let mut published_metrics = false;
+        loop {
+            let woken = tokio::select! {
+                _ = tick.tick() => false,
+                () = self.healthy_again.notified() => true,
+            };
+            let Some(m) = self.fleet.member(self.i) else {
+                return;
+            };
+            let Some(target) = m.address().filter(|_| m.healthy()) else {
+                if published_metrics {
+                    self.telemetry.metrics.llamacpp.clear(&m.upstream.name);
+                    published_metrics = false;
+                }
+                m.set_deferred(None);
+                serves_metrics = true;
+                continue;
+            };
+            let models_due = woken || models_read.is_none_or(|t| t.elapsed() >= model_refresh);
+            let mut marks = slots::Marks::default();
+            if self.fleet.is_fleet() {
+                let state = match self.get(target, "/slots").await {
+                    Some((200, body)) => slots::parse_slots(&body),
+                    _ => None,
+                };
+                m.set_idle_slots(state.map(|s| u32::try_from(s.idle).unwrap_or(u32::MAX)));
+                marks.slots = state;
+            }
+            if serves_metrics || models_due {
+                let families = match self.get(target, "/metrics").await {
+                    Some((200, body)) => Some(llamacpp::parse(&body)),
+                    _ => None,
+                };
+                serves_metrics = families.is_some();
+                let value = |name| families.as_deref().and_then(|f| llamacpp::value(f, name));
+                m.set_deferred(value("llamacpp:requests_deferred").map(|v| v.min(1e9) as u32));
+                marks.decodes = value("llamacpp:n_decode_total").map(|v| v.min(1e18) as u64);
+                match families {
+                    Some(f) => {
+                        self.telemetry.metrics.llamacpp.set(&m.upstream.name, f);
+                        published_metrics = true;
+                    }
+                    None if published_metrics => {
+                        self.telemetry.metrics.llamacpp.clear(&m.upstream.name);
+                        published_metrics = false;
+                    }
+                    None => {}
+                }
+            }
+            if let Some(evidence) = m.note_marks(&marks) {
+                tracing::info!(
+                    upstream = self.name(),
+                    evidence,
+                    "upstream restarted: its cached prefixes are forgotten"
+                );
+                self.fleet.forget(self.i);
+            }
+            if models_due && self.read_models(target).await {
+                models_read = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Reads the member's model list; true when it got one.
+    async fn read_models(&self, target: SocketAddr) -> bool {
+        for path in ["/v1/models", "/models"] {
+            if let Some((200, body)) = self.get(target, path).await {
+                let names = parse_model_list(&body);
+                if !names.is_empty() {
+                    self.fleet.set_models(self.i, names);
+                    self.publish_models();
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Publishes the fleet's model names as the allowed `model` labels.
@@ -85,191 +282,33 @@ impl UpstreamWatch {
             .metrics
             .set_models(&self.telemetry.models.list());
     }
-}
 
-/// What one round of checks of an upstream learnt.
-struct Checked {
-    /// Its `/health` answered 200.
-    healthy: bool,
-    /// Its model list was read.
-    models: bool,
-    /// Its `llamacpp:*` families, `None` when it is down or serves no
-    /// metrics (its re-exported series are then removed).
-    metrics: Option<Vec<llamacpp::Family>>,
-}
-
-/// One round of checks of member `i`. The model list is read when
-/// `models_due`; `/metrics` when `metrics_due`.
-async fn check(fleet: Arc<Fleet>, i: usize, models_due: bool, metrics_due: bool) -> Checked {
-    let mut out = Checked {
-        healthy: false,
-        models: false,
-        metrics: None,
-    };
-    let Some(m) = fleet.member(i) else {
-        return out;
-    };
-    let addr = m.upstream.address.clone();
-    if let Some(a) = tokio::task::spawn_blocking(move || resolve(&addr))
-        .await
-        .ok()
-        .flatten()
-    {
-        m.set_address(a);
+    /// `GET {base}{path}` on the member, bounded by [`INFO_TIMEOUT`].
+    async fn get(&self, target: SocketAddr, path: &str) -> Option<(u16, Vec<u8>)> {
+        let m = self.fleet.member(self.i)?;
+        let path = format!("{}{path}", m.upstream.base_path);
+        probe::get(target, &m.upstream.address, &path, INFO_TIMEOUT)
+            .await
+            .ok()
     }
-    let Some(target) = m.address() else {
-        let _ = m.set_healthy(false);
-        return out;
-    };
-    let host = m.upstream.address.as_str();
-    let base = &m.upstream.base_path;
-    // 503 ("loading model") and anything else but 200 is not ready.
-    let healthy = matches!(
-        get(target, host, &format!("{base}/health")).await,
-        Some((200, _))
-    );
-    if m.set_healthy(healthy) {
-        fleet.rejoined(i);
-    }
-    if !healthy {
-        return out;
-    }
-    out.healthy = true;
-    if fleet.is_fleet() {
-        let idle = match get(target, host, &format!("{base}/slots")).await {
-            Some((200, body)) => idle_slots(&body),
-            _ => None,
-        };
-        m.set_idle_slots(idle);
-    }
-    if metrics_due {
-        out.metrics = match get(target, host, &format!("{base}/metrics")).await {
-            Some((200, body)) => Some(llamacpp::parse(&body)),
-            _ => None,
-        };
-    }
-    if !models_due {
-        return out;
-    }
-    for path in ["/v1/models", "/models"] {
-        if let Some((200, body)) = get(target, host, &format!("{base}{path}")).await {
-            let names = parse_model_list(&body);
-            if !names.is_empty() {
-                fleet.set_models(i, names);
-                out.models = true;
-                return out;
-            }
-        }
-    }
-    out
-}
-
-/// Idle slots in a `/slots` answer (an array of slots with `is_processing`).
-fn idle_slots(body: &[u8]) -> Option<u32> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let slots = v.as_array()?;
-    let idle = slots
-        .iter()
-        .filter(|s| s.get("is_processing").and_then(|p| p.as_bool()) == Some(false))
-        .count();
-    u32::try_from(idle).ok()
 }
 
 #[async_trait]
 impl BackgroundService for UpstreamWatch {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let n = self.fleet.members().len();
-        let mut last_models: Vec<Option<Instant>> = vec![None; n];
-        // An upstream without `--metrics` answers /metrics with an error:
-        // it is asked again only with its model list, not every round.
-        let mut serves_metrics: Vec<bool> = vec![true; n];
-        loop {
-            let mut round = JoinSet::new();
-            for (i, last) in last_models.iter().enumerate() {
-                let due = last.is_none_or(|t| t.elapsed() >= self.model_refresh);
-                let metrics_due = due || serves_metrics.get(i).copied().unwrap_or(true);
-                let fleet = self.fleet.clone();
-                round.spawn(async move { (i, check(fleet, i, due, metrics_due).await) });
-            }
-            let mut read_models = false;
-            while let Some(done) = round.join_next().await {
-                let Ok((i, checked)) = done else {
-                    continue;
-                };
-                if checked.models {
-                    if let Some(slot) = last_models.get_mut(i) {
-                        *slot = Some(Instant::now());
-                    }
-                    read_models = true;
-                }
-                if let Some(slot) = serves_metrics.get_mut(i) {
-                    // Down: asked again as soon as it is back.
-                    *slot = !checked.healthy || checked.metrics.is_some();
-                }
-                self.publish_metrics(i, checked.metrics);
-            }
-            if read_models {
-                self.publish_models();
-            }
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = tokio::time::sleep(HEALTH_INTERVAL) => {}
-            }
+        let mut loops = JoinSet::new();
+        for i in 0..self.fleet.members().len() {
+            let watched = Arc::new(Watched {
+                fleet: self.fleet.clone(),
+                telemetry: self.telemetry.clone(),
+                i,
+                healthy_again: Notify::new(),
+                resolving: AtomicBool::new(false),
+            });
+            loops.spawn(watched.clone().health_loop());
+            loops.spawn(watched.info_loop(self.model_refresh));
         }
-    }
-}
-
-/// A minimal GET to `addr` (`host` names it in the `Host` header): status and
-/// body, or `None` on any failure or timeout.
-async fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Vec<u8>)> {
-    tokio::time::timeout(CHECK_TIMEOUT, get_inner(addr, host, path))
-        .await
-        .ok()
-        .flatten()
-}
-
-async fn get_inner(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Vec<u8>)> {
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nUser-Agent: llamatap\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).await.ok()?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 || buf.len() > MAX_CHECK_BYTES {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    parse_response(&buf)
-}
-
-/// Splits a raw HTTP/1.1 response (Content-Length, chunked or read-to-close).
-pub fn parse_response(raw: &[u8]) -> Option<(u16, Vec<u8>)> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..end]).ok()?;
-    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
-    let body = &raw[end + 4..];
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if !chunked {
-        return Some((status, body.to_vec()));
-    }
-    let mut out = Vec::new();
-    let mut rest = body;
-    loop {
-        let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
-        let size_str = std::str::from_utf8(&rest[..line_end]).ok()?;
-        let size = usize::from_str_radix(size_str.split(';').next()?.trim(), 16).ok()?;
-        rest = &rest[line_end + 2..];
-        if size == 0 {
-            return Some((status, out));
-        }
-        out.extend_from_slice(rest.get(..size)?);
-        rest = rest.get(size + 2..)?;
+        let _ = shutdown.changed().await;
+        loops.abort_all();
     }
 }

@@ -13,7 +13,7 @@
 //! it is last exited, and would add a third span per request).
 //!
 //! Pingora's own lines (the `log` crate) come through the same writer.
-//! `RUST_LOG` sets the filter (default `warn`).
+//! `RUST_LOG` sets the filter (default [`DEFAULT_FILTER`]).
 
 use std::fmt;
 
@@ -31,11 +31,16 @@ use tracing_subscriber::EnvFilter;
 
 use super::spans::{RequestSpan, Tracing};
 
-/// Installs the global subscriber: the `RUST_LOG` filter (default `warn`),
+/// The filter without `RUST_LOG`: warnings from everyone, and llamatap's
+/// own state changes (an upstream healthy again, restarted) at `info`.
+pub const DEFAULT_FILTER: &str = "warn,llamatap=info";
+
+/// Installs the global subscriber: the `RUST_LOG` filter (default [`DEFAULT_FILTER`]),
 /// the line writer on stderr, the OpenTelemetry bridge, and the bridge
 /// from the `log` crate. A second call does nothing.
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .event_format(Line);

@@ -12,9 +12,13 @@ fn fleet(n: usize) -> Fleet {
     let f = Fleet::new(&config);
     for m in f.members() {
         m.set_address(m.upstream.address.parse().unwrap());
-        m.set_healthy(true);
+        m.set_health(Ok(()));
     }
     f
+}
+
+fn down(f: &Fleet, i: usize, why: &str) {
+    f.member(i).unwrap().set_health(Err(why.to_string()));
 }
 
 fn models(f: &Fleet, lists: &[&[&str]]) {
@@ -79,7 +83,11 @@ fn an_ejected_upstream_is_skipped_until_a_check_passes() {
         assert_eq!(d.upstream, 1);
         f.release(1);
     }
-    assert!(!f.member(0).unwrap().set_healthy(true), "it stayed healthy");
+    assert_eq!(
+        f.member(0).unwrap().set_health(Ok(())),
+        None,
+        "it stayed healthy"
+    );
     let picked: std::collections::HashSet<usize> = (0..20)
         .map(|_| {
             let d = f.choose(None, &Chain::default(), None, &[]).unwrap();
@@ -93,11 +101,12 @@ fn an_ejected_upstream_is_skipped_until_a_check_passes() {
 #[test]
 fn when_every_upstream_is_down_they_are_tried_anyway() {
     let f = fleet(2);
-    for m in f.members() {
-        m.set_healthy(false);
+    for i in 0..2 {
+        down(&f, i, "connection refused");
     }
     assert!(f.choose(None, &Chain::default(), None, &[]).is_ok());
-    assert!(!f.ready());
+    let why = f.readiness().unwrap_err();
+    assert!(why.contains("127.0.0.1:9000: connection refused"), "{why}");
 }
 
 #[test]
@@ -120,7 +129,94 @@ fn failover_excludes_what_was_tried() {
 fn ready_needs_a_healthy_upstream_for_every_model() {
     let f = fleet(2);
     models(&f, &[&["a"], &["b"]]);
-    assert!(f.ready());
-    f.member(1).unwrap().set_healthy(false);
-    assert!(!f.ready(), "b has no healthy upstream");
+    assert_eq!(f.readiness(), Ok(()));
+    down(&f, 1, "loading model");
+    assert_eq!(
+        f.readiness(),
+        Err("no healthy upstream for model b".to_string())
+    );
+}
+
+#[test]
+fn ready_needs_a_model_list() {
+    let f = fleet(1);
+    let why = f.readiness().unwrap_err();
+    assert!(why.contains("model list not read yet"), "{why}");
+    models(&f, &[&["tiny"]]);
+    assert_eq!(f.readiness(), Ok(()));
+}
+
+#[test]
+fn each_change_of_health_is_reported_once() {
+    let f = fleet(1);
+    let m = f.member(0).unwrap();
+    let fresh = Member::new(m.upstream.clone());
+    assert_eq!(
+        fresh.set_health(Err("connection refused".into())),
+        Some(Transition::Down("connection refused".into())),
+        "down from the start"
+    );
+    assert_eq!(fresh.set_health(Err("no answer in time".into())), None);
+    assert_eq!(fresh.set_health(Ok(())), Some(Transition::Up));
+    assert_eq!(fresh.set_health(Ok(())), None);
+}
+
+#[test]
+fn a_model_whose_upstreams_are_down_is_unavailable_and_unlisted() {
+    let f = fleet(3);
+    models(&f, &[&["a"], &["a"], &["b"]]);
+    down(&f, 2, "connection refused");
+    assert_eq!(f.servable_models(), ["a"]);
+    assert_eq!(f.models(), ["a", "b"], "still known");
+    match f.unavailable(Some("b")) {
+        Err(NoRoute::Unavailable { why }) => {
+            assert_eq!(why, "127.0.0.1:9002: connection refused")
+        }
+        other => panic!("{other:?}"),
+    }
+    down(&f, 0, "connection refused");
+    assert_eq!(f.unavailable(Some("a")), Ok(()), "one upstream is left");
+    assert_eq!(f.unavailable(Some("zeta")), Ok(()), "unknown: 404 instead");
+}
+
+#[test]
+fn a_member_not_checked_yet_is_not_unavailable() {
+    let o = Overrides {
+        upstreams: vec![
+            "http://127.0.0.1:9000".into(),
+            "http://127.0.0.1:9001".into(),
+        ],
+        ..Overrides::default()
+    };
+    let config = Config::from_raw(crate::config::RawConfig::default(), &o).unwrap();
+    let f = Fleet::new(&config);
+    assert_eq!(f.unavailable(None), Ok(()));
+    f.member(0).unwrap().set_health(Err("refused".into()));
+    assert_eq!(f.unavailable(None), Ok(()), "the other one was not checked");
+    f.member(1).unwrap().set_health(Err("refused".into()));
+    assert!(f.unavailable(None).is_err());
+}
+
+#[test]
+fn restart_marks_are_noted() {
+    use crate::llamacpp::slots::{Marks, SlotState};
+    let f = fleet(1);
+    let m = f.member(0).unwrap();
+    let at = |last| Marks {
+        slots: Some(SlotState {
+            slots: 2,
+            idle: 2,
+            last_task: last,
+        }),
+        decodes: None,
+    };
+    assert_eq!(m.note_marks(&at(Some(40))), None);
+    assert_eq!(m.note_marks(&Marks::default()), None, "unread");
+    assert_eq!(m.note_marks(&at(Some(44))), None);
+    assert!(m.note_marks(&at(None)).is_some(), "a new process");
+    assert_eq!(
+        m.note_marks(&at(Some(1))),
+        None,
+        "now compared with the new one"
+    );
 }
