@@ -77,6 +77,9 @@ pub struct Routed {
     pub decision: Option<Decision>,
     /// Members already tried (connect failures).
     pub tried: Vec<usize>,
+    /// The current attempt's member was ejected already (a failed connect,
+    /// an unwell answer): `logging` does not eject it a second time.
+    pub ejected: bool,
 }
 
 impl RequestCtx {
@@ -177,7 +180,13 @@ impl RequestCtx {
             max_token_gap: facts.max_token_gap,
             skipped_events: facts.skipped_events,
             response_bytes: self.response_bytes,
-            upstream_retries: self.upstream_attempts.checked_sub(1),
+            // Attempts after the first that went to an upstream already
+            // tried: a stale pooled connection sent again. Failovers to
+            // another upstream after a failed connect are counted apart
+            // (`llamatap.route.failovers`).
+            upstream_retries: self.upstream_attempts.checked_sub(1).map(|n| {
+                n.saturating_sub(u32::try_from(self.routed.tried.len()).unwrap_or(u32::MAX))
+            }),
             client_address,
             upstream: None,
         };

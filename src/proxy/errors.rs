@@ -153,6 +153,20 @@ pub fn message(f: &Failure, e: &Error) -> String {
     format!("{what} ({})", e.etype().as_str())
 }
 
+/// [`message`], naming the upstream the failure is about when one was
+/// chosen (`the upstream llama-server` becomes `upstream llama-server NAME`).
+pub fn message_naming(f: &Failure, e: &Error, upstream: Option<&str>) -> String {
+    let text = message(f, e);
+    match upstream {
+        Some(name) if f.outcome == Outcome::UpstreamError => text.replacen(
+            "the upstream llama-server",
+            &format!("upstream llama-server {name}"),
+            1,
+        ),
+        _ => text,
+    }
+}
+
 /// The OpenAI-shaped JSON error body.
 pub fn json_body(message: &str, kind: &str, code: &str) -> Vec<u8> {
     serde_json::json!({"error": {"message": message, "type": kind, "code": code}})
@@ -207,5 +221,21 @@ mod tests {
             )
         );
         assert!(message(&f, &e).ends_with("llama.internal:8081"));
+    }
+
+    #[test]
+    fn an_upstream_failure_names_the_upstream() {
+        let e = Error::explain(ErrorType::ConnectRefused, "refused").into_up();
+        let f = classify(&e);
+        assert_eq!(
+            message_naming(&f, &e, Some("gpu-a")),
+            "cannot connect to upstream llama-server gpu-a (ConnectRefused)"
+        );
+        let client = Error::explain(ErrorType::ReadTimedout, "slow").into_down();
+        let f = classify(&client);
+        assert_eq!(
+            message_naming(&f, &client, Some("gpu-a")),
+            message(&f, &client)
+        );
     }
 }

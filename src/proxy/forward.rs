@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes};
 use http::header;
-use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::http_req_header_to_wire;
 use pingora::proxy::{ProxyHttp, Session};
@@ -49,15 +48,10 @@ pub fn eligible(session: &Session, ctx: &RequestCtx) -> bool {
 
 /// Forwards the request and its answer; `Ok` once the answer is complete.
 /// An error goes to `fail_to_proxy` and `logging` as on Pingora's path.
-pub async fn run(
-    proxy: &LlamaProxy,
-    connector: &TransportConnector,
-    session: &mut Session,
-    ctx: &mut RequestCtx,
-) -> Result<()> {
+pub async fn run(proxy: &LlamaProxy, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
     // The connect and the request are boxed: their futures are large and
     // over before the answer, which is what a held stream keeps.
-    let (mut up, peer) = Box::pin(connect(proxy, connector, session, ctx)).await?;
+    let (mut up, peer) = Box::pin(connect(proxy, session, ctx)).await?;
     Box::pin(send_request(proxy, session, &mut up, &peer, ctx)).await?;
     let header = read_header(session, &mut up, &peer).await?;
     respond(proxy, session, &mut up, header, &peer, ctx).await
@@ -68,7 +62,6 @@ pub async fn run(
 /// over as [`LlamaProxy::fail_to_connect`] decides.
 async fn connect(
     proxy: &LlamaProxy,
-    connector: &TransportConnector,
     session: &mut Session,
     ctx: &mut RequestCtx,
 ) -> Result<(Upstream, Box<HttpPeer>)> {
@@ -79,7 +72,7 @@ async fn connect(
             proxy.spares.refill(member, &peer);
             return Ok((Upstream::new(stream), peer));
         }
-        match connector.new_stream(&*peer).await {
+        match proxy.spares.connect(&peer).await {
             Ok(stream) => {
                 proxy.spares.refill(member, &peer);
                 return Ok((Upstream::new(stream), peer));

@@ -12,6 +12,7 @@ pub mod errors;
 pub mod fleet;
 mod forward;
 pub mod guard;
+mod probe;
 mod routing;
 mod spare;
 mod upstream;
@@ -23,7 +24,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::modules::http::HttpModules;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
@@ -45,9 +45,8 @@ pub struct LlamaProxy {
     config: Arc<Config>,
     telemetry: Arc<Telemetry>,
     fleet: Arc<Fleet>,
-    /// Upstream connections of the direct path ([`forward`]); never pooled.
-    connector: TransportConnector,
-    /// A connected, never-used connection per upstream for the direct path.
+    /// The direct path's connector ([`forward`]; never pooled), with a
+    /// connected, never-used connection per upstream.
     spares: Arc<spare::Spares>,
 }
 
@@ -62,7 +61,6 @@ impl LlamaProxy {
             config,
             telemetry,
             fleet,
-            connector: TransportConnector::new(None),
             spares,
         }
     }
@@ -155,7 +153,7 @@ impl ProxyHttp for LlamaProxy {
             return Ok(true);
         }
         if direct {
-            forward::run(self, &self.connector, session, ctx).await?;
+            forward::run(self, session, ctx).await?;
             return Ok(true);
         }
         Ok(false)
@@ -189,14 +187,13 @@ impl ProxyHttp for LlamaProxy {
     ) -> Box<Error> {
         if let Some(i) = ctx.member {
             self.fleet.eject(i);
-            if self.fleet.is_fleet() {
-                let _in = ctx.log_span.enter();
-                let name = self.fleet.member(i).map(|m| m.upstream.name.as_str());
-                tracing::warn!(
-                    upstream = name.unwrap_or(""),
-                    "connect failed ({e}); upstream ejected"
-                );
-            }
+            ctx.routed.ejected = true;
+            let _in = ctx.log_span.enter();
+            let name = self.fleet.member(i).map(|m| m.upstream.name.as_str());
+            tracing::warn!(
+                upstream = name.unwrap_or(""),
+                "connect failed ({e}); upstream ejected"
+            );
             if self.fleet.is_fleet()
                 && self
                     .fleet
@@ -306,9 +303,11 @@ impl ProxyHttp for LlamaProxy {
         ctx.upstream_headers = Some(Instant::now());
         ctx.status = Some(upstream_response.status.as_u16());
         if let Some(i) = ctx.member {
-            if upstream_response.status.is_server_error() {
+            let status = upstream_response.status.as_u16();
+            if unwell_answer(status, ctx.route) {
                 self.fleet.eject(i);
-            } else {
+                ctx.routed.ejected = true;
+            } else if status < 500 {
                 self.fleet.succeeded(i);
             }
         }
@@ -392,7 +391,11 @@ impl ProxyHttp for LlamaProxy {
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
         let f = errors::classify(e);
-        let msg = errors::message(&f, e);
+        let upstream = ctx
+            .member
+            .and_then(|i| self.fleet.member(i))
+            .map(|m| m.upstream.name.as_str());
+        let msg = errors::message_naming(&f, e, upstream);
         ctx.ended.get_or_insert_with(Instant::now);
         ctx.failure = Some((f.outcome, f.code, msg.clone()));
         let mut code = f.status;
@@ -498,6 +501,17 @@ impl ProxyHttp for LlamaProxy {
         self.telemetry
             .request_finished(&rec, ctx.span.take().map(|s| *s));
     }
+}
+
+/// Whether an answer shows the upstream itself unwell, so that it is
+/// ejected for a while. llama-server answers many client mistakes with a
+/// 5xx (501 for a feature it runs without: `/metrics` without `--metrics`,
+/// embeddings, `/infill`; 500 for a prompt missing or an image it cannot
+/// read), so a 500 or 501 never ejects. Its 503 means it is loading a model
+/// (and, on `/slots?fail_on_no_slot`, that no slot is free): only a route
+/// that does work counts it. 502 and 504 come from a proxy in front of it.
+fn unwell_answer(status: u16, route: Route) -> bool {
+    matches!(status, 502..=504) && route.operation_name().is_some()
 }
 
 /// Whether a failed attempt left llama-server without a whole request, so

@@ -29,6 +29,7 @@ use pingora::{Error, ErrorType, Result};
 use super::context::RequestCtx;
 use super::errors;
 use super::fleet::{Fleet, NoRoute};
+use super::watch::HEALTH_INTERVAL;
 use crate::config::Config;
 use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
 use crate::request;
@@ -53,12 +54,13 @@ pub async fn prepare(
         ctx.session = req.headers.get(h).map(|v| session_key(v.as_bytes()));
     }
     if req.method == http::Method::GET && req.uri.path() == "/v1/models" {
-        let models = fleet.models();
-        if !models.is_empty() {
-            answer(session, ctx, 200, models_body(&models)).await;
-            return Ok(true);
+        if fleet.models().is_empty() {
+            // No model list read yet: the upstream answers.
+            return Ok(false);
         }
-        return Ok(false);
+        // What can be served now: the models of upstreams not down.
+        answer(session, ctx, 200, models_body(&fleet.servable_models())).await;
+        return Ok(true);
     }
     if ctx.route.operation_name().is_none() {
         return Ok(false);
@@ -95,6 +97,19 @@ pub async fn prepare(
         ctx.failure = Some((Outcome::ClientError, "model_not_found", message.clone()));
         let body = errors::json_body(&message, "invalid_request_error", "model_not_found");
         answer(session, ctx, 404, body).await;
+        return Ok(true);
+    }
+    if let Err(NoRoute::Unavailable { why }) = fleet.unavailable(ctx.request.model.as_deref()) {
+        let message = match ctx.request.model.as_deref() {
+            Some(m) => format!(
+                "model {:?} has no healthy upstream now ({why}); retry later",
+                bounded(m, MAX_ECHOED_MODEL)
+            ),
+            None => format!("no upstream is healthy now ({why}); retry later"),
+        };
+        ctx.failure = Some((Outcome::UpstreamError, "model_unavailable", message.clone()));
+        let body = errors::json_body(&message, "upstream_error", "model_unavailable");
+        answer(session, ctx, 503, body).await;
         return Ok(true);
     }
     Ok(false)
@@ -148,6 +163,7 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
     if let Some(previous) = ctx.member.take() {
         fleet.release(previous);
     }
+    ctx.routed.ejected = false;
     let decision = fleet
         .choose(
             ctx.request.model.as_deref(),
@@ -177,11 +193,13 @@ pub fn finish(fleet: &Fleet, ctx: &mut RequestCtx, rec: &RequestRecord) -> Optio
     let i = ctx.member.take()?;
     fleet.release(i);
     // The upstream died or stopped answering under this request: passive
-    // ejection, as for a refused connect.
-    if matches!(
-        rec.error_type,
-        Some("upstream_disconnected" | "upstream_timeout" | "upstream_unreachable")
-    ) {
+    // ejection, as for a refused connect (which ejected it already).
+    if !ctx.routed.ejected
+        && matches!(
+            rec.error_type,
+            Some("upstream_disconnected" | "upstream_timeout" | "upstream_unreachable")
+        )
+    {
         fleet.eject(i);
     }
     let decision = ctx.routed.decision.take()?;
@@ -225,19 +243,29 @@ fn models_body(models: &[String]) -> Vec<u8> {
         .into_bytes()
 }
 
-/// Writes a JSON answer of llamatap's own.
+/// Writes a JSON answer of llamatap's own. A 200 keeps the client's
+/// connection open; an error closes it (the request body may be unread).
+/// A 503 says when to retry: the next health check.
 async fn answer(session: &mut Session, ctx: &mut RequestCtx, status: u16, body: Vec<u8>) {
     ctx.status = Some(status);
     ctx.ended = Some(std::time::Instant::now());
-    if let Ok(mut resp) = ResponseHeader::build(status, Some(3)) {
-        let _ = resp.insert_header("Content-Type", "application/json");
-        let _ = resp.insert_header("Content-Length", body.len().to_string());
-        if let Some(span) = &ctx.span {
-            let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
+    let Ok(mut resp) = ResponseHeader::build(status, Some(4)) else {
+        return;
+    };
+    let _ = resp.insert_header("Content-Type", "application/json");
+    let _ = resp.insert_header("Content-Length", body.len().to_string());
+    if status == 503 {
+        let _ = resp.insert_header("Retry-After", HEALTH_INTERVAL.as_secs().to_string());
+    }
+    if let Some(span) = &ctx.span {
+        let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
+    }
+    let ds = session.as_downstream_mut();
+    if status == 200 {
+        if ds.write_response_header(Box::new(resp)).await.is_ok() {
+            let _ = ds.write_response_body(Bytes::from(body), true).await;
         }
-        let _ = session
-            .as_downstream_mut()
-            .write_error_response(resp, Bytes::from(body))
-            .await;
+    } else {
+        let _ = ds.write_error_response(resp, Bytes::from(body)).await;
     }
 }

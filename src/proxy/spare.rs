@@ -53,6 +53,12 @@ impl Spares {
         }
     }
 
+    /// A new connection to `peer`, made now (the one connector of the
+    /// direct path, spares included).
+    pub async fn connect(&self, peer: &HttpPeer) -> pingora::Result<Stream> {
+        self.connector.new_stream(peer).await
+    }
+
     /// The spare of upstream `member`, if one is ready for `peer`, young
     /// enough and still open.
     pub async fn take(&self, member: usize, peer: &HttpPeer) -> Option<Stream> {
