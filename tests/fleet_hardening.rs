@@ -197,23 +197,37 @@ fn a_client_mistake_answered_with_a_5xx_ejects_no_upstream() {
     let (a, b) = (llama(sa.clone()), llama(sb.clone()));
     let proxy = Llamatap::start_fleet(&[&a.url(), &b.url()], &["--routing-policy", "round_robin"]);
     wait_ready(&proxy);
-    for _ in 0..2 {
-        assert_eq!(http::get(&proxy.addr(), "/metrics").unwrap().0, 501);
-        let r = http::post(&proxy.addr(), "/v1/completions", "{}").unwrap();
-        assert_eq!(r.head.status, 500);
+    let mut conversation = 0;
+    // One mistake each time, so that only one upstream answers it (with
+    // both ejected, both would be tried again and nothing would show).
+    for mistake in ["GET /metrics", "POST /v1/completions {}"] {
+        let status = if mistake.starts_with("GET") {
+            http::get(&proxy.addr(), "/metrics").unwrap().0
+        } else {
+            http::post(&proxy.addr(), "/v1/completions", "{}")
+                .unwrap()
+                .head
+                .status
+        };
+        assert!(status >= 500, "{mistake}: {status}");
+        let before = (
+            sa.chats.load(Ordering::SeqCst),
+            sb.chats.load(Ordering::SeqCst),
+        );
+        for _ in 0..10 {
+            conversation += 1;
+            assert_eq!(post_chat(&proxy, &chat(conversation, 0, "hi")), 200);
+        }
+        let (na, nb) = (
+            sa.chats.load(Ordering::SeqCst) - before.0,
+            sb.chats.load(Ordering::SeqCst) - before.1,
+        );
+        assert_eq!(
+            (na + nb, na.min(nb)),
+            (10, 5),
+            "after {mistake}: a={na} b={nb}: an upstream was ejected"
+        );
     }
-    for i in 0..10 {
-        assert_eq!(post_chat(&proxy, &chat(i, 0, "hi")), 200);
-    }
-    let (na, nb) = (
-        sa.chats.load(Ordering::SeqCst),
-        sb.chats.load(Ordering::SeqCst),
-    );
-    assert_eq!(
-        (na + nb, na.min(nb)),
-        (10, 5),
-        "a={na} b={nb}: an upstream was ejected"
-    );
 
     // A 503 from a chat (the server is loading) is the upstream's own state.
     sa.sick.store(true, Ordering::SeqCst);
@@ -466,7 +480,7 @@ fn the_same_server_listed_twice_is_refused() {
     let s = script("tiny.gguf");
     let a = llama(s);
     let port = a.addr.rsplit(':').next().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_llamatap"))
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_llamatap"))
         .args([
             "--listen",
             &format!("127.0.0.1:{}", common::free_port()),
@@ -477,8 +491,18 @@ fn the_same_server_listed_twice_is_refused() {
             "--upstream",
             &format!("http://localhost:{port}"),
         ])
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let exited = wait_until(Duration::from_secs(20), || {
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(exited, "it started with the same server listed twice");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
