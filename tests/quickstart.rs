@@ -137,7 +137,7 @@ fn stops_everything(stop: Stop, upstream: Option<&LlamaServer>) {
     assert_eq!(left(&qs), Vec::<String>::new(), "processes left\n{log}");
     if let Stop::Script(..) = stop {
         // SIGINT too: llamatap is asked to drain, and only then is llama-server stopped.
-        let drained = log.find("llamatap: SIGTERM, draining");
+        let drained = log.find("SIGTERM: draining in-flight requests");
         assert!(drained.is_some(), "llamatap was not sent SIGTERM\n{log}");
         if upstream.is_none() {
             let llama_stopped = log.find("stopping llama-server");
