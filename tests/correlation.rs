@@ -317,3 +317,44 @@ fn log_lines_written_during_a_request_carry_its_trace_id() {
         proxy.stderr()
     );
 }
+
+#[test]
+fn a_failed_connect_is_one_line_per_upstream_and_one_for_the_request() {
+    // Two dead upstreams: each connect fails once and is retried on the
+    // other, then the request fails with 502.
+    let (a, b) = (common::free_port(), common::free_port());
+    let (ua, ub) = (
+        format!("http://127.0.0.1:{a}"),
+        format!("http://127.0.0.1:{b}"),
+    );
+    let proxy = Llamatap::start_fleet(&[&ua, &ub], &[]);
+    let (status, _) = http::get(&proxy.addr(), "/v1/models").unwrap();
+    assert_eq!(status, 502);
+    assert!(
+        wait_until(Duration::from_secs(30), || proxy
+            .stderr()
+            .lines()
+            .any(|l| l.contains("ERROR pingora_proxy: Fail to proxy"))),
+        "{}",
+        proxy.stderr()
+    );
+    let log = proxy.stderr();
+    let about = |port: u16| -> Vec<&str> {
+        log.lines()
+            .filter(|l| l.contains(&format!("127.0.0.1:{port}")) && !l.contains("listening"))
+            .collect()
+    };
+    // llamatap's warning per upstream; Pingora's retry warning, which
+    // said the same, is filtered out.
+    assert!(!log.contains("retry: true"), "{log}");
+    let ejected = log
+        .lines()
+        .filter(|l| l.contains("WARN llamatap::proxy: connect failed") && l.contains("upstream ejected"))
+        .count();
+    assert_eq!(ejected, 2, "{log}");
+    // The request's own line: one, from Pingora, with its status.
+    let request_lines: Vec<&str> = log.lines().filter(|l| l.contains("pingora_proxy")).collect();
+    assert_eq!(request_lines.len(), 1, "{log}");
+    assert!(request_lines[0].contains("status: 502"), "{log}");
+    assert!(!about(a).is_empty() && !about(b).is_empty(), "{log}");
+}
