@@ -349,11 +349,16 @@ fn a_failed_connect_is_one_line_per_upstream_and_one_for_the_request() {
     assert!(!log.contains("retry: true"), "{log}");
     let ejected = log
         .lines()
-        .filter(|l| l.contains("WARN llamatap::proxy: connect failed") && l.contains("upstream ejected"))
+        .filter(|l| {
+            l.contains("WARN llamatap::proxy: connect failed") && l.contains("upstream ejected")
+        })
         .count();
     assert_eq!(ejected, 2, "{log}");
     // The request's own line: one, from Pingora, with its status.
-    let request_lines: Vec<&str> = log.lines().filter(|l| l.contains("pingora_proxy")).collect();
+    let request_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("pingora_proxy"))
+        .collect();
     assert_eq!(request_lines.len(), 1, "{log}");
     assert!(request_lines[0].contains("status: 502"), "{log}");
     assert!(!about(a).is_empty() && !about(b).is_empty(), "{log}");

@@ -218,8 +218,8 @@ impl Drop for Llamatap {
         // Killed, it could not remove its PID file; a file another process
         // took over (an upgrade) is left to that one.
         let file = self.pid_file();
-        let ours = std::fs::read_to_string(&file)
-            .is_ok_and(|s| s.trim() == self.child.id().to_string());
+        let ours =
+            std::fs::read_to_string(&file).is_ok_and(|s| s.trim() == self.child.id().to_string());
         if ours {
             let _ = std::fs::remove_file(file);
         }
