@@ -14,7 +14,7 @@
 #   LLAMATAP_HOST        bind address        (default 127.0.0.1)
 #
 # Binaries and model (environment):
-#   LLAMATAP_BIN           a built llamatap binary (default: cargo run --release)
+#   LLAMATAP_BIN           a built llamatap binary (default: built by cargo build --release)
 #   LLAMATAP_LLAMA_SERVER  llama-server binary } both set: used as they are,
 #   LLAMATAP_TINY_MODEL    model file (.gguf)  } scripts/ensure-deps.sh is skipped
 #
@@ -65,6 +65,26 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# Whether something accepts connections on 127.0.0.1:$1.
+in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Before any build or download: llamatap's own ports must be free.
+for p in "$PORT:LLAMATAP_PORT" "$ADMIN_PORT:LLAMATAP_ADMIN_PORT"; do
+  if in_use "${p%%:*}"; then
+    log "something already listens on port ${p%%:*}; stop it or set ${p#*:} (see --help)"
+    exit 1
+  fi
+done
+
+# Built first, so that llamatap starts at once once llama-server is up.
+if [ -n "${LLAMATAP_BIN:-}" ]; then
+  llamatap=("$LLAMATAP_BIN")
+else
+  log "building llamatap (cargo build --release: fat LTO, a few minutes the first time)"
+  cargo build --release --quiet --bin llamatap
+  llamatap=(cargo run --release --quiet --bin llamatap --)
+fi
+
 if [ -z "$upstream" ]; then
   bin="${LLAMATAP_LLAMA_SERVER:-}"
   model="${LLAMATAP_TINY_MODEL:-}"
@@ -74,8 +94,8 @@ if [ -z "$upstream" ]; then
     model="$(sed -n 's/^LLAMATAP_TINY_MODEL=//p' <<<"$deps")"
   fi
 
-  if curl -fsS --max-time 1 "http://127.0.0.1:$LLAMA_PORT/health" >/dev/null 2>&1; then
-    log "something already answers on 127.0.0.1:$LLAMA_PORT; set LLAMA_SERVER_PORT or pass --upstream"
+  if in_use "$LLAMA_PORT"; then
+    log "something already listens on 127.0.0.1:$LLAMA_PORT; set LLAMA_SERVER_PORT or pass --upstream"
     exit 1
   fi
 
@@ -105,10 +125,12 @@ fi
 
 cat >&2 <<EOF
 
-  llamatap: http://$HOST:$PORT  ->  $upstream
-  admin:    http://127.0.0.1:$ADMIN_PORT/metrics
+  llamatap:      http://$HOST:$PORT  ->  $upstream
+  metrics:       http://127.0.0.1:$ADMIN_PORT/metrics
+  latency page:  http://127.0.0.1:$ADMIN_PORT/latency
 
-  Try a streamed chat (in another terminal, once llamatap says it listens):
+  Try a streamed chat (in another terminal, once llamatap logs
+  "llamatap listening on"):
 
     curl -N http://$HOST:$PORT/v1/chat/completions \\
       -H 'Content-Type: application/json' \\
@@ -119,12 +141,6 @@ cat >&2 <<EOF
     curl -s http://127.0.0.1:$ADMIN_PORT/metrics | grep llamatap
 
 EOF
-
-if [ -n "${LLAMATAP_BIN:-}" ]; then
-  llamatap=("$LLAMATAP_BIN")
-else
-  llamatap=(cargo run --release --bin llamatap --)
-fi
 
 # In the background, then `wait`: bash runs the INT and TERM traps only once
 # a foreground command has returned, but they do interrupt `wait`.

@@ -61,9 +61,9 @@ pub struct Cli {
         default_value = "/tmp/llamatap_upgrade.sock"
     )]
     pub upgrade_sock: String,
-    /// PID file path.
-    #[arg(long, env = "LLAMATAP_PID_FILE", default_value = "/tmp/llamatap.pid")]
-    pub pid_file: String,
+    /// PID file to write at start and remove at exit (only while it still holds this process's id) [default: none].
+    #[arg(long, env = "LLAMATAP_PID_FILE", value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
 }
 
 impl Cli {

@@ -14,6 +14,7 @@ use serde::Deserialize;
 mod fleet;
 #[cfg(test)]
 mod tests;
+mod toml_error;
 
 pub use fleet::{RawRouting, RawUpstream, Routing, MAX_UPSTREAMS};
 
@@ -379,12 +380,7 @@ impl Config {
             .or_else(|| t.otlp_endpoint.clone())
             .filter(|e| !e.trim().is_empty());
         if let Some(e) = &endpoint {
-            if !(e.starts_with("http://") || e.starts_with("https://")) {
-                return Err(invalid(
-                    "telemetry.otlp_endpoint",
-                    "must start with http:// or https://",
-                ));
-            }
+            otlp_endpoint(e)?;
         }
         let protocol = pick(&o.otlp_protocol, &t.otlp_protocol, "grpc");
         let ratio = o.sample_ratio.or(t.sample_ratio).unwrap_or(1.0);
@@ -509,7 +505,7 @@ impl RawConfig {
 
     /// Parses TOML text; the error is flattened to one line.
     pub fn from_toml(text: &str) -> Result<RawConfig, String> {
-        toml::from_str(text).map_err(|e| one_line(&e.to_string()))
+        toml::from_str(text).map_err(|e| toml_error::describe(&e, text))
     }
 }
 
@@ -530,10 +526,6 @@ fn api_keys(keys: Option<Vec<String>>) -> Result<Vec<Secret>, ConfigError> {
         ));
     }
     Ok(keys.into_iter().map(Secret::new).collect())
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn pick(flag: &Option<String>, file: &Option<String>, default: &str) -> String {
@@ -576,6 +568,26 @@ fn positive_u64(key: &'static str, v: Option<u64>, default: u64) -> Result<u64, 
         0 => Err(invalid(key, "must be greater than zero")),
         n => Ok(n),
     }
+}
+
+/// An OTLP endpoint this build can send to: `http://` only, since it has no
+/// TLS (an `https://` one would fail every export, and spans would be lost
+/// without a line saying why).
+fn otlp_endpoint(e: &str) -> Result<(), ConfigError> {
+    let message = if e.starts_with("https://") {
+        format!(
+            "{e:?}: https:// is not supported (this build has no TLS, every span would be lost); \
+             send to a local OpenTelemetry Collector over http:// and let it forward with TLS"
+        )
+    } else if e.starts_with("http://") {
+        return Ok(());
+    } else {
+        format!("{e:?}: must start with http://")
+    };
+    Err(ConfigError::Invalid {
+        key: "telemetry.otlp_endpoint",
+        message,
+    })
 }
 
 fn parse_protocol(s: &str) -> Result<OtlpProtocol, ConfigError> {
@@ -625,6 +637,12 @@ pub fn parse_upstream(s: &str) -> Result<Upstream, ConfigError> {
         key: "upstream",
         message: format!("{s:?}: {m}"),
     };
+    if s.starts_with("https://") {
+        return Err(err(
+            "https:// is not supported (this build has no TLS); use http://, \
+             or a TLS-terminating proxy next to llama-server",
+        ));
+    }
     let rest = s
         .strip_prefix("http://")
         .ok_or_else(|| err("only http:// URLs are supported"))?;
@@ -632,6 +650,13 @@ pub fn parse_upstream(s: &str) -> Result<Upstream, ConfigError> {
         Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
         None => (rest, ""),
     };
+    if let Some(prefix) = path.strip_suffix("/v1") {
+        // The OpenAI base-URL habit: llama-server answers /v1/v1/... with 404.
+        return Err(err(&format!(
+            "ends in /v1; give llama-server's base URL (http://{authority}{prefix}), \
+             llamatap forwards /v1/... as the client sent it"
+        )));
+    }
     if authority.is_empty()
         || authority.contains('@')
         || path.contains(['?', '#'])

@@ -19,7 +19,7 @@
 //!   the decision, learning from `cache_n`).
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
-//! [`server`], [`shutdown`].
+//! [`server`], [`shutdown`], [`pidfile`].
 
 pub mod access;
 pub mod admin;
@@ -29,6 +29,7 @@ pub mod framing;
 pub mod llama;
 pub mod llamacpp;
 pub mod observe;
+pub mod pidfile;
 pub mod proxy;
 pub mod record;
 pub mod request;

@@ -18,6 +18,7 @@ use pingora::services::listening::Service;
 use crate::admin::AdminApp;
 use crate::cli::Cli;
 use crate::config::Config;
+use crate::pidfile::{PidFile, PidFileError};
 use crate::proxy::fleet::Fleet;
 use crate::proxy::watch::UpstreamWatch;
 use crate::proxy::LlamaProxy;
@@ -43,6 +44,9 @@ pub enum StartError {
     /// Telemetry failed to start.
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
+    /// The PID file cannot be written, or belongs to another llamatap.
+    #[error(transparent)]
+    PidFile(#[from] PidFileError),
 }
 
 /// Runs llamatap until shutdown.
@@ -51,6 +55,14 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
         check_bind(config.listen, "proxy")?;
         check_bind(config.admin_listen, "admin")?;
     }
+    let pid_file = match cli
+        .pid_file
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        Some(path) => Some(Arc::new(PidFile::create(path, cli.upgrade)?)),
+        None => None,
+    };
     let config = Arc::new(config);
     let telemetry = Telemetry::start(&config)?;
     let fleet = Arc::new(Fleet::new(&config));
@@ -60,7 +72,9 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
         threads: config.threads,
         grace_period_seconds: Some(config.grace_period.as_secs()),
         graceful_shutdown_timeout_seconds: Some(1),
-        pid_file: cli.pid_file.clone(),
+        // Pingora writes its pid_file only when it daemonizes, which
+        // llamatap never does: the PID file is llamatap's ([`PidFile`]).
+        pid_file: String::new(),
         upgrade_sock: cli.upgrade_sock.clone(),
         // Pingora's fast timeouts keep every timer (one per 10 ms deadline per
         // thread) until its deadline, even after the read it guarded finished
@@ -106,36 +120,38 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     server.add_service(proxy_service);
     server.add_service(admin_service);
     server.add_service(watch);
-    let upstreams: Vec<String> = config
-        .upstreams
-        .iter()
-        .map(|u| format!("http://{}{}", u.address, u.base_path))
-        .collect();
-    let routing = if upstreams.len() > 1 {
-        format!(", routing {}", config.routing.policy.as_str())
-    } else {
-        String::new()
-    };
-    tracing::warn!(
-        "llamatap listening on {} (admin {}), upstream {}{routing}",
+    // One line for the start, with what an operator checks first.
+    let fleet = config.upstreams.len() > 1;
+    tracing::info!(
+        admin = %config.admin_listen,
+        upstreams = %join(&config, |u| u.name.clone()),
+        upstream_urls = %join(&config, |u| format!("http://{}{}", u.address, u.base_path)),
+        routing = fleet.then(|| config.routing.policy.as_str()),
+        pid_file = pid_file.as_ref().map(|p| tracing::field::display(p.path().display())),
+        "llamatap listening on {}",
         config.listen,
-        config.admin_listen,
-        upstreams.join(" ")
-    );
-    eprintln!(
-        "llamatap: listening on {} (admin {}), upstream {}{routing}",
-        config.listen,
-        config.admin_listen,
-        upstreams.join(" ")
     );
     let phases = server.watch_execution_phase();
     server.run(RunArgs {
-        shutdown_signal: Box::new(Signals::new(telemetry.clone(), config.grace_period, phases)),
+        shutdown_signal: Box::new(Signals::new(
+            telemetry.clone(),
+            config.grace_period,
+            phases,
+            pid_file.clone(),
+        )),
     });
     // Only reached when the drain thread could not start: the grace period
     // has passed already, so no time is left to flush.
     telemetry.shutdown(Duration::ZERO);
+    if let Some(p) = &pid_file {
+        p.remove();
+    }
     Ok(())
+}
+
+/// `f` of each upstream, comma-separated, in configuration order.
+fn join(config: &Config, f: impl Fn(&crate::config::Upstream) -> String) -> String {
+    config.upstreams.iter().map(f).collect::<Vec<_>>().join(",")
 }
 
 fn check_bind(addr: std::net::SocketAddr, what: &'static str) -> Result<(), StartError> {

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use pingora::server::{ExecutionPhase, ShutdownSignal, ShutdownSignalWatch};
 use tokio::sync::broadcast::{self, error::RecvError};
 
+use crate::pidfile::PidFile;
 use crate::telemetry::Telemetry;
 
 /// Time Pingora's listeners get to stop before the in-flight count is trusted:
@@ -37,20 +38,25 @@ pub struct Signals {
     grace: Duration,
     /// The server's execution phases (`Server::watch_execution_phase`).
     phases: std::sync::Mutex<Option<broadcast::Receiver<ExecutionPhase>>>,
+    /// The PID file, removed on every way out (if still this process's).
+    pid_file: Option<Arc<PidFile>>,
 }
 
 impl Signals {
     /// Signal handling that drains `telemetry`'s in-flight requests for at
-    /// most `grace`; `phases` tells when a hand-over is done.
+    /// most `grace`; `phases` tells when a hand-over is done; `pid_file`
+    /// is removed at exit.
     pub fn new(
         telemetry: Arc<Telemetry>,
         grace: Duration,
         phases: broadcast::Receiver<ExecutionPhase>,
+        pid_file: Option<Arc<PidFile>>,
     ) -> Self {
         Signals {
             telemetry,
             grace,
             phases: std::sync::Mutex::new(Some(phases)),
+            pid_file,
         }
     }
 }
@@ -68,32 +74,35 @@ impl ShutdownSignalWatch for Signals {
             std::future::pending::<()>().await;
             return ShutdownSignal::FastShutdown;
         };
+        let pid_file = self.pid_file.clone();
         let shutdown = tokio::select! {
-            _ = int.recv() => exit_now(),
+            _ = int.recv() => exit_now(pid_file.as_deref()),
             _ = term.recv() => {
-                eprintln!(
-                    "llamatap: SIGTERM, draining {} in-flight request(s) for up to {}s",
-                    self.telemetry.inflight(),
-                    self.grace.as_secs()
+                tracing::info!(
+                    inflight = self.telemetry.inflight(),
+                    grace_seconds = self.grace.as_secs(),
+                    "SIGTERM: draining in-flight requests"
                 );
                 let (telemetry, deadline) = (self.telemetry.clone(), Instant::now() + self.grace);
-                on_own_thread(move || drain_and_exit(&telemetry, deadline));
+                let pid_file = pid_file.clone();
+                on_own_thread(move || drain_and_exit(&telemetry, deadline, pid_file.as_deref()));
                 ShutdownSignal::GracefulTerminate
             }
             _ = quit.recv() => {
-                eprintln!("llamatap: SIGQUIT, handing the listeners over");
+                tracing::info!("SIGQUIT: handing the listeners over");
                 let (telemetry, grace) = (self.telemetry.clone(), self.grace);
                 let phases = self.phases.lock().ok().and_then(|mut p| p.take());
+                let pid_file = pid_file.clone();
                 on_own_thread(move || {
                     if let Some(phases) = phases {
                         wait_handed_over(phases);
                     }
-                    eprintln!(
-                        "llamatap: listeners handed over, draining {} in-flight request(s) for up to {}s",
-                        telemetry.inflight(),
-                        grace.as_secs()
+                    tracing::info!(
+                        inflight = telemetry.inflight(),
+                        grace_seconds = grace.as_secs(),
+                        "listeners handed over: draining in-flight requests"
                     );
-                    drain_and_exit(&telemetry, Instant::now() + grace)
+                    drain_and_exit(&telemetry, Instant::now() + grace, pid_file.as_deref())
                 });
                 ShutdownSignal::GracefulUpgrade
             }
@@ -101,7 +110,7 @@ impl ShutdownSignalWatch for Signals {
         // A SIGINT during the drain still exits at once.
         tokio::spawn(async move {
             if int.recv().await.is_some() {
-                exit_now();
+                exit_now(pid_file.as_deref());
             }
         });
         shutdown
@@ -109,8 +118,16 @@ impl ShutdownSignalWatch for Signals {
 }
 
 /// Exits the process now: requests in flight are cut, queued spans are lost.
-fn exit_now() -> ! {
-    eprintln!("llamatap: SIGINT, exiting now");
+fn exit_now(pid_file: Option<&PidFile>) -> ! {
+    tracing::info!("SIGINT: exiting now, without draining or flushing spans");
+    exit(pid_file)
+}
+
+/// Removes the PID file (if still this process's) and exits with 0.
+fn exit(pid_file: Option<&PidFile>) -> ! {
+    if let Some(p) = pid_file {
+        p.remove();
+    }
     std::process::exit(0)
 }
 
@@ -137,12 +154,21 @@ fn wait_handed_over(mut phases: broadcast::Receiver<ExecutionPhase>) {
 
 /// Waits until no request is in flight, flushes spans with the time left,
 /// and exits; `deadline` bounds all of it.
-fn drain_and_exit(telemetry: &Telemetry, deadline: Instant) -> ! {
+fn drain_and_exit(telemetry: &Telemetry, deadline: Instant, pid_file: Option<&PidFile>) -> ! {
     let left = || deadline.saturating_duration_since(Instant::now());
     std::thread::sleep(LISTENERS_STOP.min(left()));
     while telemetry.inflight() > 0 && !left().is_zero() {
         std::thread::sleep(DRAIN_POLL.min(left()));
     }
     telemetry.shutdown(left());
-    std::process::exit(0)
+    let cut = telemetry.inflight();
+    if cut > 0 {
+        tracing::warn!(
+            inflight = cut,
+            "grace period over: exiting with requests still in flight"
+        );
+    } else {
+        tracing::info!("drained: exiting");
+    }
+    exit(pid_file)
 }

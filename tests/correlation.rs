@@ -297,23 +297,96 @@ fn log_lines_written_during_a_request_carry_its_trace_id() {
         .filter(|l| l.contains("listening on"))
         .all(|l| !l.contains("trace_id=")));
 
-    // Pingora's own line about a failed request (the `log` crate, through
-    // the same writer) names the trace too. (A streaming route's error comes
-    // out of `request_filter`, where llamatap forwards it, so Pingora says
-    // "Fail to filter request"; other routes' say "Fail to proxy".)
-    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    // A failed connect is one line, llamatap's, naming the upstream and
+    // the trace (Pingora's own line about it is suppressed).
+    let port = common::free_port();
+    let dead = format!("http://127.0.0.1:{port}");
     let proxy = Llamatap::start(&dead, &tracing_on);
     let mut r = http::post(&proxy.addr(), "/v1/chat/completions", body).unwrap();
+    assert_eq!(r.head.status, 502);
+    let (trace_id, span_id) = ids_of(r.head.header("traceresponse").unwrap());
+    r.read_all().unwrap();
+    let wanted = format!("trace_id={trace_id} span_id={span_id}");
+    assert!(
+        wait_until(Duration::from_secs(30), || proxy.stderr().lines().any(
+            |l| l.contains("connect failed")
+                && l.contains(&format!("127.0.0.1:{port}"))
+                && l.ends_with(&wanted)
+        )),
+        "no line about the connect ending with {wanted}:\n{}",
+        proxy.stderr()
+    );
+    let about: Vec<String> = proxy
+        .stderr()
+        .lines()
+        .filter(|l| l.contains(&trace_id))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(about.len(), 1, "{about:?}");
+
+    // Pingora's own line about a failed request (the `log` crate, through
+    // the same writer) names the trace too: an upstream that closes
+    // without answering a route Pingora forwards.
+    let rude = common::upstream::Scripted::start_conn(|mut s, log| {
+        if common::upstream::next_request(&mut s, log).is_some() {
+            common::upstream::reset(s);
+        }
+    });
+    let proxy = Llamatap::start(&rude.url(), &tracing_on);
+    let mut r = http::send(&proxy.addr(), "GET", "/props", &[], b"").unwrap();
     assert_eq!(r.head.status, 502);
     let (trace_id, _) = ids_of(r.head.header("traceresponse").unwrap());
     r.read_all().unwrap();
     assert!(
         wait_until(Duration::from_secs(30), || proxy.stderr().lines().any(
-            |l| l.contains("pingora_proxy")
-                && l.contains("ConnectRefused")
-                && l.contains(&format!("trace_id={trace_id}"))
+            |l| l.contains("pingora_proxy") && l.contains(&format!("trace_id={trace_id}"))
         )),
         "no Pingora line naming trace {trace_id}:\n{}",
         proxy.stderr()
     );
+}
+
+#[test]
+fn a_failed_connect_is_one_line_per_upstream() {
+    // Two dead upstreams: each connect fails once and is retried on the
+    // other, then the request fails with 502.
+    let (a, b) = (common::free_port(), common::free_port());
+    let (ua, ub) = (
+        format!("http://127.0.0.1:{a}"),
+        format!("http://127.0.0.1:{b}"),
+    );
+    let proxy = Llamatap::start_fleet(&[&ua, &ub], &[]);
+    let (status, _) = http::get(&proxy.addr(), "/v1/models").unwrap();
+    assert_eq!(status, 502);
+    assert!(
+        wait_until(Duration::from_secs(30), || proxy
+            .stderr()
+            .lines()
+            .any(|l| l.contains("the request fails"))),
+        "{}",
+        proxy.stderr()
+    );
+    let log = proxy.stderr();
+    let about = |port: u16| -> Vec<&str> {
+        log.lines()
+            .filter(|l| l.contains(&format!("127.0.0.1:{port}")) && !l.contains("listening"))
+            .collect()
+    };
+    // llamatap's warning per upstream; Pingora's retry warning, which
+    // said the same, is filtered out.
+    assert!(!log.contains("retry: true"), "{log}");
+    let ejected = log
+        .lines()
+        .filter(|l| {
+            l.contains("WARN llamatap::proxy:")
+                && l.contains("connect failed")
+                && l.contains("upstream ejected")
+        })
+        .count();
+    assert_eq!(ejected, 2, "{log}");
+    assert_eq!(log.matches("trying another").count(), 1, "{log}");
+    assert_eq!(log.matches("the request fails").count(), 1, "{log}");
+    // Pingora's line about the request would say the same again.
+    assert!(!log.contains("pingora_proxy"), "{log}");
+    assert!(!about(a).is_empty() && !about(b).is_empty(), "{log}");
 }

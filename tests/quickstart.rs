@@ -137,7 +137,7 @@ fn stops_everything(stop: Stop, upstream: Option<&LlamaServer>) {
     assert_eq!(left(&qs), Vec::<String>::new(), "processes left\n{log}");
     if let Stop::Script(..) = stop {
         // SIGINT too: llamatap is asked to drain, and only then is llama-server stopped.
-        let drained = log.find("llamatap: SIGTERM, draining");
+        let drained = log.find("SIGTERM: draining in-flight requests");
         assert!(drained.is_some(), "llamatap was not sent SIGTERM\n{log}");
         if upstream.is_none() {
             let llama_stopped = log.find("stopping llama-server");
@@ -154,6 +154,27 @@ fn stops_everything(stop: Stop, upstream: Option<&LlamaServer>) {
     }
 }
 
+/// A port llamatap needs that is taken stops the script before it builds
+/// or starts anything, with a line naming the port and the variable to set
+/// (not after llama-server started, with llamatap's bind error).
+#[test]
+fn a_taken_port_stops_the_script_before_it_starts_anything() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let mut qs = Quickstart::start_on("taken", None, port);
+    let status = qs.wait_exit(Instant::now() + Duration::from_secs(20));
+    let log = qs.log();
+    assert_eq!(status.map(|s| s.code()), Some(Some(1)), "{log}");
+    assert!(
+        log.contains(&format!(
+            "something already listens on port {port}; stop it or set LLAMATAP_PORT"
+        )),
+        "{log}"
+    );
+    assert!(!log.contains("starting llama-server"), "{log}");
+    drop(taken);
+}
+
 // === impl Quickstart ===
 
 /// The running script; on drop, it and everything it started are killed.
@@ -166,6 +187,11 @@ struct Quickstart {
 
 impl Quickstart {
     fn start(name: &str, upstream: Option<&LlamaServer>) -> Quickstart {
+        Self::start_on(name, upstream, free_port())
+    }
+
+    /// As [`Quickstart::start`], with llamatap's listener on `port`.
+    fn start_on(name: &str, upstream: Option<&LlamaServer>, port: u16) -> Quickstart {
         let binary = llama::llama_server_binary();
         let model = llama::model_path("tiny");
         assert!(
@@ -178,7 +204,7 @@ impl Quickstart {
         let dir =
             std::env::temp_dir().join(format!("llamatap-quickstart-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut ports = vec![free_port(), free_port(), free_port()];
+        let mut ports = vec![port, free_port(), free_port()];
         let log = std::fs::File::create(dir.join("quickstart.log")).unwrap();
         let mut cmd =
             Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/quickstart.sh"));

@@ -185,8 +185,12 @@ fn sigquit_with_nothing_in_flight_hands_over_without_a_refused_connection() {
     stop.store(true, Ordering::SeqCst);
     client.join().unwrap();
     let new_alive = new.try_wait().unwrap().is_none();
+    // Both were given the same PID file: the new process took it over, and
+    // the old one left it at exit.
+    let pid_file = std::fs::read_to_string(old.pid_file()).unwrap_or_default();
     let _ = new.kill();
     let _ = new.wait();
+    let _ = std::fs::remove_file(old.pid_file());
     let failures = seen.failures.lock().unwrap().clone();
     eprintln!(
         "SIGQUIT hand-over: old exited after {took:?}; {} requests answered, {} failed",
@@ -200,6 +204,11 @@ fn sigquit_with_nothing_in_flight_hands_over_without_a_refused_connection() {
     let status = status.expect("the old process did not exit within 30 s of SIGQUIT");
     assert!(status.success(), "{status:?}");
     assert!(new_alive, "the new process must keep serving");
+    assert_eq!(
+        pid_file.trim(),
+        new.id().to_string(),
+        "the PID file holds the new process's id"
+    );
     assert!(
         served_after,
         "no requests answered after the old process exited"

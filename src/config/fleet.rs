@@ -83,9 +83,18 @@ pub fn upstreams(
             &format!("at most {MAX_UPSTREAMS} upstreams"),
         ));
     }
+    // A bad URL names the key it was given under.
+    let key = if flags.is_empty() && list.is_some() {
+        "upstreams.url"
+    } else {
+        "upstream"
+    };
     let mut out: Vec<Upstream> = Vec::with_capacity(entries.len());
     for (url, name, weight) in entries {
-        let mut u = parse_upstream(url.trim())?;
+        let mut u = parse_upstream(url.trim()).map_err(|e| match e {
+            ConfigError::Invalid { message, .. } => ConfigError::Invalid { key, message },
+            e => e,
+        })?;
         if let Some(n) = name {
             if n.is_empty()
                 || n.len() > MAX_NAME_BYTES

@@ -203,3 +203,45 @@ fn ring_and_queue_sizes_have_upper_bounds() {
         assert!(!e.contains('\n'), "{bad:?} gave a multi-line error: {e}");
     }
 }
+
+#[test]
+fn type_errors_name_line_and_key_in_plain_words() {
+    for (toml, wanted) in [
+        (
+            "threads = \"two\"",
+            "line 1: threads: expected a non-negative whole number, got \"two\"",
+        ),
+        (
+            "\n[telemetry]\n# a comment = [x]\nsample_ratio = true",
+            "line 4: telemetry.sample_ratio: expected a number, got true",
+        ),
+        (
+            "[[upstreams]]\nurl = \"http://a:1\"\n[[upstreams]]\nurl = 5",
+            "line 4: upstreams.url: expected a string in quotes, got 5",
+        ),
+        ("[auth]\napi_keys = \"k\"", "auth.api_keys: expected a list"),
+    ] {
+        let e = RawConfig::from_toml(toml).unwrap_err();
+        assert!(e.contains(wanted), "{toml:?}: {e}");
+        assert!(!e.contains('\n'), "{toml:?}: {e}");
+    }
+}
+
+#[test]
+fn upstream_ending_in_v1_and_https_are_refused_with_the_fix() {
+    let e = parse_upstream("http://h:8081/v1/").unwrap_err().to_string();
+    assert!(
+        e.contains("give llama-server's base URL (http://h:8081)"),
+        "{e}"
+    );
+    let e = parse_upstream("https://h:8081").unwrap_err().to_string();
+    assert!(e.contains("no TLS"), "{e}");
+    assert!(parse_upstream("http://h:8081/v1x").is_ok());
+    let e = load("[telemetry]\notlp_endpoint = \"https://c:4318\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("local OpenTelemetry Collector over http://"),
+        "{e}"
+    );
+}

@@ -167,6 +167,11 @@ pub fn message_naming(f: &Failure, e: &Error, upstream: Option<&str>) -> String 
     }
 }
 
+/// A request path as a log line shows it: at most 256 bytes.
+pub fn bounded_path(path: &str) -> String {
+    crate::record::bounded(path, 256)
+}
+
 /// The OpenAI-shaped JSON error body.
 pub fn json_body(message: &str, kind: &str, code: &str) -> Vec<u8> {
     serde_json::json!({"error": {"message": message, "type": kind, "code": code}})

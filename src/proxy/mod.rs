@@ -180,7 +180,7 @@ impl ProxyHttp for LlamaProxy {
     /// has not reached any llama-server).
     fn fail_to_connect(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         _peer: &HttpPeer,
         ctx: &mut RequestCtx,
         mut e: Box<Error>,
@@ -188,20 +188,30 @@ impl ProxyHttp for LlamaProxy {
         if let Some(i) = ctx.member {
             self.fleet.eject(i);
             ctx.routed.ejected = true;
-            let _in = ctx.log_span.enter();
-            let name = self.fleet.member(i).map(|m| m.upstream.name.as_str());
-            tracing::warn!(
-                upstream = name.unwrap_or(""),
-                "connect failed ({e}); upstream ejected"
-            );
-            if self.fleet.is_fleet()
+            let again = self.fleet.is_fleet()
                 && self
                     .fleet
-                    .can_fail_over(ctx.request.model.as_deref(), i, &ctx.routed.tried)
-            {
+                    .can_fail_over(ctx.request.model.as_deref(), i, &ctx.routed.tried);
+            if again {
                 ctx.routed.tried.push(i);
                 e.set_retry(true);
             }
+            // The one line about this failed connect (Pingora's own about
+            // the request is suppressed, see `suppress_error_log`).
+            let _in = ctx.log_span.enter();
+            let name = self.fleet.member(i).map(|m| m.upstream.name.as_str());
+            let req = session.req_header();
+            tracing::warn!(
+                upstream = name.unwrap_or(""),
+                "{} {}: connect failed ({e}); upstream ejected, {}",
+                req.method,
+                errors::bounded_path(req.uri.path()),
+                if again {
+                    "trying another"
+                } else {
+                    "the request fails"
+                }
+            );
         }
         e
     }
@@ -462,12 +472,23 @@ impl ProxyHttp for LlamaProxy {
     }
 
     /// Client hang-ups are normal traffic, not errors worth a log line.
-    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {
-        error.esource() == &ErrorSource::Downstream
+    /// A failed connect was logged once already, naming the upstream (see
+    /// `fail_to_connect`).
+    fn suppress_error_log(&self, _session: &Session, ctx: &RequestCtx, error: &Error) -> bool {
+        let hangup = error.esource() == &ErrorSource::Downstream
             && matches!(
                 error.etype(),
                 ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
-            )
+            );
+        let connect = ctx.routed.ejected
+            && matches!(
+                error.etype(),
+                ErrorType::ConnectRefused
+                    | ErrorType::ConnectTimedout
+                    | ErrorType::ConnectError
+                    | ErrorType::SocketError
+            );
+        hangup || connect
     }
 
     /// The request is over: one record for metrics, spans and the latency page.

@@ -12,8 +12,11 @@
 //! span exported by the bridge would be stamped when it is created and when
 //! it is last exited, and would add a third span per request).
 //!
-//! Pingora's own lines (the `log` crate) come through the same writer.
-//! `RUST_LOG` sets the filter (default [`DEFAULT_FILTER`]).
+//! Pingora's own lines (the `log` crate) come through the same writer,
+//! except those that would repeat one of llamatap's for the same event: its
+//! server lifecycle lines ([`QUIET_PINGORA_SERVER`]) and its warning about
+//! a connect it retries ([`ConnectRetries`]). `RUST_LOG` sets the filter
+//! (default [`DEFAULT_FILTER`]).
 
 use std::fmt;
 
@@ -29,26 +32,105 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
+#[cfg(test)]
+mod tests;
+
 use super::spans::{RequestSpan, Tracing};
 
-/// The filter without `RUST_LOG`: warnings from everyone, and llamatap's
-/// own state changes (an upstream healthy again, restarted) at `info`.
+/// The filter without `RUST_LOG`: warnings and errors, and llamatap's own
+/// `info` lines: start, shutdown, and upstreams turning healthy or
+/// restarting.
 pub const DEFAULT_FILTER: &str = "warn,llamatap=info";
 
-/// Installs the global subscriber: the `RUST_LOG` filter (default [`DEFAULT_FILTER`]),
-/// the line writer on stderr, the OpenTelemetry bridge, and the bridge
-/// from the `log` crate. A second call does nothing.
+/// Added to any filter unless it names this target itself: Pingora's server
+/// lifecycle lines (`Bootstrap starting`, `Server starting`, `SIGTERM
+/// received, gracefully exiting`, `Graceful shutdown: grace period 10s
+/// starts`, ...) repeat llamatap's own start and shutdown lines, and the
+/// grace period they announce is not the one llamatap applies.
+const QUIET_PINGORA_SERVER: &str = "pingora_core::server=warn";
+
+/// Installs the global subscriber: the `RUST_LOG` filter (default
+/// [`DEFAULT_FILTER`], plus [`QUIET_PINGORA_SERVER`]), the line writer on
+/// stderr, the OpenTelemetry bridge, and the bridge from the `log` crate.
+/// A second call does nothing.
 pub fn init() {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let filter = filter(std::env::var("RUST_LOG").ok().as_deref());
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .event_format(Line);
     let _ = tracing_subscriber::registry()
         .with(filter)
+        .with(ConnectRetries)
         .with(lines)
         .with(tracing_opentelemetry::layer())
         .try_init();
+}
+
+/// The filter for `RUST_LOG`'s value (`None` or invalid: the default).
+fn filter(rust_log: Option<&str>) -> EnvFilter {
+    let spec = rust_log
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_FILTER);
+    let mut filter = EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    if !spec.contains("pingora_core::server") {
+        if let Ok(d) = QUIET_PINGORA_SERVER.parse() {
+            filter = filter.add_directive(d);
+        }
+    }
+    filter
+}
+
+/// Drops Pingora's warning about a failed connect that it is about to retry
+/// on another upstream (`WARN pingora_proxy: Fail to proxy: … Fail to
+/// connect … retry: true`): only a fleet retries a connect, and there
+/// llamatap's own warning for it (`connect failed (…); upstream ejected
+/// upstream=…`) already names the upstream and the error. Pingora's final
+/// line about the request (`ERROR pingora_proxy: Fail to proxy` or `Fail to
+/// filter request`, with its status and trace id) is kept, as are its retry
+/// warnings about anything but a connect (a reused connection that had
+/// closed).
+struct ConnectRetries;
+
+impl<S: Subscriber> tracing_subscriber::Layer<S> for ConnectRetries {
+    fn event_enabled(
+        &self,
+        event: &Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        let normalized = event.normalized_metadata();
+        let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
+        if *meta.level() != tracing::Level::WARN || meta.target() != "pingora_proxy" {
+            return true;
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        !is_connect_retry(&message.0)
+    }
+}
+
+/// Whether a Pingora line is its warning about a connect it retries.
+fn is_connect_retry(message: &str) -> bool {
+    message.starts_with("Fail to proxy")
+        && message.contains("Fail to connect")
+        && message.contains("retry: true")
+}
+
+/// An event's `message` field, as text.
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.0 = value.to_string();
+        }
+    }
 }
 
 /// The `request` span of a traced request, bridged to its SERVER span.

@@ -99,6 +99,11 @@ impl Llamatap {
         }
     }
 
+    /// The PID file this llamatap was given (`--pid-file`).
+    pub fn pid_file(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("llamatap-{}.pid", self.port))
+    }
+
     /// The upgrade socket this llamatap hands its listeners over on.
     pub fn upgrade_sock(&self) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("llamatap-{}.sock", self.port))
@@ -116,10 +121,9 @@ impl Llamatap {
                 &format!("127.0.0.1:{}", self.admin_port),
                 "--upstream",
                 upstream,
+                // The same PID file: the new process takes it over.
                 "--pid-file",
-                dir.join(format!("llamatap-{}-new.pid", self.port))
-                    .to_str()
-                    .unwrap(),
+                self.pid_file().to_str().unwrap(),
                 "--upgrade-sock",
                 dir.join(format!("llamatap-{}.sock", self.port))
                     .to_str()
@@ -211,6 +215,14 @@ impl Drop for Llamatap {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Killed, it could not remove its PID file; a file another process
+        // took over (an upgrade) is left to that one.
+        let file = self.pid_file();
+        let ours =
+            std::fs::read_to_string(&file).is_ok_and(|s| s.trim() == self.child.id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(file);
+        }
     }
 }
 
