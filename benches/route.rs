@@ -6,7 +6,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use llamatap::request::Route;
-use llamatap::route::{Candidate, Chain, Policy, Request, RouteConfig, Router};
+use llamatap::router::{Candidate, Chain, Policy, Request, RouteConfig, Router};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@
 //! - [`access`]: the access log's JSON line.
 //! - [`framing`]: HTTP/1 response body framing and the chunked decoder.
 //! - [`llamacpp`]: llama-server's own `llamacpp:*` metrics, parsed and bounded.
-//! - [`route`]: fleet routing (prefix chains, per-upstream index, rendezvous,
+//! - [`router`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
@@ -33,7 +33,7 @@ pub mod pidfile;
 pub mod proxy;
 pub mod record;
 pub mod request;
-pub mod route;
+pub mod router;
 pub mod sentence;
 pub mod server;
 pub mod shutdown;

@@ -4,12 +4,12 @@
 //!
 //! Validation only: names are unique and label-safe, weights positive, the
 //! fleet bounded (its names become metric labels). Choosing an upstream is
-//! [`crate::route`]'s job, not this module's.
+//! [`crate::router`]'s job, not this module's.
 
 use serde::Deserialize;
 
 use super::{invalid, parse_upstream, ConfigError, Upstream, DEFAULT_UPSTREAM};
-use crate::route::Policy;
+use crate::router::Policy;
 
 /// Most upstreams one llamatap fronts: each name is a metric label value.
 pub const MAX_UPSTREAMS: usize = 64;

@@ -7,7 +7,7 @@ use crate::llama::StreamFormat;
 use crate::observe::{StreamFacts, StreamObserver};
 use crate::record::{HangupPhase, Outcome, RequestRecord};
 use crate::request::{RequestFacts, Route};
-use crate::route::{Chain, Decision};
+use crate::router::{Chain, Decision};
 use crate::telemetry::spans::RequestSpan;
 
 /// State of one proxied request.

@@ -5,7 +5,7 @@
 //! The watcher ([`super::watch`]) writes health, addresses, model lists and
 //! the marks that reveal a restart; the proxy hooks read them, count
 //! in-flight requests and report passive failures. Deciding is
-//! [`crate::route`]'s pure code, called here under one mutex; nothing here
+//! [`crate::router`]'s pure code, called here under one mutex; nothing here
 //! does I/O.
 
 use std::net::SocketAddr;
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Config, Upstream};
 use crate::llamacpp::slots::Marks;
-use crate::route::{
+use crate::router::{
     Candidate, Chain, Decision, Observation, Prediction, Request, RouteConfig, Router,
 };
 

@@ -33,7 +33,7 @@ use super::watch::HEALTH_INTERVAL;
 use crate::config::Config;
 use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
 use crate::request;
-use crate::route::{session_key, Chain, Observation};
+use crate::router::{session_key, Chain, Observation};
 use crate::telemetry::spans::Tracing;
 
 /// Pingora's retry buffer: what `request_filter` may read and still forward.

@@ -17,7 +17,7 @@ use super::metrics::{
     observe, ResultLabels, TraceExemplar, TracedHistogram, TracedHistograms, STAGE_BUCKETS,
 };
 use crate::record::{Outcome, RequestRecord};
-use crate::route::Reason;
+use crate::router::Reason;
 
 /// Results of comparing a predicted cached prefix with `cache_n`.
 pub const PREDICTION_RESULTS: &[&str] = &["confirmed", "shortfall", "unpredicted", "cold"];
