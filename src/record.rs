@@ -260,7 +260,7 @@ impl RequestRecord {
     pub fn input_tokens(&self) -> Option<u64> {
         if let Some(t) = &self.timings {
             if let Some(p) = t.prompt_n {
-                return Some(p + t.cache_n.unwrap_or(0));
+                return Some(p.saturating_add(t.cache_n.unwrap_or(0)));
             }
         }
         self.usage.as_ref().and_then(|u| u.input_tokens)

@@ -131,8 +131,8 @@ fn cache_reuse<'a>(rs: impl Iterator<Item = &'a RecentRequest>) -> Option<f64> {
     let (mut cached, mut all) = (0u64, 0u64);
     for r in rs {
         if let Some(n) = r.input_tokens {
-            all += n;
-            cached += r.cached_tokens.unwrap_or(0).min(n);
+            all = all.saturating_add(n);
+            cached = cached.saturating_add(r.cached_tokens.unwrap_or(0).min(n));
         }
     }
     (all > 0).then(|| cached as f64 / all as f64)
