@@ -292,6 +292,14 @@ impl RequestRecord {
         Some((last - first) / u32::try_from(n - 1).unwrap_or(u32::MAX))
     }
 
+    /// The whole answer arrived (outcome `ok`): only then are the stages of
+    /// its end (last token, end, time per output token) an answer's timing.
+    /// A request cut by a hang-up or a failure ended at the cut, which is
+    /// no stage of an answer.
+    pub fn answered(&self) -> bool {
+        self.outcome == Outcome::Ok
+    }
+
     /// The model to label with: the upstream's, else the request's.
     pub fn model(&self) -> Option<&str> {
         self.response_model

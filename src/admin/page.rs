@@ -23,7 +23,9 @@ const STAGES: &[(&str, StageOf)] = &[
     ("upstream headers", |r| r.upstream_headers),
     ("first token", |r| r.first_token),
     ("first sentence", |r| r.first_sentence),
-    ("end", |r| Some(r.end)),
+    // Only a whole answer's end is an answer's timing; a cut request ended
+    // at the cut (the metrics' `e2e` stage follows the same rule).
+    ("end", |r| (r.outcome == "ok").then_some(r.end)),
     ("prefill", |r| r.prefill),
     ("decode", |r| r.decode),
 ];

@@ -347,27 +347,26 @@ impl Metrics {
             key.stage = name;
             observe(&self.stage.get_or_create(&key), d, exemplar, at(moment));
         };
+        // Moments reached before any cut are stages of every request; the
+        // stages of an answer's end only of an answer that arrived whole.
+        let answered = rec.answered();
         for (name, d) in [
             ("upstream_headers", rec.upstream_headers),
             ("first_token_any", rec.first_token_any),
             ("ttft", rec.first_token),
             ("first_sentence", rec.first_sentence),
-            ("last_token", rec.last_token),
+            ("last_token", rec.last_token.filter(|_| answered)),
         ] {
             if let Some(d) = d {
                 stage(name, d, d);
             }
         }
-        if rec.route.operation_name().is_some() {
+        if answered && rec.route.operation_name().is_some() {
             stage("e2e", rec.end, rec.end);
         }
         if let Some(t) = &rec.timings {
-            let ms = |v: Option<f64>| {
-                v.filter(|x| x.is_finite() && *x >= 0.0)
-                    .map(|x| Duration::from_secs_f64(x / 1000.0))
-            };
             // Durations, not moments: their exemplars are stamped with the end.
-            for (name, d) in [("prefill", ms(t.prompt_ms)), ("decode", ms(t.predicted_ms))] {
+            for (name, d) in [("prefill", t.prefill()), ("decode", t.decode())] {
                 if let Some(d) = d {
                     stage(name, d, rec.end);
                 }
@@ -390,7 +389,7 @@ impl Metrics {
         let by_model = ModelLabels {
             model: model.to_string(),
         };
-        if let Some(t) = rec.time_per_output_token() {
+        if let Some(t) = rec.time_per_output_token().filter(|_| answered) {
             let end = rec.last_token.unwrap_or(rec.end);
             observe(&self.tpot.get_or_create(&by_model), t, exemplar, at(end));
         }
