@@ -13,6 +13,7 @@ pub mod fleet;
 pub mod logs;
 pub mod metrics;
 pub mod models;
+pub mod order;
 pub mod recent;
 pub mod reexport;
 pub mod semconv;

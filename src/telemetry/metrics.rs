@@ -500,6 +500,7 @@ impl Metrics {
         if done.is_err() {
             out.clear();
         }
+        let out = super::order::sorted(&out);
         self.last_render
             .store(out.len(), std::sync::atomic::Ordering::Relaxed);
         out.into_bytes()
