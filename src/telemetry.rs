@@ -17,6 +17,7 @@ pub mod order;
 pub mod recent;
 pub mod reexport;
 pub mod semconv;
+pub mod served;
 pub mod spans;
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -61,6 +62,7 @@ pub struct Telemetry {
     pub recent: RecentRequests,
     /// The access log, when configured.
     pub access: Option<AccessLog>,
+    served: served::Served,
     inflight: AtomicI64,
 }
 
@@ -97,6 +99,7 @@ impl Telemetry {
             models,
             recent: RecentRequests::new(cfg.recent_requests),
             access,
+            served: served::Served::default(),
             inflight: AtomicI64::new(0),
         }))
     }
