@@ -118,8 +118,15 @@ pub fn quantile(v: &mut [f64], q: f64) -> Option<f64> {
 }
 
 /// Whether the outcome is a failure of the upstream or the proxy.
-fn is_error(outcome: &str) -> bool {
-    matches!(outcome, "upstream_error" | "proxy_error" | "client_error")
+fn is_failure(outcome: &str) -> bool {
+    matches!(outcome, "upstream_error" | "proxy_error")
+}
+
+/// Whether the request was refused: a 4xx from llama-server or from
+/// llamatap itself (`client_error`, e.g. `model_not_found`), or refused by
+/// llamatap before the upstream (`rejected`: API key, size limits).
+fn is_refused(outcome: &str) -> bool {
+    matches!(outcome, "client_error" | "rejected")
 }
 
 /// Decode speed of one request, tokens per second of llama-server's decode.
@@ -165,7 +172,8 @@ fn summary(h: &mut String, recent: &[RecentRequest]) {
         .iter()
         .filter(|r| r.outcome == "client_hangup")
         .count();
-    let err = recent.iter().filter(|r| is_error(r.outcome)).count();
+    let failed = recent.iter().filter(|r| is_failure(r.outcome)).count();
+    let refused = recent.iter().filter(|r| is_refused(r.outcome)).count();
     let window = match (recent.first(), recent.last()) {
         (Some(a), Some(b)) => format!("{} – {} UTC", clock(a.received), clock(b.received)),
         _ => "–".into(),
@@ -186,7 +194,8 @@ fn summary(h: &mut String, recent: &[RecentRequest]) {
         (n.to_string(), "requests in the window"),
         (ok.to_string(), "ok"),
         (hang.to_string(), "client hang-ups"),
-        (err.to_string(), "errors"),
+        (failed.to_string(), "upstream or proxy errors"),
+        (refused.to_string(), "refused (4xx, by llama-server or llamatap)"),
         (ttft95, "first token p95"),
         (reuse, "prompt tokens from cache"),
         (window, "window"),
