@@ -138,11 +138,9 @@ impl Telemetry {
         };
         if self.metrics_enabled {
             self.metrics.inflight_requests.dec();
-            let exemplar = sampled
-                .filter(|_| queued)
-                .map(|id| TraceExemplar {
-                    trace_id: Arc::new(id),
-                });
+            let exemplar = sampled.filter(|_| queued).map(|id| TraceExemplar {
+                trace_id: Arc::new(id),
+            });
             self.metrics.record(rec, &model, exemplar.as_ref());
         }
         if let Some(log) = &self.access {

@@ -309,7 +309,11 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
             && metric_sum(m, "llamatap_inflight_requests", &[]) == 0.0
     });
     let total = metric_sum(&m, "llamatap_requests_total", &[]);
-    assert_eq!(llm_requests(&m, &[]), sent as f64, "LLM requests recorded\n{m}");
+    assert_eq!(
+        llm_requests(&m, &[]),
+        sent as f64,
+        "LLM requests recorded\n{m}"
+    );
     // Only answers that arrived whole are timed to their end: the hang-ups
     // have no e2e.
     let llm = metric_sum(

@@ -163,7 +163,10 @@ fn a_cut_stream_has_no_first_sentence_and_a_whole_one_gets_its_text() {
     for (case, id) in &cut {
         let span = server_span(&received, id);
         let names = events(&span);
-        assert!(names.contains(&"first_token".to_string()), "{case}: {names:?}");
+        assert!(
+            names.contains(&"first_token".to_string()),
+            "{case}: {names:?}"
+        );
         assert!(
             !names.contains(&"first_sentence".to_string()),
             "{case}: a cut stream has no first sentence: {names:?}"
@@ -336,7 +339,10 @@ fn model_names_that_change_on_every_refresh_keep_metrics_bounded() {
         first.len()
     );
     let m = proxy.metrics();
-    assert!(!labelled(&m, 0), "the first name's series were never removed");
+    assert!(
+        !labelled(&m, 0),
+        "the first name's series were never removed"
+    );
 }
 
 #[test]
@@ -389,7 +395,10 @@ fn an_exemplar_names_only_a_trace_the_export_queue_took() {
         if dropped_count(&m) - before == 2.0 {
             break id;
         }
-        assert!(n < 100.0, "the queue never dropped both spans of a request\n{m}");
+        assert!(
+            n < 100.0,
+            "the queue never dropped both spans of a request\n{m}"
+        );
     };
     let (_, body) = {
         let mut r = http::send(
@@ -407,7 +416,10 @@ fn an_exemplar_names_only_a_trace_the_export_queue_took() {
         (r.head.status, b)
     };
     let text = String::from_utf8(body).unwrap();
-    assert!(text.contains("# {trace_id=\""), "no exemplar at all\n{text}");
+    assert!(
+        text.contains("# {trace_id=\""),
+        "no exemplar at all\n{text}"
+    );
     assert!(
         !text.contains(&dropped),
         "an exemplar names trace {dropped}, whose spans were dropped\n{text}"

@@ -195,7 +195,10 @@ fn summary(h: &mut String, recent: &[RecentRequest]) {
         (ok.to_string(), "ok"),
         (hang.to_string(), "client hang-ups"),
         (failed.to_string(), "upstream or proxy errors"),
-        (refused.to_string(), "refused (4xx, by llama-server or llamatap)"),
+        (
+            refused.to_string(),
+            "refused (4xx, by llama-server or llamatap)",
+        ),
         (ttft95, "first token p95"),
         (reuse, "prompt tokens from cache"),
         (window, "window"),

@@ -218,16 +218,13 @@ impl Number {
     /// [`super::timings::MAX_TOKENS`] (an absurd count).
     pub(crate) fn count(self) -> Option<u64> {
         const MAX: f64 = super::timings::MAX_TOKENS as f64;
-        self.0
-            .filter(|v| (0.0..=MAX).contains(v))
-            .map(|v| v as u64)
+        self.0.filter(|v| (0.0..=MAX).contains(v)).map(|v| v as u64)
     }
 
     /// The number as milliseconds of a plausible duration (finite,
     /// `0 ..= MAX_MS`), else `None`.
     pub(crate) fn millis(self) -> Option<f64> {
-        self.0
-            .filter(|v| super::timings::duration_ms(*v).is_some())
+        self.0.filter(|v| super::timings::duration_ms(*v).is_some())
     }
 }
 

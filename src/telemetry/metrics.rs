@@ -436,7 +436,11 @@ impl Metrics {
     /// label) pairs, removing the pairs of `before` that are gone. The
     /// caller seeds each model's series first ([`Metrics::seed_model`]): a
     /// scrape that sees a model's gauge sees its series too.
-    pub fn set_served(&self, before: &BTreeSet<(String, String)>, served: &BTreeSet<(String, String)>) {
+    pub fn set_served(
+        &self,
+        before: &BTreeSet<(String, String)>,
+        served: &BTreeSet<(String, String)>,
+    ) {
         for (upstream, model) in before.difference(served) {
             self.upstream_models.remove(&ServedLabels {
                 model: model.clone(),
