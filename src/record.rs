@@ -71,7 +71,8 @@ fn cut(s: &str, max: usize) -> (usize, &'static str) {
 pub enum Outcome {
     /// Completed; the upstream answered 1xx-3xx.
     Ok,
-    /// Completed; the upstream answered 4xx (the client's request was refused).
+    /// Completed with a 4xx refusal: llama-server's, or llamatap's own when
+    /// no upstream serves the model named (`model_not_found`).
     ClientError,
     /// The client disconnected before the response was complete.
     ClientHangup,
