@@ -190,22 +190,28 @@ fn summary(h: &mut String, recent: &[RecentRequest]) {
         .map(|x| format!("{x:.1} ms"))
         .unwrap_or_else(|| "–".into());
     h.push_str("<div class=cards>");
-    for (value, what) in [
-        (n.to_string(), "requests in the window"),
-        (ok.to_string(), "ok"),
-        (hang.to_string(), "client hang-ups"),
-        (failed.to_string(), "upstream or proxy errors"),
+    for (value, what, tip) in [
+        (n.to_string(), "requests in the window", ""),
+        (ok.to_string(), "ok", ""),
+        (hang.to_string(), "client hang-ups", ""),
+        (
+            failed.to_string(),
+            "upstream/proxy errors",
+            "upstream_error and proxy_error: unreachable, timeout, 5xx, cut stream, error event",
+        ),
         (
             refused.to_string(),
-            "refused (4xx, by llama-server or llamatap)",
+            "refused (4xx)",
+            "client_error and rejected: a 4xx from llama-server, or from llamatap itself (model_not_found, API key, size limits)",
         ),
-        (ttft95, "first token p95"),
-        (reuse, "prompt tokens from cache"),
-        (window, "window"),
+        (ttft95, "first token p95", ""),
+        (reuse, "prompt tokens from cache", ""),
+        (window, "window", ""),
     ] {
         let _ = write!(
             h,
-            "<div class=card><b>{}</b><span>{what}</span></div>",
+            "<div class=card title=\"{}\"><b>{}</b><span>{what}</span></div>",
+            esc(tip),
             esc(&value)
         );
     }
