@@ -460,8 +460,10 @@ impl Metrics {
     /// The (route, outcome) pairs whose `llamatap_requests_total` series
     /// exist at zero for `model`: those a dashboard reads and a request under
     /// that label really ends in. A named model (and `other`) is read only
-    /// from an LLM route's body or answer, and never `rejected` (refusals
-    /// happen before the body is read); `none` takes every outcome on the
+    /// from an LLM route's body or answer, and is not seeded `rejected`
+    /// (refusals happen before the body is read, but for a chunked body over
+    /// the size limit in a fleet, whose series appears when it happens);
+    /// `none` takes every outcome on the
     /// LLM routes and, on the other routes, `ok` (their failures appear at
     /// their first occurrence).
     pub fn seeded_requests(model: &str) -> impl Iterator<Item = (Route, Outcome)> + '_ {
