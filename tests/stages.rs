@@ -425,3 +425,117 @@ fn an_exemplar_names_only_a_trace_the_export_queue_took() {
         "an exemplar names trace {dropped}, whose spans were dropped\n{text}"
     );
 }
+
+/// An upstream that reports `model` in /v1/models and answers chats with a
+/// whole JSON body.
+fn serving(model: &'static str) -> Scripted {
+    Scripted::start_conn(move |mut s: TcpStream, _log| {
+        while let Some(req) = read_request(&mut s) {
+            match req.path.as_str() {
+                "/health" => upstream::json(&mut s, 200, r#"{"status":"ok"}"#),
+                "/v1/models" => upstream::json(
+                    &mut s,
+                    200,
+                    &format!(r#"{{"object":"list","data":[{{"id":"{model}"}}]}}"#),
+                ),
+                "/v1/chat/completions" => upstream::json(
+                    &mut s,
+                    200,
+                    &format!(
+                        r#"{{"choices":[{{"message":{{"content":"Hi."}},"finish_reason":"stop"}}],"model":"{model}"}}"#
+                    ),
+                ),
+                _ => upstream::json(&mut s, 404, "{}"),
+            }
+            if req
+                .header("connection")
+                .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+            {
+                break;
+            }
+        }
+    })
+}
+
+#[test]
+fn the_fleet_says_which_upstream_serves_which_model_and_a_refusal_is_no_upstream_error() {
+    let (alpha, beta) = (serving("alpha"), serving("beta"));
+    let proxy = Llamatap::start_fleet(&[&alpha.url(), &beta.url()], &[]);
+    let served = |m: &str, model: &str, up: &Scripted| {
+        let model = format!("model=\"{model}\"");
+        let upstream = format!("upstream=\"{}\"", up.addr);
+        common::proxy::metric_series(m, "llamatap_upstream_models", &[&model, &upstream])
+    };
+    let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
+        served(m, "alpha", &alpha).is_some() && served(m, "beta", &beta).is_some()
+    });
+    assert_eq!(served(&m, "alpha", &alpha), Some(1.0), "{m}");
+    assert_eq!(served(&m, "beta", &beta), Some(1.0), "{m}");
+    assert_eq!(served(&m, "alpha", &beta), None, "{m}");
+    assert_eq!(served(&m, "beta", &alpha), None, "{m}");
+
+    // llamatap's own 404 for a model nobody serves is a refusal, not an
+    // upstream error, on the latency page too.
+    let body = r#"{"model":"gamma","messages":[]}"#;
+    let mut r = http::post(&proxy.addr(), "/v1/chat/completions", body).unwrap();
+    assert_eq!(r.head.status, 404);
+    r.read_all().unwrap();
+    let mut r = http::post(
+        &proxy.addr(),
+        "/v1/chat/completions",
+        r#"{"model":"alpha","messages":[]}"#,
+    )
+    .unwrap();
+    assert_eq!(r.head.status, 200);
+    r.read_all().unwrap();
+    proxy.wait_metrics(Duration::from_secs(30), |m| {
+        metric_sum(m, "llamatap_requests_total", &[]) >= 2.0
+    });
+    let (_, page) = http::get(&proxy.admin(), "/latency").unwrap();
+    let page = String::from_utf8(page).unwrap();
+    let card = |what: &str| {
+        let end = page
+            .find(&format!("<span>{what}</span>"))
+            .unwrap_or_else(|| {
+                panic!("no card {what:?}: {page}");
+            });
+        let start = page[..end].rfind("<b>").unwrap() + 3;
+        page[start..end].trim_end_matches("</b>").to_string()
+    };
+    assert_eq!(card("refused (4xx)"), "1");
+    assert_eq!(card("upstream/proxy errors"), "0");
+    assert_eq!(card("ok"), "1");
+}
+
+#[test]
+fn metrics_come_out_in_one_order_and_without_impossible_series() {
+    let nobody = format!("http://127.0.0.1:{}", common::free_port());
+    let config = common::temp_config("order", "[models]\naliases = [\"a\", \"b\", \"c\"]\n");
+    let series = |proxy: &Llamatap| -> Vec<String> {
+        proxy
+            .metrics()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| !l.starts_with("llamatap_build_info") && !l.contains("upstream="))
+            .map(|l| l.rsplit_once(' ').map_or(l, |(k, _)| k).to_string())
+            .collect()
+    };
+    let one = Llamatap::start(&nobody, &["--config", config.to_str().unwrap()]);
+    let two = Llamatap::start(&nobody, &["--config", config.to_str().unwrap()]);
+    let (a, b) = (series(&one), series(&two));
+    assert_eq!(a, b, "two processes list their series in different orders");
+    let mut sorted = a.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), a.len());
+    assert!(
+        !a.iter()
+            .any(|l| l.contains("model=\"none\",outcome=\"upstream_error\",route=\"metrics\"")),
+        "a series no dashboard reads is pre-created"
+    );
+    assert!(
+        !a.iter()
+            .any(|l| l.contains("model=\"a\",outcome=\"rejected\"")),
+        "a named model is never refused"
+    );
+}
