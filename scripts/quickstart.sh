@@ -136,9 +136,11 @@ cat >&2 <<EOF
       -H 'Content-Type: application/json' \\
       -d '{"messages":[{"role":"user","content":"Hello"}],"stream":true,"max_tokens":32}'
 
-  Then look at the latency metrics:
+  Then look at the counts (requests, and how many reached each stage):
 
-    curl -s http://127.0.0.1:$ADMIN_PORT/metrics | grep llamatap
+    curl -s http://127.0.0.1:$ADMIN_PORT/metrics | grep -E '^llamatap_(requests_total|stage_duration_seconds_count)' | grep -v ' 0\$'
+
+  and at the latency page: open http://127.0.0.1:$ADMIN_PORT/latency in a browser.
 
 EOF
 

@@ -5,6 +5,13 @@
 //! forwarded and the time it saw it; this module never touches the bytes the
 //! client receives. Per event it does one targeted parse and cheap arithmetic;
 //! once the first sentence is known it stops feeding the sentence rule.
+//!
+//! The text left in the sentence rule becomes the first sentence only when
+//! the answer ended properly: at its format's terminal event (no in-band
+//! error before it), or at the end of a body whose terminal event may have
+//! been skipped for size. A stream cut by a hang-up or a dying upstream has
+//! a first sentence only if one was complete before the cut; the moment of
+//! a cut is never a stage.
 
 use std::time::{Duration, Instant};
 
@@ -65,6 +72,16 @@ impl StreamFacts {
     }
 }
 
+/// How an observed body ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The body ended at the HTTP level (its last byte arrived).
+    Complete,
+    /// The body was cut: the client hung up or the upstream failed before
+    /// its end.
+    Cut,
+}
+
 /// Observes one event-stream body.
 #[derive(Debug)]
 pub struct StreamObserver {
@@ -110,15 +127,17 @@ impl StreamObserver {
         self.reader.has_pending()
     }
 
-    /// End of body at `now`: the whole text becomes the first sentence if no
-    /// sentence ended. Returns the facts.
-    pub fn finish(mut self, now: Instant) -> StreamFacts {
-        if self.facts.first_sentence.is_none() {
-            if let Some(s) = self.sentence.finish() {
-                record_sentence(&mut self.facts, s, self.capture, now);
-            }
-        }
+    /// The body ended at `now`, as `end` says. The text left in the sentence
+    /// rule already became the first sentence at the terminal event; a
+    /// complete body that may have lost its terminal event to the size limit
+    /// (an event skipped, none seen) gets it now. A cut body gets none: its
+    /// text so far is not a sentence known complete. Returns the facts.
+    pub fn finish(mut self, now: Instant, end: StreamEnd) -> StreamFacts {
         self.facts.skipped_events = self.reader.skipped_events();
+        let unjudged = !self.facts.done && self.facts.skipped_events > 0;
+        if end == StreamEnd::Complete && unjudged && self.facts.error.is_none() {
+            flush_sentence(&mut self.facts, &mut self.sentence, self.capture, now);
+        }
         self.facts
     }
 
@@ -183,7 +202,25 @@ fn apply(
     if let Some(e) = delta.error {
         facts.error.get_or_insert_with(|| e.into());
     }
+    if delta.done && !facts.done && facts.error.is_none() {
+        // The answer is complete: the rest of its text is the sentence.
+        flush_sentence(facts, sentence, capture, now);
+    }
     facts.done |= delta.done;
+}
+
+/// The text left in the rule becomes the first sentence, if none was found.
+fn flush_sentence(
+    facts: &mut StreamFacts,
+    sentence: &mut SentenceRule,
+    capture: bool,
+    now: Instant,
+) {
+    if facts.first_sentence.is_none() {
+        if let Some(s) = sentence.finish() {
+            record_sentence(facts, s, capture, now);
+        }
+    }
 }
 
 fn record_sentence(

@@ -71,7 +71,8 @@ fn cut(s: &str, max: usize) -> (usize, &'static str) {
 pub enum Outcome {
     /// Completed; the upstream answered 1xx-3xx.
     Ok,
-    /// Completed; the upstream answered 4xx (the client's request was refused).
+    /// Completed with a 4xx refusal: llama-server's, or llamatap's own when
+    /// no upstream serves the model named (`model_not_found`).
     ClientError,
     /// The client disconnected before the response was complete.
     ClientHangup,
@@ -260,7 +261,7 @@ impl RequestRecord {
     pub fn input_tokens(&self) -> Option<u64> {
         if let Some(t) = &self.timings {
             if let Some(p) = t.prompt_n {
-                return Some(p + t.cache_n.unwrap_or(0));
+                return Some(p.saturating_add(t.cache_n.unwrap_or(0)));
             }
         }
         self.usage.as_ref().and_then(|u| u.input_tokens)
@@ -290,6 +291,14 @@ impl RequestRecord {
             return None;
         }
         Some((last - first) / u32::try_from(n - 1).unwrap_or(u32::MAX))
+    }
+
+    /// The whole answer arrived (outcome `ok`): only then are the stages of
+    /// its end (last token, end, time per output token) an answer's timing.
+    /// A request cut by a hang-up or a failure ended at the cut, which is
+    /// no stage of an answer.
+    pub fn answered(&self) -> bool {
+        self.outcome == Outcome::Ok
     }
 
     /// The model to label with: the upstream's, else the request's.

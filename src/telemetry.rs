@@ -13,9 +13,11 @@ pub mod fleet;
 pub mod logs;
 pub mod metrics;
 pub mod models;
+pub mod order;
 pub mod recent;
 pub mod reexport;
 pub mod semconv;
+pub mod served;
 pub mod spans;
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -60,6 +62,7 @@ pub struct Telemetry {
     pub recent: RecentRequests,
     /// The access log, when configured.
     pub access: Option<AccessLog>,
+    served: served::Served,
     inflight: AtomicI64,
 }
 
@@ -96,6 +99,7 @@ impl Telemetry {
             models,
             recent: RecentRequests::new(cfg.recent_requests),
             access,
+            served: served::Served::default(),
             inflight: AtomicI64::new(0),
         }))
     }
@@ -119,32 +123,40 @@ impl Telemetry {
         }
     }
 
-    /// A request finished: metrics, access log, span, latency page.
+    /// A request finished: span, metrics, access log, latency page. The
+    /// span ends first: a histogram exemplar names the request's trace only
+    /// when the export queue took its SERVER span.
     pub fn request_finished(&self, rec: &RequestRecord, span: Option<RequestSpan>) {
         self.inflight.fetch_sub(1, Ordering::Relaxed);
         let model = self.models.label(rec.model());
         let trace_id = span.as_ref().map(Tracing::trace_id);
+        let ids = span.as_ref().map(Tracing::span_ids);
+        let sampled = span.as_ref().and_then(Tracing::sampled_trace_id);
+        let queued = match (&self.tracing, span) {
+            (Some(t), Some(s)) => t.finish(s, rec),
+            _ => false,
+        };
         if self.metrics_enabled {
             self.metrics.inflight_requests.dec();
-            let exemplar =
-                span.as_ref()
-                    .and_then(Tracing::sampled_trace_id)
-                    .map(|id| TraceExemplar {
-                        trace_id: Arc::new(id),
-                    });
+            let exemplar = sampled.filter(|_| queued).map(|id| TraceExemplar {
+                trace_id: Arc::new(id),
+            });
             self.metrics.record(rec, &model, exemplar.as_ref());
         }
         if let Some(log) = &self.access {
-            let ids = span.as_ref().map(Tracing::span_ids);
             log.submit(crate::access::line(rec, &model, ids.as_ref()));
-        }
-        if let (Some(t), Some(s)) = (&self.tracing, span) {
-            t.finish(s, rec);
         }
         if rec.route.operation_name().is_some() {
             self.recent
                 .push(RecentRequest::from_record(rec, model, trace_id));
         }
+    }
+
+    /// Publishes the model names each upstream serves (its configured
+    /// name, the names from its `/v1/models`): the allowed `model` labels,
+    /// their series, and `llamatap_upstream_models`.
+    pub fn publish_models(&self, served: &[(String, Vec<String>)]) {
+        self.served.publish(&self.models, &self.metrics, served);
     }
 
     /// Requests in flight now.

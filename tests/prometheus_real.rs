@@ -293,21 +293,39 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     let load = t1.elapsed();
 
     // llamatap's final counts...
+    let llm_requests = |m: &str, needles: &[&str]| {
+        ["chat_completions", "completions"]
+            .iter()
+            .map(|route| {
+                let route = format!("route=\"{route}\"");
+                let mut all = vec![route.as_str()];
+                all.extend_from_slice(needles);
+                metric_sum(m, "llamatap_requests_total", &all)
+            })
+            .sum::<f64>()
+    };
     let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
-        metric_sum(
-            m,
-            "llamatap_stage_duration_seconds_count",
-            &["stage=\"e2e\""],
-        ) >= sent as f64
+        llm_requests(m, &[]) >= sent as f64
             && metric_sum(m, "llamatap_inflight_requests", &[]) == 0.0
     });
     let total = metric_sum(&m, "llamatap_requests_total", &[]);
+    assert_eq!(
+        llm_requests(&m, &[]),
+        sent as f64,
+        "LLM requests recorded\n{m}"
+    );
+    // Only answers that arrived whole are timed to their end: the hang-ups
+    // have no e2e.
     let llm = metric_sum(
         &m,
         "llamatap_stage_duration_seconds_count",
         &["stage=\"e2e\""],
     );
-    assert_eq!(llm, sent as f64, "LLM requests recorded\n{m}");
+    assert_eq!(
+        llm,
+        llm_requests(&m, &["outcome=\"ok\""]),
+        "e2e counts the ok answers\n{m}"
+    );
     // ...are what Prometheus's latest scrape shows. (Counters only grow, so a
     // family's sum equals llamatap's only once every series does.)
     let e2e = "sum(llamatap_stage_duration_seconds_count{stage=\"e2e\"})";

@@ -553,11 +553,17 @@ fn random_model_names_do_not_add_series() {
     });
     let proxy = Llamatap::start(&up.url(), &[]);
     let count_series = |m: &str| m.lines().filter(|l| !l.starts_with('#')).count();
-    let before = proxy.wait_metrics(Duration::from_secs(30), |m| {
-        m.contains("llamatap_upstream_models{model=\"tiny.gguf\"} 1")
-    });
+    let served = |m: &str| {
+        let upstream = format!("upstream=\"{}\"", up.addr);
+        common::proxy::metric_series(
+            m,
+            "llamatap_upstream_models",
+            &["model=\"tiny.gguf\"", &upstream],
+        ) == Some(1.0)
+    };
+    let before = proxy.wait_metrics(Duration::from_secs(30), served);
     assert!(
-        before.contains("llamatap_upstream_models{model=\"tiny.gguf\"} 1"),
+        served(&before),
         "the upstream's model list was never read\n{before}"
     );
     for i in 0..300 {

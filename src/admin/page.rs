@@ -23,7 +23,9 @@ const STAGES: &[(&str, StageOf)] = &[
     ("upstream headers", |r| r.upstream_headers),
     ("first token", |r| r.first_token),
     ("first sentence", |r| r.first_sentence),
-    ("end", |r| Some(r.end)),
+    // Only a whole answer's end is an answer's timing; a cut request ended
+    // at the cut (the metrics' `e2e` stage follows the same rule).
+    ("end", |r| (r.outcome == "ok").then_some(r.end)),
     ("prefill", |r| r.prefill),
     ("decode", |r| r.decode),
 ];
@@ -116,8 +118,15 @@ pub fn quantile(v: &mut [f64], q: f64) -> Option<f64> {
 }
 
 /// Whether the outcome is a failure of the upstream or the proxy.
-fn is_error(outcome: &str) -> bool {
-    matches!(outcome, "upstream_error" | "proxy_error" | "client_error")
+fn is_failure(outcome: &str) -> bool {
+    matches!(outcome, "upstream_error" | "proxy_error")
+}
+
+/// Whether the request was refused: a 4xx from llama-server or from
+/// llamatap itself (`client_error`, e.g. `model_not_found`), or refused by
+/// llamatap before the upstream (`rejected`: API key, size limits).
+fn is_refused(outcome: &str) -> bool {
+    matches!(outcome, "client_error" | "rejected")
 }
 
 /// Decode speed of one request, tokens per second of llama-server's decode.
@@ -131,8 +140,8 @@ fn cache_reuse<'a>(rs: impl Iterator<Item = &'a RecentRequest>) -> Option<f64> {
     let (mut cached, mut all) = (0u64, 0u64);
     for r in rs {
         if let Some(n) = r.input_tokens {
-            all += n;
-            cached += r.cached_tokens.unwrap_or(0).min(n);
+            all = all.saturating_add(n);
+            cached = cached.saturating_add(r.cached_tokens.unwrap_or(0).min(n));
         }
     }
     (all > 0).then(|| cached as f64 / all as f64)
@@ -163,7 +172,8 @@ fn summary(h: &mut String, recent: &[RecentRequest]) {
         .iter()
         .filter(|r| r.outcome == "client_hangup")
         .count();
-    let err = recent.iter().filter(|r| is_error(r.outcome)).count();
+    let failed = recent.iter().filter(|r| is_failure(r.outcome)).count();
+    let refused = recent.iter().filter(|r| is_refused(r.outcome)).count();
     let window = match (recent.first(), recent.last()) {
         (Some(a), Some(b)) => format!("{} – {} UTC", clock(a.received), clock(b.received)),
         _ => "–".into(),
@@ -180,18 +190,28 @@ fn summary(h: &mut String, recent: &[RecentRequest]) {
         .map(|x| format!("{x:.1} ms"))
         .unwrap_or_else(|| "–".into());
     h.push_str("<div class=cards>");
-    for (value, what) in [
-        (n.to_string(), "requests in the window"),
-        (ok.to_string(), "ok"),
-        (hang.to_string(), "client hang-ups"),
-        (err.to_string(), "errors"),
-        (ttft95, "first token p95"),
-        (reuse, "prompt tokens from cache"),
-        (window, "window"),
+    for (value, what, tip) in [
+        (n.to_string(), "requests in the window", ""),
+        (ok.to_string(), "ok", ""),
+        (hang.to_string(), "client hang-ups", ""),
+        (
+            failed.to_string(),
+            "upstream/proxy errors",
+            "upstream_error and proxy_error: unreachable, timeout, 5xx, cut stream, error event",
+        ),
+        (
+            refused.to_string(),
+            "refused (4xx)",
+            "client_error and rejected: a 4xx from llama-server, or from llamatap itself (model_not_found, API key, size limits)",
+        ),
+        (ttft95, "first token p95", ""),
+        (reuse, "prompt tokens from cache", ""),
+        (window, "window", ""),
     ] {
         let _ = write!(
             h,
-            "<div class=card><b>{}</b><span>{what}</span></div>",
+            "<div class=card title=\"{}\"><b>{}</b><span>{what}</span></div>",
+            esc(tip),
             esc(&value)
         );
     }

@@ -400,3 +400,53 @@ fn arb_json() -> impl Strategy<Value = serde_json::Value> {
         ]
     })
 }
+
+#[test]
+fn absurd_timings_and_counts_are_dropped_and_plausible_ones_kept() {
+    let d = chat(
+        r#"{"choices":[{"delta":{"content":"x"}}],"timings":{"prompt_n":1e308,"prompt_ms":1e30,"predicted_n":1e12,"predicted_ms":-5,"cache_n":1e13},"usage":{"prompt_tokens":-2,"completion_tokens":1.8e19}}"#,
+    );
+    assert_eq!(
+        d.timings,
+        Some(Timings {
+            predicted_n: Some(MAX_TOKENS),
+            ..Timings::default()
+        })
+    );
+    let u = d.usage.unwrap();
+    assert_eq!((u.input_tokens, u.output_tokens), (None, None));
+    let d = chat(
+        r#"{"choices":[{"delta":{"content":"x"}}],"timings":{"prompt_ms":604800000,"predicted_ms":0.25}}"#,
+    );
+    let t = d.timings.unwrap();
+    assert_eq!(t.prefill(), Some(std::time::Duration::from_secs(604_800)));
+    assert_eq!(t.decode(), Some(std::time::Duration::from_micros(250)));
+}
+
+#[test]
+fn duration_ms_is_total() {
+    for ms in [
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -5.0,
+        -0.0001,
+        1e30,
+        1e308,
+        f64::MAX,
+        MAX_MS * 1.0001,
+    ] {
+        assert_eq!(duration_ms(ms), None, "{ms}");
+    }
+    assert_eq!(duration_ms(0.0), Some(std::time::Duration::ZERO));
+    assert!(duration_ms(MAX_MS).is_some());
+}
+
+proptest! {
+    #[test]
+    fn duration_ms_never_panics(ms in proptest::num::f64::ANY) {
+        if let Some(d) = duration_ms(ms) {
+            prop_assert!(d.as_secs_f64() * 1000.0 <= MAX_MS * 1.000_001);
+        }
+    }
+}

@@ -40,7 +40,7 @@ mod whole_tests;
 pub use delta::Delta;
 pub use format::StreamFormat;
 pub use response::ResponseFacts;
-pub use timings::{Timings, Usage};
+pub use timings::{duration_ms, Timings, Usage, MAX_MS, MAX_TOKENS};
 
 use crate::sse::SseEvent;
 

@@ -5,9 +5,30 @@
 //! absent: the derived rates (`*_per_second`, `*_per_token_ms`), which the
 //! caller can compute, and any aggregation across events.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use super::wire::{Number, Object};
+
+/// Longest llama-server duration believed, in milliseconds (a week): a
+/// larger, negative or non-finite `*_ms` is dropped as absurd, never turned
+/// into a [`Duration`] that could overflow.
+pub const MAX_MS: f64 = 7.0 * 24.0 * 3600.0 * 1000.0;
+
+/// Largest token count believed (10^12): a larger, negative or fractional
+/// overflowing count is dropped as absurd, so sums of counts stay far from
+/// `u64::MAX`.
+pub const MAX_TOKENS: u64 = 1_000_000_000_000;
+
+/// `ms` milliseconds as a [`Duration`], when it is a plausible duration
+/// (finite, `0 ..= MAX_MS`). Total: never panics, whatever the number.
+pub fn duration_ms(ms: f64) -> Option<Duration> {
+    if !(0.0..=MAX_MS).contains(&ms) {
+        return None;
+    }
+    Duration::try_from_secs_f64(ms / 1000.0).ok()
+}
 
 /// llama-server's `timings` object (present on final events, and on every
 /// event with `timings_per_token`).
@@ -23,6 +44,18 @@ pub struct Timings {
     pub predicted_ms: Option<f64>,
     /// Prompt tokens reused from the KV cache (`cache_n`).
     pub cache_n: Option<u64>,
+}
+
+impl Timings {
+    /// llama-server's prompt processing time (`prompt_ms`), when plausible.
+    pub fn prefill(&self) -> Option<Duration> {
+        self.prompt_ms.and_then(duration_ms)
+    }
+
+    /// llama-server's generation time (`predicted_ms`), when plausible.
+    pub fn decode(&self) -> Option<Duration> {
+        self.predicted_ms.and_then(duration_ms)
+    }
 }
 
 /// Token usage, normalised across formats.
@@ -83,9 +116,9 @@ impl From<TimingsWire> for Timings {
     fn from(w: TimingsWire) -> Self {
         Timings {
             prompt_n: w.prompt_n.count(),
-            prompt_ms: w.prompt_ms.0,
+            prompt_ms: w.prompt_ms.millis(),
             predicted_n: w.predicted_n.count(),
-            predicted_ms: w.predicted_ms.0,
+            predicted_ms: w.predicted_ms.millis(),
             cache_n: w.cache_n.count(),
         }
     }

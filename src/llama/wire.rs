@@ -213,11 +213,18 @@ impl<'de> Deserialize<'de> for Flag {
 pub(crate) struct Number(pub(crate) Option<f64>);
 
 impl Number {
-    /// The number as a non-negative integer count (fractions truncated).
+    /// The number as a non-negative integer count (fractions truncated);
+    /// `None` when negative, non-finite or above
+    /// [`super::timings::MAX_TOKENS`] (an absurd count).
     pub(crate) fn count(self) -> Option<u64> {
-        self.0
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .map(|v| v as u64)
+        const MAX: f64 = super::timings::MAX_TOKENS as f64;
+        self.0.filter(|v| (0.0..=MAX).contains(v)).map(|v| v as u64)
+    }
+
+    /// The number as milliseconds of a plausible duration (finite,
+    /// `0 ..= MAX_MS`), else `None`.
+    pub(crate) fn millis(self) -> Option<f64> {
+        self.0.filter(|v| super::timings::duration_ms(*v).is_some())
     }
 }
 

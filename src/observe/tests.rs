@@ -31,7 +31,7 @@ fn moments_follow_the_events_not_the_chunks() {
     assert!(!o.mid_event());
     o.on_chunk(chat(" Next").as_bytes(), at(100));
     o.on_chunk(b"data: [DONE]\n\n", at(110));
-    let f = o.finish(at(120));
+    let f = o.finish(at(120), StreamEnd::Complete);
     assert_eq!(
         f.first_token_any,
         Some(at(20)),
@@ -57,14 +57,62 @@ fn moments_follow_the_events_not_the_chunks() {
 }
 
 #[test]
-fn whole_text_is_the_sentence_when_the_stream_ends_without_one() {
+fn whole_text_is_the_sentence_when_the_answer_ends_without_one() {
     let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
     let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
     o.on_chunk(chat("no end here").as_bytes(), t0);
-    let f = o.finish(t0 + Duration::from_millis(5));
-    assert_eq!(f.first_sentence, Some(t0 + Duration::from_millis(5)));
+    assert_eq!(o.facts().first_sentence, None);
+    o.on_chunk(b"data: [DONE]\n\n", at(5));
+    let f = o.finish(at(9), StreamEnd::Complete);
+    assert_eq!(f.first_sentence, Some(at(5)), "at the terminal event");
     assert_eq!(f.sentence_chars, Some(11));
     assert_eq!(f.sentence_text, None, "no text without capture");
+}
+
+#[test]
+fn a_cut_stream_has_no_first_sentence_unless_one_was_complete_before_the_cut() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    // Cut (hang-up, dead upstream) before any sentence end.
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.on_chunk(chat("no end").as_bytes(), at(1));
+    o.on_chunk(chat(" here").as_bytes(), at(2));
+    let f = o.finish(at(9), StreamEnd::Cut);
+    assert_eq!(f.first_sentence, None);
+    assert_eq!(f.sentence_chars, None);
+    assert_eq!(f.last_token, Some(at(2)), "the moments before the cut stay");
+    // The body ended at the HTTP level without the terminal event (truncated).
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.on_chunk(chat("no end here").as_bytes(), at(1));
+    let f = o.finish(at(9), StreamEnd::Complete);
+    assert!(f.truncated());
+    assert_eq!(f.first_sentence, None);
+    // An in-band error ends the answer: the text before it is no sentence.
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.on_chunk(chat("no end here").as_bytes(), at(1));
+    o.on_chunk(b"data: {\"error\":{\"message\":\"boom\"}}\n\n", at(2));
+    o.on_chunk(b"data: [DONE]\n\n", at(3));
+    assert_eq!(o.finish(at(9), StreamEnd::Complete).first_sentence, None);
+    // A sentence complete before the cut is kept, at its own moment.
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.on_chunk(chat("Done.").as_bytes(), at(1));
+    o.on_chunk(chat(" Next").as_bytes(), at(2));
+    o.on_chunk(chat(" part").as_bytes(), at(3));
+    assert_eq!(o.finish(at(9), StreamEnd::Cut).first_sentence, Some(at(2)));
+}
+
+#[test]
+fn a_complete_body_whose_terminal_event_may_have_been_skipped_ends_its_sentence() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 400, false);
+    o.on_chunk(chat("no end").as_bytes(), at(1));
+    let big = format!("data: {}\n\n", "x".repeat(1000));
+    o.on_chunk(big.as_bytes(), at(2));
+    let f = o.finish(at(9), StreamEnd::Complete);
+    assert!(!f.truncated(), "not judged");
+    assert_eq!(f.first_sentence, Some(at(9)));
 }
 
 #[test]
@@ -75,7 +123,7 @@ fn in_band_error_is_recorded() {
         b"data: {\"error\":{\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}}\n\n",
         t0,
     );
-    let f = o.finish(t0);
+    let f = o.finish(t0, StreamEnd::Complete);
     assert_eq!(f.error.as_deref(), Some("boom"));
     assert!(!f.done);
     assert_eq!(f.first_token, None);
@@ -130,7 +178,7 @@ fn usage_is_merged_across_the_events_of_a_stream() {
             for chunk in bytes.chunks(size) {
                 o.on_chunk(chunk, t0);
             }
-            let f = o.finish(t0);
+            let f = o.finish(t0, StreamEnd::Complete);
             assert_eq!(f.usage, Some(want), "{name} in {size}-byte chunks");
             assert!(f.done, "{name}");
         }
@@ -153,7 +201,7 @@ fn a_stream_without_its_terminal_event_is_truncated() {
             let t0 = Instant::now();
             let mut o = StreamObserver::new(format, max_event_bytes, false);
             o.on_chunk(body.as_bytes(), t0);
-            o.finish(t0)
+            o.finish(t0, StreamEnd::Complete)
         };
         assert!(!observe(&text, 1 << 20).truncated(), "{name} whole");
         let cut = events[..events.len() - 1].concat();
@@ -182,7 +230,7 @@ fn finish_reasons_are_capped_in_number_and_length() {
     for _ in 0..1_000 {
         o.on_chunk(event.as_bytes(), t0);
     }
-    let f = o.finish(t0);
+    let f = o.finish(t0, StreamEnd::Complete);
     assert_eq!(f.finish_reasons.len(), crate::record::MAX_FINISH_REASONS);
     assert!(f
         .finish_reasons

@@ -4,7 +4,7 @@
 use std::time::{Instant, SystemTime};
 
 use crate::llama::StreamFormat;
-use crate::observe::{StreamFacts, StreamObserver};
+use crate::observe::{StreamEnd, StreamFacts, StreamObserver};
 use crate::record::{HangupPhase, Outcome, RequestRecord};
 use crate::request::{RequestFacts, Route};
 use crate::router::{Chain, Decision};
@@ -147,7 +147,8 @@ impl RequestCtx {
         let hangup_phase = (outcome == Outcome::ClientHangup).then(|| self.hangup_phase());
         let facts = match (self.stream_facts.take(), self.observer.take()) {
             (Some(f), _) => *f,
-            (None, Some(o)) => o.finish(end),
+            // Still observing: the body never ended (hang-up or failure).
+            (None, Some(o)) => o.finish(end, StreamEnd::Cut),
             (None, None) => StreamFacts::default(),
         };
         let since = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(self.received));

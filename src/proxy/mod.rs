@@ -31,7 +31,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 
 use crate::config::Config;
-use crate::observe::StreamObserver;
+use crate::observe::{StreamEnd, StreamObserver};
 use crate::record::Outcome;
 use crate::request::{self, Route};
 use crate::telemetry::logs;
@@ -386,7 +386,7 @@ impl ProxyHttp for LlamaProxy {
         if end_of_stream {
             ctx.ended = Some(now);
             if let Some(o) = ctx.observer.take() {
-                ctx.stream_facts = Some(Box::new(o.finish(now)));
+                ctx.stream_facts = Some(Box::new(o.finish(now, StreamEnd::Complete)));
             }
         }
         Ok(None)

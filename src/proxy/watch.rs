@@ -273,14 +273,13 @@ impl Watched {
 
     /// Publishes the fleet's model names as the allowed `model` labels.
     fn publish_models(&self) {
-        let names = self.fleet.models();
-        if names.is_empty() {
-            return;
-        }
-        self.telemetry.models.replace(names);
-        self.telemetry
-            .metrics
-            .set_models(&self.telemetry.models.list());
+        let served: Vec<(String, Vec<String>)> = self
+            .fleet
+            .members()
+            .iter()
+            .map(|m| (m.upstream.name.clone(), m.models()))
+            .collect();
+        self.telemetry.publish_models(&served);
     }
 
     /// `GET {base}{path}` on the member, bounded by [`INFO_TIMEOUT`].

@@ -5,13 +5,19 @@
 //!
 //! Shutdown closes the queue (the thread exports what is left, then stops)
 //! and returns by its deadline whether or not the collector answered.
+//!
+//! The SDK hands a span to [`ExportQueue::on_end`] on the thread that ends
+//! it, so that thread can ask [`take_accepted`] right after whether the queue
+//! took the span: what an exemplar needs before it may name the trace.
 
+use std::cell::Cell;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::metrics::{ResultLabels, SpanCounts};
+use opentelemetry::trace::SpanId;
 use opentelemetry::Context;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
@@ -22,6 +28,18 @@ const MAX_BATCH: usize = 512;
 const BATCH_DELAY: Duration = Duration::from_millis(500);
 /// One export call may take this long before its spans count as dropped.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+thread_local! {
+    /// The id of the last span this thread ended that the queue took.
+    static ACCEPTED: Cell<Option<SpanId>> = const { Cell::new(None) };
+}
+
+/// The id of the last span this thread ended that the export queue took,
+/// cleared by the call. Call it before ending a span (to clear it) and after
+/// (to learn whether that span was queued).
+pub fn take_accepted() -> Option<SpanId> {
+    ACCEPTED.with(Cell::take)
+}
 
 enum Msg {
     Span(Box<SpanData>),
@@ -130,8 +148,9 @@ impl SpanProcessor for ExportQueue {
 
     fn on_end(&self, span: SpanData) {
         let Some(tx) = self.sender() else { return };
+        let id = span.span_context.span_id();
         match tx.try_send(Msg::Span(Box::new(span))) {
-            Ok(()) => {}
+            Ok(()) => ACCEPTED.with(|a| a.set(Some(id))),
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.counts
                     .get_or_create(&ResultLabels {

@@ -9,6 +9,7 @@
 //! latest sampled request's trace id as an exemplar (shown in OpenMetrics
 //! only; the classic format has no exemplars).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -39,6 +40,9 @@ pub const TPOT_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
     1.0, 2.5,
 ];
+
+/// The `kind` values of `llamatap_tokens_total`.
+pub const TOKEN_KINDS: [&str; 3] = ["prompt", "cached", "completion"];
 
 /// The stages of [`Metrics::stage`], in waterfall order.
 pub const STAGES: &[&str] = &[
@@ -96,6 +100,15 @@ pub struct TokenLabels {
     pub kind: &'static str,
     /// Bounded model label.
     pub model: String,
+}
+
+/// `{model,upstream}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServedLabels {
+    /// Bounded model label.
+    pub model: String,
+    /// The configured upstream name.
+    pub upstream: String,
 }
 
 /// `{model,phase}`.
@@ -184,8 +197,8 @@ pub struct Metrics {
     pub llamacpp: Arc<super::reexport::LlamacppSeries>,
     /// `llamatap_upstream_retries_total`.
     pub upstream_retries: Counter,
-    /// `llamatap_upstream_models{model}`.
-    pub upstream_models: Family<ModelLabels, Gauge>,
+    /// `llamatap_upstream_models{model,upstream}`.
+    pub upstream_models: Family<ServedLabels, Gauge>,
     /// `llamatap_build_info{version}`.
     pub build_info: Family<VersionLabels, Gauge>,
 }
@@ -274,10 +287,10 @@ impl Metrics {
             "Requests sent again on a new upstream connection because the first one provably never reached llama-server whole",
             upstream_retries.clone(),
         );
-        let upstream_models = Family::<ModelLabels, Gauge>::default();
+        let upstream_models = Family::<ServedLabels, Gauge>::default();
         r.register(
             "llamatap_upstream_models",
-            "Model names the upstream reports (1 per name); these are the allowed model labels",
+            "1 per model name each upstream reports that is a model label (at most 16 names are labels at once)",
             upstream_models.clone(),
         );
         let build_info = Family::<VersionLabels, Gauge>::default();
@@ -347,27 +360,26 @@ impl Metrics {
             key.stage = name;
             observe(&self.stage.get_or_create(&key), d, exemplar, at(moment));
         };
+        // Moments reached before any cut are stages of every request; the
+        // stages of an answer's end only of an answer that arrived whole.
+        let answered = rec.answered();
         for (name, d) in [
             ("upstream_headers", rec.upstream_headers),
             ("first_token_any", rec.first_token_any),
             ("ttft", rec.first_token),
             ("first_sentence", rec.first_sentence),
-            ("last_token", rec.last_token),
+            ("last_token", rec.last_token.filter(|_| answered)),
         ] {
             if let Some(d) = d {
                 stage(name, d, d);
             }
         }
-        if rec.route.operation_name().is_some() {
+        if answered && rec.route.operation_name().is_some() {
             stage("e2e", rec.end, rec.end);
         }
         if let Some(t) = &rec.timings {
-            let ms = |v: Option<f64>| {
-                v.filter(|x| x.is_finite() && *x >= 0.0)
-                    .map(|x| Duration::from_secs_f64(x / 1000.0))
-            };
             // Durations, not moments: their exemplars are stamped with the end.
-            for (name, d) in [("prefill", ms(t.prompt_ms)), ("decode", ms(t.predicted_ms))] {
+            for (name, d) in [("prefill", t.prefill()), ("decode", t.decode())] {
                 if let Some(d) = d {
                     stage(name, d, rec.end);
                 }
@@ -390,7 +402,7 @@ impl Metrics {
         let by_model = ModelLabels {
             model: model.to_string(),
         };
-        if let Some(t) = rec.time_per_output_token() {
+        if let Some(t) = rec.time_per_output_token().filter(|_| answered) {
             let end = rec.last_token.unwrap_or(rec.end);
             observe(&self.tpot.get_or_create(&by_model), t, exemplar, at(end));
         }
@@ -420,29 +432,62 @@ impl Metrics {
         self.fleet.record(rec, exemplar);
     }
 
-    /// Replaces the `llamatap_upstream_models` series and creates every
-    /// series of each model at zero (see [`Metrics::seed_model`]).
-    /// The series come first: a scrape that sees a model's gauge sees its
-    /// series too.
-    pub fn set_models(&self, names: &[String]) {
-        for n in names {
-            self.seed_model(n);
+    /// Sets `llamatap_upstream_models` to `served` (upstream name, model
+    /// label) pairs, removing the pairs of `before` that are gone. The
+    /// caller seeds each model's series first ([`Metrics::seed_model`]): a
+    /// scrape that sees a model's gauge sees its series too.
+    pub fn set_served(
+        &self,
+        before: &BTreeSet<(String, String)>,
+        served: &BTreeSet<(String, String)>,
+    ) {
+        for (upstream, model) in before.difference(served) {
+            self.upstream_models.remove(&ServedLabels {
+                model: model.clone(),
+                upstream: upstream.clone(),
+            });
         }
-        self.upstream_models.clear();
-        for n in names {
+        for (upstream, model) in served {
             self.upstream_models
-                .get_or_create(&ModelLabels { model: n.clone() })
+                .get_or_create(&ServedLabels {
+                    model: model.clone(),
+                    upstream: upstream.clone(),
+                })
                 .set(1);
         }
     }
 
+    /// The (route, outcome) pairs whose `llamatap_requests_total` series
+    /// exist at zero for `model`: those a dashboard reads and a request under
+    /// that label really ends in. A named model (and `other`) is read only
+    /// from an LLM route's body or answer, and is not seeded `rejected`
+    /// (refusals happen before the body is read, but for a chunked body over
+    /// the size limit in a fleet, whose series appears when it happens);
+    /// `none` takes every outcome on the
+    /// LLM routes and, on the other routes, `ok` (their failures appear at
+    /// their first occurrence).
+    pub fn seeded_requests(model: &str) -> impl Iterator<Item = (Route, Outcome)> + '_ {
+        let none = model == super::models::NONE;
+        Route::all().iter().flat_map(move |route| {
+            let llm = route.operation_name().is_some();
+            Outcome::ALL.into_iter().filter_map(move |outcome| {
+                let keep = match (none, llm) {
+                    (_, true) => none || outcome != Outcome::Rejected,
+                    (true, false) => outcome == Outcome::Ok,
+                    (false, false) => false,
+                };
+                keep.then_some((*route, outcome))
+            })
+        })
+    }
+
     /// Creates every series a request can be recorded in under one model
     /// label, at zero: each stage histogram, time per output token, the
-    /// longest token gap, and the counters of the LLM routes (every route for
-    /// `none`, where requests without a model land). A series that exists
-    /// before the first request makes that request an increase Prometheus
-    /// sees (`rate()` needs a sample before it), and dashboards read 0, not
-    /// "no data". `other` and `none` are seeded by [`Metrics::new`].
+    /// longest token gap, and the counters ([`Metrics::seeded_requests`]).
+    /// A series that exists before the first request makes that request an
+    /// increase Prometheus sees (`rate()` needs a sample before it), and
+    /// dashboards read 0, not "no data". `other` and `none` are seeded by
+    /// [`Metrics::new`].
     pub fn seed_model(&self, model: &str) {
         for stage in STAGES {
             let _ = self.stage.get_or_create(&StageLabels {
@@ -455,18 +500,12 @@ impl Metrics {
         };
         let _ = self.tpot.get_or_create(&by_model);
         let _ = self.max_gap.get_or_create(&by_model);
-        let every_route = model == super::models::NONE;
-        for route in Route::all()
-            .iter()
-            .filter(|r| every_route || r.operation_name().is_some())
-        {
-            for outcome in Outcome::ALL {
-                let _ = self.requests.get_or_create(&RequestLabels {
-                    model: model.to_string(),
-                    outcome: outcome.as_str(),
-                    route: route.as_str(),
-                });
-            }
+        for (route, outcome) in Self::seeded_requests(model) {
+            let _ = self.requests.get_or_create(&RequestLabels {
+                model: model.to_string(),
+                outcome: outcome.as_str(),
+                route: route.as_str(),
+            });
         }
         for phase in HangupPhase::ALL {
             let _ = self.cancellations.get_or_create(&PhaseLabels {
@@ -474,13 +513,45 @@ impl Metrics {
                 phase: phase.as_str(),
             });
         }
-        for kind in ["prompt", "cached", "completion"] {
+        for kind in TOKEN_KINDS {
             let _ = self.tokens.get_or_create(&TokenLabels {
                 kind,
                 model: model.to_string(),
             });
         }
         let _ = self.wasted.get_or_create(&by_model);
+    }
+
+    /// Removes every series of one model label (a name no upstream serves
+    /// any more): those seeded and those recorded since, on any route and
+    /// outcome.
+    pub fn remove_model(&self, model: &str) {
+        let m = || model.to_string();
+        for stage in STAGES {
+            self.stage.remove(&StageLabels { model: m(), stage });
+        }
+        let by_model = ModelLabels { model: m() };
+        self.tpot.remove(&by_model);
+        self.max_gap.remove(&by_model);
+        self.wasted.remove(&by_model);
+        for route in Route::all() {
+            for outcome in Outcome::ALL {
+                self.requests.remove(&RequestLabels {
+                    model: m(),
+                    outcome: outcome.as_str(),
+                    route: route.as_str(),
+                });
+            }
+        }
+        for phase in HangupPhase::ALL {
+            self.cancellations.remove(&PhaseLabels {
+                model: m(),
+                phase: phase.as_str(),
+            });
+        }
+        for kind in TOKEN_KINDS {
+            self.tokens.remove(&TokenLabels { kind, model: m() });
+        }
     }
 
     /// The exposition in `format` (empty if encoding failed, which writing
@@ -501,6 +572,7 @@ impl Metrics {
         if done.is_err() {
             out.clear();
         }
+        let out = super::order::sorted(&out);
         self.last_render
             .store(out.len(), std::sync::atomic::Ordering::Relaxed);
         out.into_bytes()

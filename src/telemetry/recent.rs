@@ -56,10 +56,6 @@ pub struct RecentRequest {
 impl RecentRequest {
     /// Summarises a record.
     pub fn from_record(rec: &RequestRecord, model: String, trace_id: Option<String>) -> Self {
-        let ms = |v: Option<f64>| {
-            v.filter(|x| x.is_finite() && *x >= 0.0)
-                .map(|x| Duration::from_secs_f64(x / 1000.0))
-        };
         RecentRequest {
             received: rec.received_wall,
             model,
@@ -73,8 +69,8 @@ impl RecentRequest {
             first_sentence: rec.first_sentence,
             last_token: rec.last_token,
             end: rec.end,
-            prefill: rec.timings.and_then(|t| ms(t.prompt_ms)),
-            decode: rec.timings.and_then(|t| ms(t.predicted_ms)),
+            prefill: rec.timings.and_then(|t| t.prefill()),
+            decode: rec.timings.and_then(|t| t.decode()),
             input_tokens: rec.input_tokens(),
             cached_tokens: rec.cached_input_tokens(),
             output_tokens: rec.output_tokens(),

@@ -17,7 +17,7 @@ use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, Span, SpanExporter};
 use opentelemetry_sdk::Resource;
 
-use super::export::ExportQueue;
+use super::export::{self, ExportQueue};
 use super::metrics::SpanCounts;
 use super::semconv as sc;
 use crate::config::{OtlpProtocol, Telemetry as TelemetryConfig, Upstream};
@@ -180,8 +180,11 @@ impl Tracing {
         (header, span.tracestate.clone())
     }
 
-    /// Fills and ends both spans from the finished request.
-    pub fn finish(&self, mut span: RequestSpan, rec: &RequestRecord) {
+    /// Fills and ends both spans from the finished request. True when the
+    /// SERVER span was sampled and taken by the export queue: only then may
+    /// an exemplar name its trace (a span the full queue dropped never
+    /// reaches the collector).
+    pub fn finish(&self, mut span: RequestSpan, rec: &RequestRecord) -> bool {
         let at = |d: Duration| rec.received_wall + d;
         let end = at(rec.end);
         let op = rec.route.operation_name();
@@ -233,7 +236,10 @@ impl Tracing {
                     .unwrap_or_else(|| rec.outcome.as_str().to_string()),
             )),
         }
+        let id = s.span_context().span_id();
+        let _ = export::take_accepted();
         s.end_with_timestamp(end);
+        export::take_accepted() == Some(id)
     }
 
     /// `server.address` and `server.port`: the upstream that answered, or
@@ -398,8 +404,8 @@ impl Tracing {
         }
     }
 
-    /// The trace id of a request whose trace is sampled (recorded and
-    /// exported), hex: what an exemplar may point at.
+    /// The trace id of a request whose trace is sampled (recorded, and
+    /// exported unless the export queue drops it), hex.
     pub fn sampled_trace_id(span: &RequestSpan) -> Option<String> {
         let c = span.server.span_context();
         c.is_sampled().then(|| c.trace_id().to_string())

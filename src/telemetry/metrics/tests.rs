@@ -125,3 +125,80 @@ fn an_unsampled_request_leaves_no_exemplar() {
         "llamatap_requests_total{model=\"tiny\",outcome=\"ok\",route=\"chat_completions\"} 1"
     ));
 }
+
+#[test]
+fn a_cut_request_records_no_stage_of_an_answers_end() {
+    let m = Metrics::new();
+    let mut rec = record();
+    rec.outcome = Outcome::ClientHangup;
+    rec.first_sentence = None;
+    m.record(&rec, "tiny", None);
+    let t = text(&m, Exposition::Classic);
+    let count = |stage: &str| {
+        t.lines()
+            .filter(|l| l.starts_with("llamatap_stage_duration_seconds_count"))
+            .filter(|l| l.contains(&format!("stage=\"{stage}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    assert_eq!(count("ttft"), 1.0, "{t}");
+    for stage in ["first_sentence", "last_token", "e2e"] {
+        assert_eq!(count(stage), 0.0, "{stage}\n{t}");
+    }
+    assert!(!t.contains("llamatap_time_per_output_token_seconds_count{model=\"tiny\"} 1"));
+}
+
+#[test]
+fn absurd_timings_make_no_stage_and_no_panic() {
+    let m = Metrics::new();
+    let mut rec = record();
+    for (prompt, predicted) in [(1e30, -5.0), (1e308, f64::NAN), (f64::INFINITY, 1e15)] {
+        rec.timings = Some(crate::llama::Timings {
+            prompt_n: Some(u64::MAX),
+            prompt_ms: Some(prompt),
+            predicted_n: Some(3),
+            predicted_ms: Some(predicted),
+            cache_n: Some(u64::MAX),
+        });
+        m.record(&rec, "tiny", None);
+    }
+    let t = text(&m, Exposition::Classic);
+    assert!(t.contains("llamatap_stage_duration_seconds_count{model=\"tiny\",stage=\"e2e\"} 3"));
+    assert!(!t.contains("stage=\"prefill\"} 1"), "{t}");
+}
+
+#[test]
+fn a_removed_model_leaves_no_series_and_named_models_are_never_seeded_rejected() {
+    let m = Metrics::new();
+    let empty = text(&m, Exposition::Classic);
+    m.seed_model("gone");
+    let seeded = text(&m, Exposition::Classic);
+    assert!(seeded.contains("model=\"gone\""));
+    assert!(!seeded.contains("model=\"gone\",outcome=\"rejected\""));
+    assert!(seeded.contains("model=\"none\",outcome=\"rejected\",route=\"chat_completions\""));
+    assert!(!seeded.contains("model=\"none\",outcome=\"upstream_error\",route=\"metrics\""));
+    m.record(&record(), "gone", None);
+    let mut rec = record();
+    rec.route = Route::Other;
+    rec.outcome = Outcome::Rejected;
+    m.record(&rec, "gone", None);
+    m.remove_model("gone");
+    assert_eq!(text(&m, Exposition::Classic), empty);
+}
+
+#[test]
+fn series_come_out_in_the_same_order_whatever_the_order_of_creation() {
+    let a = Metrics::new();
+    let b = Metrics::new();
+    for n in ["m1", "m2", "m3"] {
+        a.seed_model(n);
+    }
+    for n in ["m3", "m1", "m2"] {
+        b.seed_model(n);
+    }
+    assert_eq!(text(&a, Exposition::Classic), text(&b, Exposition::Classic));
+    assert_eq!(
+        text(&a, Exposition::OpenMetrics),
+        text(&b, Exposition::OpenMetrics)
+    );
+}
