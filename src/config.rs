@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-mod fleet;
 #[cfg(test)]
 mod tests;
 mod toml_error;
+mod upstreams;
 
-pub use fleet::{RawRouting, RawUpstream, Routing, MAX_UPSTREAMS};
+pub use upstreams::{RawRouting, RawUpstream, Routing, MAX_UPSTREAMS};
 
 /// Default proxy listener.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -241,7 +241,7 @@ pub struct Overrides {
 
 /// Where one llama-server lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upstream {
+pub struct UpstreamConfig {
     /// Label in metrics and spans (`host:port` unless configured).
     pub name: String,
     /// Relative share of new conversations.
@@ -316,7 +316,7 @@ pub struct Config {
     /// Proxy listener.
     pub listen: SocketAddr,
     /// The llama-servers, in configuration order (at least one).
-    pub upstreams: Vec<Upstream>,
+    pub upstreams: Vec<UpstreamConfig>,
     /// How one of several upstreams is chosen.
     pub routing: Routing,
     /// Admin listener.
@@ -366,12 +366,12 @@ impl Config {
     /// Validates a raw config with overrides applied.
     pub fn from_raw(raw: RawConfig, o: &Overrides) -> Result<Config, ConfigError> {
         let listen = pick(&o.listen, &raw.listen, DEFAULT_LISTEN);
-        let upstreams = fleet::upstreams(
+        let upstreams = upstreams::upstreams(
             &o.upstreams,
             raw.upstream.as_deref(),
             raw.upstreams.as_deref(),
         )?;
-        let routing = fleet::routing(o.routing_policy.as_deref(), &raw.routing)?;
+        let routing = upstreams::routing(o.routing_policy.as_deref(), &raw.routing)?;
         let admin = pick(&o.admin_listen, &raw.admin_listen, DEFAULT_ADMIN_LISTEN);
         let t = &raw.telemetry;
         let endpoint = o
@@ -632,7 +632,7 @@ fn split_host_port(authority: &str) -> Option<(&str, u16)> {
 }
 
 /// Parses `http://host:port[/base]`.
-pub fn parse_upstream(s: &str) -> Result<Upstream, ConfigError> {
+pub fn parse_upstream(s: &str) -> Result<UpstreamConfig, ConfigError> {
     let err = |m: &str| ConfigError::Invalid {
         key: "upstream",
         message: format!("{s:?}: {m}"),
@@ -677,7 +677,7 @@ pub fn parse_upstream(s: &str) -> Result<Upstream, ConfigError> {
     if !valid {
         return Err(err("invalid host"));
     }
-    Ok(Upstream {
+    Ok(UpstreamConfig {
         name: format!("{host}:{port}"),
         weight: 1,
         address: format!("{host}:{port}"),

@@ -9,25 +9,24 @@
 //! Pure modules (no framework imports, exhaustively tested):
 //! - [`sse`]: incremental Server-Sent Events reader.
 //! - [`sentence`]: the first-sentence rule.
-//! - [`llama`]: llama-server's stream and response formats.
+//! - [`llama`]: llama-server's wire: stream and response formats, its own
+//!   `llamacpp:*` metrics and `/slots`, parsed and bounded.
 //! - [`request`]: request inspection (route, model, stream flag).
 //! - [`tracecontext`]: W3C `traceparent`/`tracestate` parsing.
-//! - [`access`]: the access log's JSON line.
+//! - [`access_line`]: the access log's JSON line.
 //! - [`framing`]: HTTP/1 response body framing and the chunked decoder.
-//! - [`llamacpp`]: llama-server's own `llamacpp:*` metrics, parsed and bounded.
 //! - [`router`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
 //! [`server`], [`shutdown`], [`pidfile`].
 
-pub mod access;
+pub mod access_line;
 pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod framing;
 pub mod llama;
-pub mod llamacpp;
 pub mod observe;
 pub mod pidfile;
 pub mod proxy;

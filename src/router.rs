@@ -35,6 +35,7 @@
 mod chain;
 #[cfg(test)]
 mod chain_tests;
+mod choice;
 mod decision;
 mod hash;
 mod index;
@@ -46,14 +47,13 @@ mod learn_tests;
 #[cfg(test)]
 mod proptests;
 pub mod rendezvous;
-mod router;
 #[cfg(test)]
 mod tests;
 
 pub use chain::{Chain, BLOCK_BYTES, COLD_BLOCKS};
+pub use choice::{RouteConfig, Router};
 pub use decision::{Candidate, Decision, Policy, Prediction, Reason, Request};
 pub use hash::SEED;
 pub use index::{Match, PrefixIndex, DEFAULT_CAPACITY};
 pub use learn::{Accuracy, Observation};
 pub use rendezvous::{session_key, upstream_id};
-pub use router::{RouteConfig, Router};

@@ -19,8 +19,8 @@ use crate::admin::AdminApp;
 use crate::cli::Cli;
 use crate::config::Config;
 use crate::pidfile::{PidFile, PidFileError};
+use crate::proxy::fleet::watch::UpstreamWatch;
 use crate::proxy::fleet::Fleet;
-use crate::proxy::watch::UpstreamWatch;
 use crate::proxy::LlamaProxy;
 use crate::shutdown::Signals;
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -150,7 +150,7 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
 }
 
 /// `f` of each upstream, comma-separated, in configuration order.
-fn join(config: &Config, f: impl Fn(&crate::config::Upstream) -> String) -> String {
+fn join(config: &Config, f: impl Fn(&crate::config::UpstreamConfig) -> String) -> String {
     config.upstreams.iter().map(f).collect::<Vec<_>>().join(",")
 }
 

@@ -6,10 +6,9 @@
 //! arrival and [`Telemetry::request_finished`] in `logging`. Nothing here runs
 //! per event.
 
-pub mod access;
+pub mod access_log;
 pub mod export;
 pub mod exposition;
-pub mod fleet;
 pub mod logs;
 pub mod metrics;
 pub mod models;
@@ -19,6 +18,7 @@ pub mod reexport;
 pub mod semconv;
 pub mod served;
 pub mod spans;
+pub mod upstreams;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crate::config::{AccessLogTarget, Config};
 use crate::record::RequestRecord;
-use access::AccessLog;
+use access_log::AccessLog;
 use metrics::{Metrics, TraceExemplar};
 use models::ModelNames;
 use recent::{RecentRequest, RecentRequests};
@@ -71,7 +71,7 @@ impl Telemetry {
     pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
         let metrics = Metrics::new();
         let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
-        metrics.fleet.seed_upstreams(&names);
+        metrics.upstreams.seed_upstreams(&names);
         let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
         let access = match &cfg.telemetry.access_log {
             Some(target) => Some(
@@ -144,7 +144,7 @@ impl Telemetry {
             self.metrics.record(rec, &model, exemplar.as_ref());
         }
         if let Some(log) = &self.access {
-            log.submit(crate::access::line(rec, &model, ids.as_ref()));
+            log.submit(crate::access_line::line(rec, &model, ids.as_ref()));
         }
         if rec.route.operation_name().is_some() {
             self.recent

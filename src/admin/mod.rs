@@ -44,7 +44,7 @@ impl AdminApp {
 impl AdminApp {
     /// Sets the per-upstream gauges from the fleet's state, at scrape time.
     fn refresh_fleet_gauges(&self) {
-        let f = &self.telemetry.metrics.fleet;
+        let f = &self.telemetry.metrics.upstreams;
         for m in self.fleet.members() {
             f.set_state(&m.upstream.name, m.healthy(), m.in_flight());
         }

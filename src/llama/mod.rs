@@ -25,6 +25,8 @@ mod native;
 mod openai;
 mod response;
 mod responses;
+pub mod server_metrics;
+pub mod slots;
 mod timings;
 mod wire;
 

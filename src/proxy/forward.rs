@@ -7,7 +7,7 @@
 //! Pingora still accepts and parses the request, runs the hooks before this
 //! path (guard, routing) and after it (`fail_to_proxy`, `logging`), makes the
 //! upstream connection and reads and writes the client's HTTP/1; the
-//! upstream's HTTP/1 is [`super::upstream`]'s. The hooks that shape the
+//! upstream's HTTP/1 is [`super::client`]'s. The hooks that shape the
 //! request and observe the response are the proxy's own, called here in
 //! Pingora's order, so both paths behave alike. What this path leaves out is
 //! Pingora's HTTP/1 proxy loop: two halves joined by a channel, a batch vector
@@ -32,8 +32,8 @@ use pingora::proxy::{ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
+use super::client::Exchange;
 use super::context::RequestCtx;
-use super::upstream::Upstream;
 use super::LlamaProxy;
 
 /// Whether a request takes this path.
@@ -64,18 +64,18 @@ async fn connect(
     proxy: &LlamaProxy,
     session: &mut Session,
     ctx: &mut RequestCtx,
-) -> Result<(Upstream, Box<HttpPeer>)> {
+) -> Result<(Exchange, Box<HttpPeer>)> {
     loop {
         let peer = proxy.upstream_peer(session, ctx).await?;
         let member = ctx.member.unwrap_or(0);
         if let Some(stream) = proxy.spares.take(member, &peer).await {
             proxy.spares.refill(member, &peer);
-            return Ok((Upstream::new(stream), peer));
+            return Ok((Exchange::new(stream), peer));
         }
         match proxy.spares.connect(&peer).await {
             Ok(stream) => {
                 proxy.spares.refill(member, &peer);
-                return Ok((Upstream::new(stream), peer));
+                return Ok((Exchange::new(stream), peer));
             }
             Err(mut e) => {
                 e.as_up();
@@ -95,7 +95,7 @@ async fn connect(
 async fn send_request(
     proxy: &LlamaProxy,
     session: &mut Session,
-    up: &mut Upstream,
+    up: &mut Exchange,
     peer: &HttpPeer,
     ctx: &mut RequestCtx,
 ) -> Result<()> {
@@ -167,7 +167,7 @@ async fn send_request(
 /// watching the client: a hang-up now drops the upstream connection at once.
 async fn read_header(
     session: &mut Session,
-    up: &mut Upstream,
+    up: &mut Exchange,
     peer: &HttpPeer,
 ) -> Result<Box<ResponseHeader>> {
     let timeout = peer.options.read_timeout;
@@ -190,7 +190,7 @@ async fn read_header(
 async fn respond(
     proxy: &LlamaProxy,
     session: &mut Session,
-    up: &mut Upstream,
+    up: &mut Exchange,
     mut header: Box<ResponseHeader>,
     peer: &HttpPeer,
     ctx: &mut RequestCtx,

@@ -7,16 +7,15 @@
 //! to Pingora's default (`abort_on_close`): the upstream connection is dropped,
 //! never pooled, the moment the client goes.
 
+pub mod client;
 pub mod context;
 pub mod errors;
 pub mod fleet;
 mod forward;
-pub mod guard;
-mod probe;
-mod routing;
+mod guard;
+mod outcome;
+mod reply;
 mod spare;
-mod upstream;
-pub mod watch;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,6 +38,8 @@ use crate::telemetry::spans::Tracing;
 use crate::telemetry::Telemetry;
 use context::RequestCtx;
 use fleet::Fleet;
+use outcome::{unsent, unwell_answer};
+use reply::{refuse, write_error, ErrorReply};
 
 /// The llamatap proxy service.
 pub struct LlamaProxy {
@@ -148,7 +149,13 @@ impl ProxyHttp for LlamaProxy {
             return Ok(true);
         }
         if self.fleet.is_fleet()
-            && Box::pin(routing::prepare(session, ctx, &self.fleet, &self.config)).await?
+            && Box::pin(fleet::steps::prepare(
+                session,
+                ctx,
+                &self.fleet,
+                &self.config,
+            ))
+            .await?
         {
             return Ok(true);
         }
@@ -159,7 +166,7 @@ impl ProxyHttp for LlamaProxy {
         Ok(false)
     }
 
-    /// Each attempt asks the fleet for an upstream (see [`routing`]); a
+    /// Each attempt asks the fleet for an upstream (see [`fleet::steps`]); a
     /// retry never goes back to one that already failed.
     async fn upstream_peer(
         &self,
@@ -171,7 +178,7 @@ impl ProxyHttp for LlamaProxy {
         ctx.body.clear();
         ctx.body_truncated = false;
         ctx.request_bytes = 0;
-        let address = routing::choose(&self.fleet, ctx)?;
+        let address = fleet::steps::choose(&self.fleet, ctx)?;
         Ok(Box::new(self.peer(address)))
     }
 
@@ -500,13 +507,13 @@ impl ProxyHttp for LlamaProxy {
             ctx.stream_counted = false;
             self.telemetry.stream_active(false);
         }
-        let (outcome, error) = outcome(e, ctx);
+        let (outcome, error) = outcome::outcome(e, ctx);
         let req = session.req_header();
         let method = req.method.as_str().to_string();
         let path = req.uri.path().to_string();
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
-        rec.upstream = routing::finish(&self.fleet, ctx, &rec);
+        rec.upstream = fleet::steps::finish(&self.fleet, ctx, &rec);
         if e.is_none() && rec.outcome == Outcome::UpstreamError {
             // Pingora logged nothing (the HTTP exchange itself went well):
             // an upstream 5xx, an error event in the stream, a cut stream.
@@ -521,109 +528,5 @@ impl ProxyHttp for LlamaProxy {
         }
         self.telemetry
             .request_finished(&rec, ctx.span.take().map(|s| *s));
-    }
-}
-
-/// Whether an answer shows the upstream itself unwell, so that it is
-/// ejected for a while. llama-server answers many client mistakes with a
-/// 5xx (501 for a feature it runs without: `/metrics` without `--metrics`,
-/// embeddings, `/infill`; 500 for a prompt missing or an image it cannot
-/// read), so a 500 or 501 never ejects. Its 503 means it is loading a model
-/// (and, on `/slots?fail_on_no_slot`, that no slot is free): only a route
-/// that does work counts it. 502 and 504 come from a proxy in front of it.
-fn unwell_answer(status: u16, route: Route) -> bool {
-    matches!(status, 502..=504) && route.operation_name().is_some()
-}
-
-/// Whether a failed attempt left llama-server without a whole request, so
-/// that it cannot have started it. Pingora counts the body bytes it wrote on
-/// the attempt; none were written, and either the request has a body (the
-/// head alone is an incomplete request: llama-server reads the whole body
-/// before it runs anything) or the failure was a write (a bodiless request's
-/// only write is its head, so the head itself did not go out).
-fn unsent(session: &mut Session, etype: &ErrorType) -> bool {
-    session.upstream_body_bytes_sent() == Some(0)
-        && (!session.as_mut().is_body_empty() || *etype == ErrorType::WriteError)
-}
-
-/// Answers a refused request with an OpenAI-shaped error; the upstream never sees it.
-async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refusal) {
-    ctx.ended = Some(Instant::now());
-    ctx.failure = Some((Outcome::Rejected, r.code, r.message.to_string()));
-    let reply = ErrorReply {
-        status: r.status,
-        kind: r.kind,
-        code: r.code,
-        message: r.message,
-    };
-    write_error(session, ctx, reply).await;
-}
-
-/// An error answered by llamatap itself.
-struct ErrorReply<'a> {
-    status: u16,
-    kind: &'a str,
-    code: &'a str,
-    message: &'a str,
-}
-
-/// The one writer of llamatap's own error responses (refusals and proxy
-/// failures alike): the OpenAI-shaped JSON body, `traceresponse` when tracing
-/// is on, and `WWW-Authenticate` on a 401.
-async fn write_error(session: &mut Session, ctx: &mut RequestCtx, reply: ErrorReply<'_>) {
-    let body = errors::json_body(reply.message, reply.kind, reply.code);
-    let Ok(mut resp) = ResponseHeader::build(reply.status, Some(4)) else {
-        return;
-    };
-    let _ = resp.insert_header("Content-Type", "application/json");
-    let _ = resp.insert_header("Content-Length", body.len().to_string());
-    if reply.status == 401 {
-        let _ = resp.insert_header("WWW-Authenticate", "Bearer");
-    }
-    if let Some(span) = &ctx.span {
-        let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
-    }
-    ctx.status = Some(reply.status);
-    let ds = session.as_downstream_mut();
-    let _ = ds.write_error_response(resp, Bytes::from(body)).await;
-}
-
-/// Decides the outcome of a finished request.
-fn outcome(e: Option<&Error>, ctx: &mut RequestCtx) -> (Outcome, Option<(&'static str, String)>) {
-    if e.is_none() {
-        if let Some((o, code, msg)) = ctx.failure.take() {
-            return (o, Some((code, msg)));
-        }
-    }
-    if let Some(e) = e {
-        let (o, code, msg) = ctx.failure.take().unwrap_or_else(|| {
-            let f = errors::classify(e);
-            (f.outcome, f.code, errors::message(&f, e))
-        });
-        return (o, Some((code, msg)));
-    }
-    let facts = ctx
-        .stream_facts
-        .as_deref()
-        .or_else(|| ctx.observer.as_ref().map(|o| o.facts()));
-    let in_band = facts.and_then(|f| f.error.clone());
-    let truncated = facts.is_some_and(|f| f.truncated());
-    match ctx.status {
-        Some(s) if s >= 500 => (
-            Outcome::UpstreamError,
-            Some(("http_5xx", format!("upstream answered {s}"))),
-        ),
-        Some(s) if s >= 400 => (Outcome::ClientError, None),
-        _ => match (in_band, ctx.format()) {
-            (Some(m), _) => (Outcome::UpstreamError, Some(("upstream_error_event", m))),
-            (None, Some(format)) if truncated => (
-                Outcome::UpstreamError,
-                Some((
-                    "upstream_truncated",
-                    format!("the event stream ended without {}", format.terminal_event()),
-                )),
-            ),
-            (None, _) => (Outcome::Ok, None),
-        },
     }
 }

@@ -26,8 +26,8 @@
 //! them, or reading `cache_n` from a response (see `llama::Timings`).
 
 use super::chain::Chain;
+use super::choice::Router;
 use super::decision::Prediction;
-use super::router::Router;
 
 /// Prediction accuracy of one upstream, since start (monotonic counters).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

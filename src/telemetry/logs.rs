@@ -163,7 +163,7 @@ where
         write!(
             writer,
             "{} {:>5} {}: ",
-            crate::access::rfc3339(std::time::SystemTime::now()),
+            crate::access_line::rfc3339(std::time::SystemTime::now()),
             meta.level(),
             meta.target()
         )?;

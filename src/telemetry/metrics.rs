@@ -192,7 +192,7 @@ pub struct Metrics {
     /// `llamatap_access_log_lines_total{result}`.
     pub access_lines: SpanCounts,
     /// Per-upstream and routing families.
-    pub fleet: super::fleet::FleetMetrics,
+    pub upstreams: super::upstreams::UpstreamMetrics,
     /// llama-server's own `llamacpp:*` series, re-exported.
     pub llamacpp: Arc<super::reexport::LlamacppSeries>,
     /// `llamatap_upstream_retries_total`.
@@ -280,7 +280,7 @@ impl Metrics {
             "Access-log lines by result: written, dropped_queue_full (the writer fell behind), dropped_write_failed",
             access_lines.clone(),
         );
-        let fleet = super::fleet::FleetMetrics::register(&mut r);
+        let upstreams = super::upstreams::UpstreamMetrics::register(&mut r);
         let upstream_retries = Counter::default();
         r.register(
             "llamatap_upstream_retries",
@@ -316,7 +316,7 @@ impl Metrics {
             skipped_events,
             spans,
             access_lines,
-            fleet,
+            upstreams,
             llamacpp,
             upstream_retries,
             upstream_models,
@@ -332,7 +332,7 @@ impl Metrics {
         for result in ["exported", "dropped_queue_full", "dropped_export_failed"] {
             let _ = m.spans.get_or_create(&ResultLabels { result });
         }
-        for result in super::access::RESULTS {
+        for result in super::access_log::RESULTS {
             let _ = m.access_lines.get_or_create(&ResultLabels { result });
         }
         m
@@ -429,7 +429,7 @@ impl Metrics {
         if rec.skipped_events > 0 {
             self.skipped_events.inc_by(rec.skipped_events);
         }
-        self.fleet.record(rec, exemplar);
+        self.upstreams.record(rec, exemplar);
     }
 
     /// Sets `llamatap_upstream_models` to `served` (upstream name, model

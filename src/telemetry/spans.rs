@@ -20,7 +20,7 @@ use opentelemetry_sdk::Resource;
 use super::export::{self, ExportQueue};
 use super::metrics::SpanCounts;
 use super::semconv as sc;
-use crate::config::{OtlpProtocol, Telemetry as TelemetryConfig, Upstream};
+use crate::config::{OtlpProtocol, Telemetry as TelemetryConfig, UpstreamConfig};
 use crate::record::{Outcome, RequestRecord};
 use crate::tracecontext::{self, TraceParent};
 
@@ -49,7 +49,7 @@ impl Tracing {
     /// Starts the provider with a bounded OTLP export queue.
     pub fn start(
         cfg: &TelemetryConfig,
-        upstream: &Upstream,
+        upstream: &UpstreamConfig,
         counts: SpanCounts,
     ) -> Result<Option<Tracing>, TracingError> {
         let Some(endpoint) = &cfg.otlp_endpoint else {
@@ -396,9 +396,9 @@ impl Tracing {
     }
 
     /// The trace and span ids of a request's SERVER span, hex.
-    pub fn span_ids(span: &RequestSpan) -> crate::access::SpanIds {
+    pub fn span_ids(span: &RequestSpan) -> crate::access_line::SpanIds {
         let c = span.server.span_context();
-        crate::access::SpanIds {
+        crate::access_line::SpanIds {
             trace_id: c.trace_id().to_string(),
             span_id: c.span_id().to_string(),
         }

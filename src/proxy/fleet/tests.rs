@@ -199,7 +199,7 @@ fn a_member_not_checked_yet_is_not_unavailable() {
 
 #[test]
 fn restart_marks_are_noted() {
-    use crate::llamacpp::slots::{Marks, SlotState};
+    use crate::llama::slots::{Marks, SlotState};
     let f = fleet(1);
     let m = f.member(0).unwrap();
     let at = |last| Marks {

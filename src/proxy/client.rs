@@ -1,6 +1,8 @@
-//! The upstream side of the direct loop ([`super::forward`]): one HTTP/1
-//! exchange on a connection of its own, written and read without Pingora's
-//! client session.
+//! llamatap's own HTTP/1 client to the upstreams: one exchange on a
+//! connection of its own, written and read without Pingora's client
+//! session. The direct loop of the streaming routes (`forward`)
+//! and the watcher's checks (`fleet::probe`) use it; only the routes that
+//! cannot stream go through Pingora's proxy loop and its pooled client.
 //!
 //! The caller writes the request in as few writes as its body allows (the
 //! head goes out with the first body chunk). The response head is parsed
@@ -51,17 +53,17 @@ enum Body {
 }
 
 /// One exchange with an upstream.
-pub struct Upstream {
+pub struct Exchange {
     stream: Stream,
     buf: BytesMut,
     read_size: usize,
     body: Body,
 }
 
-impl Upstream {
+impl Exchange {
     /// An exchange on a connected `stream`.
     pub fn new(stream: Stream) -> Self {
-        Upstream {
+        Exchange {
             stream,
             buf: BytesMut::new(),
             read_size: FIRST_READ,

@@ -1,4 +1,4 @@
-//! The access-log writer: finished requests' lines ([`crate::access::line`])
+//! The access-log writer: finished requests' lines ([`crate::access_line::line`])
 //! go into a bounded queue (never blocking the proxy: a full queue drops the
 //! line and counts it) and one background thread appends them to the file
 //! or stdout, flushing whenever the queue runs empty. A slow disk or a

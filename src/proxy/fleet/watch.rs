@@ -11,12 +11,12 @@
 //!   own `llamacpp:*` metrics (`/metrics`, when it runs with `--metrics`;
 //!   re-exported by [`crate::telemetry::reexport`]) and its model list
 //!   (`/v1/models`, else llama-server's router-mode `/models`), each read
-//!   bounded by [`INFO_TIMEOUT`]. It reads the model list at once when the
+//!   bounded by `INFO_TIMEOUT` (3 s). It reads the model list at once when the
 //!   member turns healthy. A mark that went backwards (see
-//!   [`crate::llamacpp::slots::Marks`]) means the member restarted: the
+//!   [`crate::llama::slots::Marks`]) means the member restarted: the
 //!   router forgets its prefixes. A failed check alone does not.
 //!
-//! Every request goes through [`super::probe`], the proxy's own HTTP/1
+//! Every request goes through `probe`, the proxy's own HTTP/1
 //! client. Never on a request's path: a slow DNS server or a dead upstream
 //! never holds a request up.
 
@@ -32,9 +32,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
-use super::fleet::{Fleet, Transition};
 use super::probe::{self, ProbeError};
-use crate::llamacpp::{self, slots};
+use super::{Fleet, Transition};
+use crate::llama::{server_metrics, slots};
 use crate::telemetry::models::parse_model_list;
 use crate::telemetry::Telemetry;
 
@@ -223,11 +223,15 @@ impl Watched {
             }
             if serves_metrics || models_due {
                 let families = match self.get(target, "/metrics").await {
-                    Some((200, body)) => Some(llamacpp::parse(&body)),
+                    Some((200, body)) => Some(server_metrics::parse(&body)),
                     _ => None,
                 };
                 serves_metrics = families.is_some();
-                let value = |name| families.as_deref().and_then(|f| llamacpp::value(f, name));
+                let value = |name| {
+                    families
+                        .as_deref()
+                        .and_then(|f| server_metrics::value(f, name))
+                };
                 m.set_deferred(value("llamacpp:requests_deferred").map(|v| v.min(1e9) as u32));
                 marks.decodes = value("llamacpp:n_decode_total").map(|v| v.min(1e18) as u64);
                 match families {
@@ -282,7 +286,7 @@ impl Watched {
         self.telemetry.publish_models(&served);
     }
 
-    /// `GET {base}{path}` on the member, bounded by [`INFO_TIMEOUT`].
+    /// `GET {base}{path}` on the member, bounded by `INFO_TIMEOUT` (3 s).
     async fn get(&self, target: SocketAddr, path: &str) -> Option<(u16, Vec<u8>)> {
         let m = self.fleet.member(self.i)?;
         let path = format!("{}{path}", m.upstream.base_path);

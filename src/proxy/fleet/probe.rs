@@ -1,6 +1,6 @@
 //! One GET to an upstream for llamatap's own checks (`/health`, `/slots`,
 //! `/metrics`, the model list), on the same HTTP/1 client the streaming
-//! routes use ([`super::upstream`]): the same head parser, the same
+//! routes use ([`super::super::client`]): the same head parser, the same
 //! `Content-Length` / chunked / close framing, the same limits.
 //!
 //! Every call is bounded as a whole by its timeout (connect, write, head and
@@ -13,7 +13,7 @@ use std::time::Duration;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 
-use super::upstream::Upstream;
+use super::super::client::Exchange;
 
 /// Largest body read from a check.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -61,7 +61,7 @@ async fn exchange(addr: SocketAddr, host: &str, path: &str) -> Result<(u16, Vec<
         })?;
     let _ = tcp.set_nodelay(true);
     let stream: Stream = Box::new(L4Stream::from(tcp));
-    let mut up = Upstream::new(stream);
+    let mut up = Exchange::new(stream);
     let head = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nUser-Agent: llamatap\r\n\r\n"
     );

@@ -1,4 +1,4 @@
-//! The fleet part of the configuration: which llama-servers llamatap sends to
+//! The upstreams part of the configuration: which llama-servers llamatap sends to
 //! (`upstream`, `[[upstreams]]`, repeated `--upstream`) and how it picks one
 //! of them (`[routing]`, `--routing-policy`).
 //!
@@ -8,7 +8,7 @@
 
 use serde::Deserialize;
 
-use super::{invalid, parse_upstream, ConfigError, Upstream, DEFAULT_UPSTREAM};
+use super::{invalid, parse_upstream, ConfigError, UpstreamConfig, DEFAULT_UPSTREAM};
 use crate::router::Policy;
 
 /// Most upstreams one llamatap fronts: each name is a metric label value.
@@ -55,7 +55,7 @@ pub fn upstreams(
     flags: &[String],
     single: Option<&str>,
     list: Option<&[RawUpstream]>,
-) -> Result<Vec<Upstream>, ConfigError> {
+) -> Result<Vec<UpstreamConfig>, ConfigError> {
     let entries: Vec<(String, Option<String>, Option<u32>)> = if !flags.is_empty() {
         flags.iter().map(|u| (u.clone(), None, None)).collect()
     } else {
@@ -89,7 +89,7 @@ pub fn upstreams(
     } else {
         "upstream"
     };
-    let mut out: Vec<Upstream> = Vec::with_capacity(entries.len());
+    let mut out: Vec<UpstreamConfig> = Vec::with_capacity(entries.len());
     for (url, name, weight) in entries {
         let mut u = parse_upstream(url.trim()).map_err(|e| match e {
             ConfigError::Invalid { message, .. } => ConfigError::Invalid { key, message },

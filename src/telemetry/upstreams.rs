@@ -60,7 +60,7 @@ fn ttft_histogram() -> TracedHistogram {
 
 /// The fleet's metric families.
 #[derive(Clone)]
-pub struct FleetMetrics {
+pub struct UpstreamMetrics {
     /// `llamatap_upstream_up{upstream}`.
     pub up: Family<UpstreamLabels, Gauge>,
     /// `llamatap_upstream_inflight_requests{upstream}`.
@@ -79,11 +79,11 @@ pub struct FleetMetrics {
     pub predicted_tokens: Family<UpstreamLabels, Counter>,
 }
 
-impl FleetMetrics {
+impl UpstreamMetrics {
     /// Creates the families and registers them in `registry` (counters
     /// without `_total`: the encoders add it).
-    pub fn register(r: &mut Registry) -> FleetMetrics {
-        let m = FleetMetrics {
+    pub fn register(r: &mut Registry) -> UpstreamMetrics {
+        let m = UpstreamMetrics {
             up: Family::default(),
             inflight: Family::default(),
             requests: Family::default(),

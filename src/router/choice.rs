@@ -70,7 +70,7 @@ impl Default for RouteConfig {
 
 /// An upstream's routing state.
 #[derive(Debug)]
-pub(super) struct Upstream {
+pub(super) struct UpstreamState {
     /// Rendezvous identity ([`upstream_id`] of its name).
     pub id: u64,
     /// Chains sent to it.
@@ -83,7 +83,7 @@ pub(super) struct Upstream {
 #[derive(Debug)]
 pub struct Router {
     config: RouteConfig,
-    pub(super) upstreams: Vec<Upstream>,
+    pub(super) upstreams: Vec<UpstreamState>,
     /// Rotation for `round_robin` and for ties without a key.
     turn: usize,
     /// Prompt tokens over text bytes observed, fleet-wide (token estimates).
@@ -98,7 +98,7 @@ impl Router {
     pub fn new<S: AsRef<str>>(names: &[S], config: RouteConfig) -> Self {
         let upstreams = names
             .iter()
-            .map(|name| Upstream {
+            .map(|name| UpstreamState {
                 id: upstream_id(name.as_ref()),
                 index: PrefixIndex::new(config.index_capacity),
                 accuracy: Accuracy::default(),

@@ -1,11 +1,11 @@
-//! The proxy's side of fleet routing: what the hooks do before and after the
-//! router's pure decision.
+//! The fleet's steps in the proxy hooks: what the hooks do before and after
+//! the router's pure decision ([`crate::router`]).
 //!
 //! - [`prepare`] (in `request_filter`, several upstreams only): reads the
 //!   request body before an upstream is chosen, when Pingora can replay it
 //!   (see below), for the model and the prompt's prefix chain; answers
-//!   `GET /v1/models` with the fleet's models; refuses a model no upstream
-//!   serves.
+//!   `GET /v1/models` with the models servable now; refuses a model no
+//!   upstream serves (404) or none healthy serves now (503).
 //! - [`choose`] (in `upstream_peer`, every attempt): asks the fleet,
 //!   excluding upstreams that already failed this request.
 //! - [`finish`] (in `logging`): releases the upstream's load, teaches the
@@ -26,10 +26,10 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 
-use super::context::RequestCtx;
-use super::errors;
-use super::fleet::{Fleet, NoRoute};
+use super::super::context::RequestCtx;
+use super::super::errors;
 use super::watch::HEALTH_INTERVAL;
+use super::{Fleet, NoRoute};
 use crate::config::Config;
 use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
 use crate::request;

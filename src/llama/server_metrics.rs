@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 
-pub mod slots;
 #[cfg(test)]
+#[path = "server_metrics_tests.rs"]
 mod tests;
 
 /// The prefix of the families kept.

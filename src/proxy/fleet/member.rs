@@ -1,0 +1,182 @@
+//! One member of the fleet: a configured llama-server with what llamatap
+//! knows of it now (address, health and why, ejection, load, slots, queue,
+//! models, the marks of its process's life). Plain state behind atomics and
+//! locks; the watcher writes it, the hooks read it, nothing here does I/O.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+
+use crate::config::UpstreamConfig;
+use crate::llama::slots::Marks;
+
+/// What the health checks last found of a member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Not checked yet.
+    Unknown,
+    /// `/health` answered 200.
+    Up,
+    /// Not usable, and why (`connection refused`, `loading model (503)`, ...).
+    Down(String),
+}
+
+/// A change of a member's health, for the watcher to log once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// It passes its checks again (or for the first time).
+    Up,
+    /// It stopped passing them (or failed the first one), and why.
+    Down(String),
+}
+
+/// One llama-server of the fleet.
+#[derive(Debug)]
+pub struct Member {
+    /// As configured.
+    pub upstream: UpstreamConfig,
+    pub(super) resolved: RwLock<Option<SocketAddr>>,
+    pub(super) healthy: AtomicBool,
+    pub(super) health: Mutex<Health>,
+    /// Milliseconds since the fleet's start until which the member is ejected.
+    pub(super) ejected_until_ms: AtomicU64,
+    pub(super) consecutive_failures: AtomicU32,
+    pub(super) in_flight: AtomicU32,
+    /// Idle slots from `/slots`, `u32::MAX` when unknown.
+    pub(super) idle_slots: AtomicU32,
+    /// Its own queue (`llamacpp:requests_deferred`), `u32::MAX` when unknown.
+    pub(super) deferred: AtomicU32,
+    /// Marks of its process's life, as last read.
+    pub(super) marks: Mutex<Marks>,
+    pub(super) models: RwLock<Vec<String>>,
+}
+
+impl Member {
+    pub(super) fn new(upstream: UpstreamConfig) -> Self {
+        Member {
+            upstream,
+            resolved: RwLock::new(None),
+            healthy: AtomicBool::new(false),
+            health: Mutex::new(Health::Unknown),
+            ejected_until_ms: AtomicU64::new(0),
+            consecutive_failures: AtomicU32::new(0),
+            in_flight: AtomicU32::new(0),
+            idle_slots: AtomicU32::new(u32::MAX),
+            deferred: AtomicU32::new(u32::MAX),
+            marks: Mutex::new(Marks::default()),
+            models: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// The address to connect to, once resolved.
+    pub fn address(&self) -> Option<SocketAddr> {
+        self.resolved.read().ok().and_then(|g| *g)
+    }
+
+    /// Records a resolved address (the watcher's job).
+    pub fn set_address(&self, a: SocketAddr) {
+        if let Ok(mut g) = self.resolved.write() {
+            *g = Some(a);
+        }
+    }
+
+    /// The last `/health` check passed.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// What the last check found.
+    pub fn health(&self) -> Health {
+        self.health
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or(Health::Unknown)
+    }
+
+    /// Records a check's result (`Err`: why it failed); the transition when
+    /// its state changed, so that each change is logged once. A failed first
+    /// check is a transition too (down from the start).
+    pub fn set_health(&self, result: Result<(), String>) -> Option<Transition> {
+        let up = result.is_ok();
+        self.healthy.store(up, Ordering::Relaxed);
+        if up {
+            // An active check that passes ends a passive ejection: the
+            // upstream rejoins within one check interval of recovering.
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+            self.ejected_until_ms.store(0, Ordering::Relaxed);
+        }
+        let mut g = self.health.lock().ok()?;
+        let (now, transition) = match result {
+            Ok(()) => (Health::Up, Transition::Up),
+            Err(why) => (Health::Down(why.clone()), Transition::Down(why)),
+        };
+        let changed = std::mem::discriminant(&*g) != std::mem::discriminant(&now);
+        *g = now;
+        changed.then_some(transition)
+    }
+
+    /// Its last check failed (not merely: it was not checked yet).
+    pub(super) fn checked_down(&self) -> bool {
+        matches!(self.health(), Health::Down(_))
+    }
+
+    /// Why it is not ready, in a few words (`ready` when it is).
+    pub fn not_ready_reason(&self) -> String {
+        match self.health() {
+            Health::Unknown => "not checked yet".to_string(),
+            Health::Down(why) => why,
+            Health::Up if self.models().is_empty() => "model list not read yet".to_string(),
+            Health::Up => "ready".to_string(),
+        }
+    }
+
+    /// Records its queue (`llamacpp:requests_deferred`; `None`: unknown).
+    pub fn set_deferred(&self, deferred: Option<u32>) {
+        self.deferred
+            .store(deferred.unwrap_or(u32::MAX), Ordering::Relaxed);
+    }
+
+    /// Records the marks just read; the evidence when they show that another
+    /// process answers now (see [`Marks::restart_evidence`]).
+    pub fn note_marks(&self, newer: &Marks) -> Option<&'static str> {
+        let mut g = self.marks.lock().ok()?;
+        let evidence = g.restart_evidence(newer);
+        *g = if evidence.is_some() {
+            *newer
+        } else {
+            g.merge(newer)
+        };
+        evidence
+    }
+
+    /// Requests in flight to it now.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Records idle slots read from `/slots` (`None`: unknown).
+    pub fn set_idle_slots(&self, idle: Option<u32>) {
+        self.idle_slots
+            .store(idle.unwrap_or(u32::MAX), Ordering::Relaxed);
+    }
+
+    /// The model names it reports.
+    pub fn models(&self) -> Vec<String> {
+        self.models.read().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Replaces its model names (through [`Fleet::set_models`], which keeps
+    /// the fleet's list in step).
+    pub(super) fn set_models(&self, names: Vec<String>) {
+        if let Ok(mut g) = self.models.write() {
+            *g = names;
+        }
+    }
+
+    pub(super) fn serves(&self, model: &str) -> bool {
+        self.models
+            .read()
+            .map(|g| g.iter().any(|m| m == model))
+            .unwrap_or(false)
+    }
+}

@@ -1,0 +1,79 @@
+//! Judging an attempt or a finished request: whether an answer shows the
+//! upstream unwell (passive ejection), whether a failed attempt provably
+//! never reached llama-server (a retry is safe), and the request's outcome
+//! and error type for telemetry.
+//!
+//! Decisions only; the hooks act on them.
+
+use pingora::proxy::Session;
+use pingora::{Error, ErrorType};
+
+use super::context::RequestCtx;
+use super::errors;
+use crate::record::Outcome;
+use crate::request::Route;
+
+/// Whether an answer shows the upstream itself unwell, so that it is
+/// ejected for a while. llama-server answers many client mistakes with a
+/// 5xx (501 for a feature it runs without: `/metrics` without `--metrics`,
+/// embeddings, `/infill`; 500 for a prompt missing or an image it cannot
+/// read), so a 500 or 501 never ejects. Its 503 means it is loading a model
+/// (and, on `/slots?fail_on_no_slot`, that no slot is free): only a route
+/// that does work counts it. 502 and 504 come from a proxy in front of it.
+pub fn unwell_answer(status: u16, route: Route) -> bool {
+    matches!(status, 502..=504) && route.operation_name().is_some()
+}
+
+/// Whether a failed attempt left llama-server without a whole request, so
+/// that it cannot have started it. Pingora counts the body bytes it wrote on
+/// the attempt; none were written, and either the request has a body (the
+/// head alone is an incomplete request: llama-server reads the whole body
+/// before it runs anything) or the failure was a write (a bodiless request's
+/// only write is its head, so the head itself did not go out).
+pub fn unsent(session: &mut Session, etype: &ErrorType) -> bool {
+    session.upstream_body_bytes_sent() == Some(0)
+        && (!session.as_mut().is_body_empty() || *etype == ErrorType::WriteError)
+}
+
+/// Decides the outcome of a finished request.
+pub fn outcome(
+    e: Option<&Error>,
+    ctx: &mut RequestCtx,
+) -> (Outcome, Option<(&'static str, String)>) {
+    if e.is_none() {
+        if let Some((o, code, msg)) = ctx.failure.take() {
+            return (o, Some((code, msg)));
+        }
+    }
+    if let Some(e) = e {
+        let (o, code, msg) = ctx.failure.take().unwrap_or_else(|| {
+            let f = errors::classify(e);
+            (f.outcome, f.code, errors::message(&f, e))
+        });
+        return (o, Some((code, msg)));
+    }
+    let facts = ctx
+        .stream_facts
+        .as_deref()
+        .or_else(|| ctx.observer.as_ref().map(|o| o.facts()));
+    let in_band = facts.and_then(|f| f.error.clone());
+    let truncated = facts.is_some_and(|f| f.truncated());
+    match ctx.status {
+        Some(s) if s >= 500 => (
+            Outcome::UpstreamError,
+            Some(("http_5xx", format!("upstream answered {s}"))),
+        ),
+        Some(s) if s >= 400 => (Outcome::ClientError, None),
+        _ => match (in_band, ctx.format()) {
+            (Some(m), _) => (Outcome::UpstreamError, Some(("upstream_error_event", m))),
+            (None, Some(format)) if truncated => (
+                Outcome::UpstreamError,
+                Some((
+                    "upstream_truncated",
+                    format!("the event stream ended without {}", format.terminal_event()),
+                )),
+            ),
+            (None, _) => (Outcome::Ok, None),
+        },
+    }
+}

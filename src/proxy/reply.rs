@@ -1,0 +1,61 @@
+//! llamatap's own error answers (refusals and proxy failures alike), in the
+//! OpenAI shape, with `traceresponse` when tracing is on. Sends them; decides
+//! nothing.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use super::context::RequestCtx;
+use super::errors;
+use super::guard;
+use crate::record::Outcome;
+use crate::telemetry::spans::Tracing;
+
+/// Answers a refused request with an OpenAI-shaped error; the upstream never sees it.
+pub async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refusal) {
+    ctx.ended = Some(Instant::now());
+    ctx.failure = Some((Outcome::Rejected, r.code, r.message.to_string()));
+    let reply = ErrorReply {
+        status: r.status,
+        kind: r.kind,
+        code: r.code,
+        message: r.message,
+    };
+    write_error(session, ctx, reply).await;
+}
+
+/// An error answered by llamatap itself.
+pub struct ErrorReply<'a> {
+    /// HTTP status.
+    pub status: u16,
+    /// The JSON body's `type`.
+    pub kind: &'a str,
+    /// The JSON body's `code` (and `error.type`).
+    pub code: &'a str,
+    /// The message.
+    pub message: &'a str,
+}
+
+/// The one writer of llamatap's own error responses (refusals and proxy
+/// failures alike): the OpenAI-shaped JSON body, `traceresponse` when tracing
+/// is on, and `WWW-Authenticate` on a 401.
+pub async fn write_error(session: &mut Session, ctx: &mut RequestCtx, reply: ErrorReply<'_>) {
+    let body = errors::json_body(reply.message, reply.kind, reply.code);
+    let Ok(mut resp) = ResponseHeader::build(reply.status, Some(4)) else {
+        return;
+    };
+    let _ = resp.insert_header("Content-Type", "application/json");
+    let _ = resp.insert_header("Content-Length", body.len().to_string());
+    if reply.status == 401 {
+        let _ = resp.insert_header("WWW-Authenticate", "Bearer");
+    }
+    if let Some(span) = &ctx.span {
+        let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
+    }
+    ctx.status = Some(reply.status);
+    let ds = session.as_downstream_mut();
+    let _ = ds.write_error_response(resp, Bytes::from(body)).await;
+}
