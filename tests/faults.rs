@@ -95,6 +95,23 @@ fn llama_server_killed_and_restarted_mid_load() {
     )
     .unwrap()
     .0 == 503));
+    // The two cut streams and the 502, counted now: once the upstream
+    // serves another model, the old name's series are removed.
+    let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
+        metric_sum(
+            m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""],
+        ) >= 3.0
+    });
+    assert!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["outcome=\"upstream_error\""]
+        ) >= 3.0,
+        "{m}"
+    );
     // Back on the same port: new requests succeed, /readyz recovers.
     let llama = LlamaServer::start_on_port("tiny", &["-np", "1"], port);
     assert!(wait_until(Duration::from_secs(30), || http::get(
@@ -109,14 +126,6 @@ fn llama_server_killed_and_restarted_mid_load() {
     let m = proxy.wait_metrics(Duration::from_secs(30), |m| {
         metric_sum(m, "llamatap_inflight_streams", &[]) == 0.0
     });
-    assert!(
-        metric_sum(
-            &m,
-            "llamatap_requests_total",
-            &["outcome=\"upstream_error\""]
-        ) >= 3.0,
-        "{m}"
-    );
     assert_eq!(metric_sum(&m, "llamatap_inflight_streams", &[]), 0.0);
     drop(llama);
 }
