@@ -15,6 +15,7 @@
 //! - [`access`]: the access log's JSON line.
 //! - [`framing`]: HTTP/1 response body framing and the chunked decoder.
 //! - [`llamacpp`]: llama-server's own `llamacpp:*` metrics, parsed and bounded.
+//! - [`tenant`]: tenants (named keys) and the per-minute limit arithmetic.
 //! - [`route`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
 //!
@@ -38,4 +39,5 @@ pub mod server;
 pub mod shutdown;
 pub mod sse;
 pub mod telemetry;
+pub mod tenant;
 pub mod tracecontext;
