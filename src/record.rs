@@ -205,6 +205,9 @@ pub struct RequestRecord {
     /// request never reached the routing step (refused, or answered by
     /// llamatap itself).
     pub upstream: Option<UpstreamFacts>,
+    /// The tenant's name (a configured name); `None`: the shared
+    /// [`crate::tenant::ANONYMOUS`].
+    pub tenant: Option<std::sync::Arc<str>>,
 }
 
 /// The routing of one request: the upstream it went to and why.
@@ -290,6 +293,11 @@ impl RequestRecord {
             return None;
         }
         Some((last - first) / u32::try_from(n - 1).unwrap_or(u32::MAX))
+    }
+
+    /// The tenant label: a configured name or [`crate::tenant::ANONYMOUS`].
+    pub fn tenant(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(crate::tenant::ANONYMOUS)
     }
 
     /// The model to label with: the upstream's, else the request's.

@@ -17,6 +17,7 @@ pub mod recent;
 pub mod reexport;
 pub mod semconv;
 pub mod spans;
+pub mod tenant;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -69,6 +70,7 @@ impl Telemetry {
         let metrics = Metrics::new();
         let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
         metrics.fleet.seed_upstreams(&names);
+        metrics.tenants.seed(&cfg.tenants.label_values());
         let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
         let access = match &cfg.telemetry.access_log {
             Some(target) => Some(

@@ -15,6 +15,8 @@ pub mod guard;
 mod probe;
 mod routing;
 mod spare;
+pub mod store;
+pub mod tenant;
 mod upstream;
 pub mod watch;
 
@@ -48,6 +50,8 @@ pub struct LlamaProxy {
     /// The direct path's connector ([`forward`]; never pooled), with a
     /// connected, never-used connection per upstream.
     spares: Arc<spare::Spares>,
+    /// Tenant limits: per-tenant counts and the optional shared store.
+    limiter: Arc<tenant::Limiter>,
 }
 
 impl LlamaProxy {
@@ -57,11 +61,13 @@ impl LlamaProxy {
             fleet.members().len(),
             config.pool_idle_timeout,
         ));
+        let limiter = Arc::new(tenant::Limiter::new(&config));
         LlamaProxy {
             config,
             telemetry,
             fleet,
             spares,
+            limiter,
         }
     }
 
@@ -143,8 +149,16 @@ impl ProxyHttp for LlamaProxy {
         // The steps before forwarding are boxed, so that the hook's own
         // future, which a held stream keeps, is the size of the forwarding
         // loop, not of the largest step.
-        if let Some(r) = guard::check(req, ctx.route, &self.config) {
-            Box::pin(refuse(session, ctx, r)).await;
+        match guard::check(req, ctx.route, &self.config) {
+            Ok(id) => ctx.tenant = id,
+            Err(r) => {
+                Box::pin(refuse(session, ctx, r)).await;
+                return Ok(true);
+            }
+        }
+        if !guard::public(ctx.route, &req.method)
+            && Box::pin(tenant::admit(session, ctx, &self.limiter, &self.telemetry)).await
+        {
             return Ok(true);
         }
         if self.fleet.is_fleet()
@@ -243,7 +257,7 @@ impl ProxyHttp for LlamaProxy {
         }
         if let Some(key) = &self.config.upstream_api_key {
             upstream_request.insert_header("Authorization", format!("Bearer {}", key.expose()))?;
-        } else if !self.config.api_keys.is_empty() {
+        } else if self.config.tenants.auth_required() {
             // The client's key is llamatap's, not llama-server's.
             upstream_request.remove_header("Authorization");
         }
@@ -348,6 +362,9 @@ impl ProxyHttp for LlamaProxy {
         }
         if let Some(span) = &ctx.span {
             resp.insert_header("traceresponse", Tracing::traceresponse(span))?;
+        }
+        for (name, value) in crate::tenant::window::quota_headers(&ctx.quota) {
+            resp.insert_header(name, value)?;
         }
         Ok(())
     }
@@ -486,6 +503,7 @@ impl ProxyHttp for LlamaProxy {
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
         rec.upstream = routing::finish(&self.fleet, ctx, &rec);
+        tenant::finish(&self.limiter, ctx, &mut rec);
         if e.is_none() && rec.outcome == Outcome::UpstreamError {
             // Pingora logged nothing (the HTTP exchange itself went well):
             // an upstream 5xx, an error event in the stream, a cut stream.
@@ -539,7 +557,7 @@ async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refusal) 
 }
 
 /// An error answered by llamatap itself.
-struct ErrorReply<'a> {
+pub(crate) struct ErrorReply<'a> {
     status: u16,
     kind: &'a str,
     code: &'a str,
@@ -550,6 +568,16 @@ struct ErrorReply<'a> {
 /// failures alike): the OpenAI-shaped JSON body, `traceresponse` when tracing
 /// is on, and `WWW-Authenticate` on a 401.
 async fn write_error(session: &mut Session, ctx: &mut RequestCtx, reply: ErrorReply<'_>) {
+    write_error_with(session, ctx, reply, &[]).await;
+}
+
+/// [`write_error`] with extra headers (a 429's `retry-after` and kin).
+pub(crate) async fn write_error_with(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    reply: ErrorReply<'_>,
+    extra: &[(&'static str, String)],
+) {
     let body = errors::json_body(reply.message, reply.kind, reply.code);
     let Ok(mut resp) = ResponseHeader::build(reply.status, Some(4)) else {
         return;
@@ -558,6 +586,9 @@ async fn write_error(session: &mut Session, ctx: &mut RequestCtx, reply: ErrorRe
     let _ = resp.insert_header("Content-Length", body.len().to_string());
     if reply.status == 401 {
         let _ = resp.insert_header("WWW-Authenticate", "Bearer");
+    }
+    for (name, value) in extra {
+        let _ = resp.insert_header(*name, value.as_str());
     }
     if let Some(span) = &ctx.span {
         let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));

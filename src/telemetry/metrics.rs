@@ -188,6 +188,8 @@ pub struct Metrics {
     pub upstream_models: Family<ModelLabels, Gauge>,
     /// `llamatap_build_info{version}`.
     pub build_info: Family<VersionLabels, Gauge>,
+    /// Per-tenant families.
+    pub tenants: super::tenant::TenantMetrics,
 }
 
 impl Metrics {
@@ -268,6 +270,7 @@ impl Metrics {
             access_lines.clone(),
         );
         let fleet = super::fleet::FleetMetrics::register(&mut r);
+        let tenants = super::tenant::TenantMetrics::register(&mut r);
         let upstream_retries = Counter::default();
         r.register(
             "llamatap_upstream_retries",
@@ -308,6 +311,7 @@ impl Metrics {
             upstream_retries,
             upstream_models,
             build_info,
+            tenants,
         };
         m.build_info
             .get_or_create(&VersionLabels {
@@ -418,6 +422,7 @@ impl Metrics {
             self.skipped_events.inc_by(rec.skipped_events);
         }
         self.fleet.record(rec, exemplar);
+        self.tenants.record(rec);
     }
 
     /// Replaces the `llamatap_upstream_models` series and creates every
