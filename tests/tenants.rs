@@ -818,3 +818,104 @@ fn ten_thousand_random_bearer_tokens_add_no_series_and_bounded_memory() {
         "RSS grew from {rss_before} KiB to {rss_after} KiB"
     );
 }
+
+// === configuration ===
+
+/// `llamatap --check-config FILE`: success, and stderr.
+fn check_config(name: &str, toml: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let path = temp_config(name, toml);
+    let out = Command::new(env!("CARGO_BIN_EXE_llamatap"))
+        .args(["--check-config", path.to_str().unwrap()])
+        .env_remove("LLAMATAP_API_KEYS")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        assert_eq!(out.status.code(), Some(2));
+    }
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn check_config_reports_each_tenant_mistake_in_one_line_without_the_key() {
+    let two = |a: &str, b: &str| {
+        format!("[[auth.keys]]\nname = \"a\"\n{a}\n[[auth.keys]]\nname = \"b\"\n{b}\n")
+    };
+    for (name, toml, want) in [
+        (
+            "dup-key",
+            two(&format!("key = \"{ALICE}\""), &format!("key = \"{ALICE}\"")),
+            "tenants \"a\" and \"b\" have the same key",
+        ),
+        (
+            "dup-name",
+            two(&format!("key = \"{ALICE}\""), &format!("key = \"{BOB}\""))
+                .replace("name = \"b\"", "name = \"a\""),
+            "tenant name \"a\" is used twice",
+        ),
+        (
+            "missing-env",
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"LLAMATAP_TEST_NO_SUCH_KEY\"\n".to_string(),
+            "tenant \"a\": environment variable LLAMATAP_TEST_NO_SUCH_KEY is not set",
+        ),
+        (
+            "flat-dup",
+            format!("[auth]\napi_keys = [\"{ALICE}\"]\n[[auth.keys]]\nname = \"a\"\nkey = \"{ALICE}\"\n"),
+            "tenant \"a\" has the same key as an entry of auth.api_keys",
+        ),
+        (
+            "store-url",
+            "[auth.store]\nurl = \"http://127.0.0.1:6379\"\n".to_string(),
+            "auth.store.url",
+        ),
+    ] {
+        let (ok, err) = check_config(name, &toml, &[]);
+        assert!(!ok, "{name}: accepted");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(want), "{name}: {err}");
+        assert!(!err.contains(ALICE) && !err.contains(BOB), "{name}: {err}");
+    }
+}
+
+#[test]
+fn the_example_tenant_block_loads_once_uncommented() {
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/llamatap.example.toml"),
+    )
+    .unwrap();
+    let mut inside = false;
+    let uncommented: String = example
+        .lines()
+        .map(|l| {
+            if l == "# [[auth.keys]]" {
+                inside = true;
+            } else if !l.starts_with("# ") {
+                inside = false;
+            }
+            match l.strip_prefix("#") {
+                Some(rest) if inside => rest.trim_start().to_string(),
+                _ => l.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        uncommented.contains("\n[[auth.keys]]\nname = \"voice-app\""),
+        "{uncommented}"
+    );
+    let (ok, err) = check_config(
+        "example-tenants",
+        &uncommented,
+        &[("VOICE_APP_KEY", "voice-app-key-0001")],
+    );
+    assert!(ok, "{err}");
+    let (ok, err) = check_config("example-tenants-noenv", &uncommented, &[]);
+    assert!(!ok);
+    assert!(
+        err.contains("environment variable VOICE_APP_KEY is not set"),
+        "{err}"
+    );
+}
