@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::http;
 use common::llama::LlamaServer;
 use common::otlp;
-use common::proxy::{metric_series, rss_kib, Llamatap};
+use common::proxy::{metric_series, metric_value, rss_kib, Llamatap};
 use common::{free_port, temp_config, wait_until};
 
 const ALICE: &str = "alice-secret-key-7f3a9c";
@@ -696,6 +696,12 @@ fn two_replicas_share_one_token_limit_through_redis_and_follow_the_fallback() {
     }
     assert!(a.stderr().contains("on_error = allow"));
     assert!(b.stderr().contains("on_error = deny"));
+    for r in [&a, &b] {
+        assert_eq!(
+            metric_value(&r.metrics(), "llamatap_rate_limit_store_up"),
+            Some(0.0)
+        );
+    }
     let m = b.metrics();
     assert!(
         metric_series(
@@ -720,6 +726,70 @@ fn two_replicas_share_one_token_limit_through_redis_and_follow_the_fallback() {
     assert!(wait_until(Duration::from_secs(5), || b
         .stderr()
         .contains("rate-limit store reachable again")));
+    assert_eq!(
+        metric_value(&b.metrics(), "llamatap_rate_limit_store_up"),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_silent_store_costs_a_request_at_most_its_timeout() {
+    // A "Redis" that accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            held.push(c);
+        }
+    });
+    let llama = LlamaServer::start("tiny", &[]);
+    let config = temp_config(
+        "tenants-silent-store",
+        &format!(
+            "[[auth.keys]]\nname = \"team\"\nkey = \"{ALICE}\"\nrequests_per_minute = 1000\n\
+             [auth.store]\nurl = \"redis://127.0.0.1:{port}\"\ntimeout_ms = 50\n"
+        ),
+    );
+    let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
+    let body = chat("Hi.", false, 2);
+    // Warm up llama-server and llamatap's upstream connection without a tenant limit.
+    let direct = || {
+        let t = std::time::Instant::now();
+        let (head, _) = post_as(&llama.addr(), ALICE, &body);
+        assert_eq!(head.status, 200);
+        t.elapsed()
+    };
+    let baseline = (0..3).map(|_| direct()).max().unwrap();
+    wait_for_window_with(10_000);
+    // Fail open: served, each waiting at most the 50 ms timeout (the first)
+    // or nothing (the others: the store is left alone for a second).
+    for i in 0..5 {
+        let t = std::time::Instant::now();
+        let (head, b) = post_as(&proxy.addr(), ALICE, &body);
+        let took = t.elapsed();
+        assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&b));
+        assert!(
+            took < baseline + Duration::from_millis(50 + 200),
+            "request {i} took {took:?} (direct: {baseline:?})"
+        );
+        // Counted on this replica's own window instead.
+        assert_eq!(
+            head.header("x-ratelimit-remaining-requests"),
+            Some((999 - i).to_string().as_str())
+        );
+    }
+    let err = proxy.stderr();
+    assert_eq!(
+        err.matches("rate-limit store unreachable (no answer within 50ms)")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        metric_value(&proxy.metrics(), "llamatap_rate_limit_store_up"),
+        Some(0.0)
+    );
 }
 
 // === strangers add nothing ===

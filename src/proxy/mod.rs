@@ -61,7 +61,10 @@ impl LlamaProxy {
             fleet.members().len(),
             config.pool_idle_timeout,
         ));
-        let limiter = Arc::new(tenant::Limiter::new(&config));
+        let limiter = Arc::new(tenant::Limiter::new(
+            &config,
+            telemetry.metrics.tenants.store_up.clone(),
+        ));
         LlamaProxy {
             config,
             telemetry,

@@ -64,16 +64,19 @@ pub struct Store {
     idle: Mutex<Vec<BufStream<TcpStream>>>,
     retry_at: Mutex<Option<Instant>>,
     up: AtomicBool,
+    gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Store {
     /// A client for `cfg`; nothing is connected until the first call.
-    pub fn new(cfg: StoreConfig) -> Self {
+    /// `gauge` is set to 1 or 0 with the state.
+    pub fn new(cfg: StoreConfig, gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
         Store {
             cfg,
             idle: Mutex::new(Vec::new()),
             retry_at: Mutex::new(None),
             up: AtomicBool::new(true),
+            gauge,
         }
     }
 
@@ -153,6 +156,7 @@ impl Store {
         match &result {
             Ok(_) => {
                 if !self.up.swap(true, Ordering::Relaxed) {
+                    self.gauge.set(1);
                     tracing::info!(
                         store = self.cfg.address.as_str(),
                         "rate-limit store reachable again; limits are shared across replicas"
@@ -164,6 +168,7 @@ impl Store {
                     *r = Some(Instant::now() + RETRY_AFTER);
                 }
                 if self.up.swap(false, Ordering::Relaxed) {
+                    self.gauge.set(0);
                     let fallback = match self.cfg.on_error {
                         crate::config::OnError::Allow => {
                             "each replica now enforces the limits on its own (on_error = allow)"

@@ -67,14 +67,17 @@ fn now_ms() -> u64 {
 }
 
 impl Limiter {
-    /// Counters for `config`'s tenants.
-    pub fn new(config: &Config) -> Self {
+    /// Counters for `config`'s tenants; `store_up` follows the store's state.
+    pub fn new(config: &Config, store_up: prometheus_client::metrics::gauge::Gauge) -> Self {
         let n = config.tenants.list().len();
         Limiter {
             tenants: config.tenants.clone(),
             windows: (0..n).map(|_| Mutex::new(Window::default())).collect(),
             inflight: (0..n).map(|_| Arc::new(AtomicU32::new(0))).collect(),
-            store: config.store.clone().map(|s| Arc::new(Store::new(s))),
+            store: config
+                .store
+                .clone()
+                .map(|s| Arc::new(Store::new(s, store_up))),
         }
     }
 

@@ -11,6 +11,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::record::{Outcome, RequestRecord};
@@ -56,6 +57,9 @@ pub struct TenantMetrics {
     pub tokens: Family<TenantKind, Counter>,
     /// `llamatap_tenant_rate_limited_total{limit,tenant}`.
     pub rate_limited: Family<TenantLimit, Counter>,
+    /// `llamatap_rate_limit_store_up`: 1 while the shared store answers
+    /// (and when none is configured), 0 after a failed call.
+    pub store_up: Gauge,
 }
 
 impl TenantMetrics {
@@ -76,6 +80,12 @@ impl TenantMetrics {
             "llamatap_tenant_rate_limited",
             "Requests refused by a tenant limit: requests, tokens, concurrency, or store (the shared store failed with on_error = deny)",
             m.rate_limited.clone(),
+        );
+        m.store_up.set(1);
+        r.register(
+            "llamatap_rate_limit_store_up",
+            "1 while the shared rate-limit store (auth.store) answered its last call, or none is configured; 0 after a failed or slow call",
+            m.store_up.clone(),
         );
         m
     }
