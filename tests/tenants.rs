@@ -650,6 +650,7 @@ fn two_replicas_share_one_token_limit_through_redis_and_follow_the_fallback() {
         admitted >= TPM,
         "refused before the window was full: {admitted}"
     );
+    eprintln!("two replicas admitted {admitted} tokens against {TPM} (largest answer {largest})");
     // The shared count is what the clients received.
     let key = format!("llamatap:{{team}}:{window}:tok");
     assert!(
