@@ -426,7 +426,8 @@ fn no_key_appears_in_any_log_line_span_access_line_or_metric() {
             "--access-log",
             access.to_str().unwrap(),
         ],
-        &[("BOB_KEY", BOB)],
+        // Every log line llamatap and Pingora can write, at every level.
+        &[("BOB_KEY", BOB), ("RUST_LOG", "trace")],
     );
     let p = proxy.addr();
     let stranger = "stranger-key-0c9e1f7d";
@@ -470,6 +471,7 @@ fn no_key_appears_in_any_log_line_span_access_line_or_metric() {
     let metrics = proxy.metrics();
     let span_text = format!("{spans:?}");
     let stderr = proxy.stderr();
+    assert!(stderr.contains(" TRACE "), "not at trace level:\n{stderr}");
     for (what, text) in [
         ("stderr", &stderr),
         ("access log", &log),

@@ -46,9 +46,17 @@ pub fn init() {
         .event_format(Line);
     let _ = tracing_subscriber::registry()
         .with(filter)
+        .with(tracing_subscriber::filter::filter_fn(no_header_dump))
         .with(lines)
         .with(tracing_opentelemetry::layer())
         .try_init();
+}
+
+/// Leaves out the events that dump a whole request head (Pingora's proxy
+/// writes one at `trace`, `Authorization` included), so that no log level
+/// puts a client's key in a line.
+fn no_header_dump(meta: &tracing::Metadata<'_>) -> bool {
+    !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("pingora_proxy"))
 }
 
 /// The `request` span of a traced request, bridged to its SERVER span.
