@@ -782,6 +782,21 @@ fn a_silent_store_costs_a_request_at_most_its_timeout() {
             Some((999 - i).to_string().as_str())
         );
     }
+    // Routes that cannot stream take Pingora's own path: the same headers.
+    let auth = format!("Bearer {ALICE}");
+    let mut r = http::send(
+        &proxy.addr(),
+        "POST",
+        "/tokenize",
+        &[("Authorization", &auth), ("Connection", "close")],
+        br#"{"content":"hello"}"#,
+    )
+    .unwrap();
+    let _ = r.read_all().unwrap();
+    assert_eq!(r.head.status, 200);
+    assert_eq!(r.head.header("x-ratelimit-limit-requests"), Some("1000"));
+    assert_eq!(r.head.header("x-ratelimit-remaining-requests"), Some("994"));
+    assert!(r.head.header("x-ratelimit-reset-requests").is_some());
     let err = proxy.stderr();
     assert_eq!(
         err.matches("rate-limit store unreachable (no answer within 50ms)")

@@ -272,3 +272,6 @@ pub fn finish(limiter: &Limiter, ctx: &mut RequestCtx, rec: &mut RequestRecord) 
     drop(ctx.tenant_slot.take());
     limiter.charge(ctx.tenant, rec);
 }
+
+#[cfg(test)]
+mod tests;
