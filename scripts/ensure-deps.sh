@@ -6,6 +6,8 @@
 #   LLAMATAP_TINY_MODEL=/root/.cache/llamatap/models/tiny.gguf
 #   LLAMATAP_SLOW_MODEL=/root/.cache/llamatap/models/slow.gguf
 #   LLAMATAP_MEDIUM_MODEL=/root/.cache/llamatap/models/medium.gguf
+#   LLAMATAP_PYTHON=/root/.cache/llamatap/venv/bin/python   (with `openai`)
+#   LLAMATAP_REDIS_SERVER=/usr/bin/redis-server
 #
 # Progress goes to stderr, a few lines per step: the output of apt-get and of
 # the llama-server build goes to log files in the cache directory
@@ -14,8 +16,9 @@
 #
 #   scripts/ensure-deps.sh            # everything the tests need
 #   scripts/ensure-deps.sh --minimal  # build tools, llama-server, tiny model
-#                                     # (no nginx/prometheus/chromium, no slow
-#                                     # or medium model)
+#                                     # (no nginx/prometheus/chromium/redis,
+#                                     # no openai package, no slow or medium
+#                                     # model)
 #
 # The first full run downloads a few hundred MB of Debian packages, builds
 # llama-server (about 10 minutes on 2 cores) and writes about 720 MB of models.
@@ -42,7 +45,7 @@ log() { echo "ensure-deps: $*" >&2; }
 # --- Debian packages -------------------------------------------------------
 packages=(cmake build-essential pkg-config python3-venv curl)
 if [ "$minimal" = 0 ]; then
-  packages+=(nginx-light prometheus chromium)
+  packages+=(nginx-light prometheus chromium redis-server)
 fi
 
 missing=()
@@ -72,7 +75,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# nginx and prometheus are started by the tests themselves, as needed, with
+# nginx, prometheus and redis-server are started by the tests themselves, as needed, with
 # their own configs; the packages' system services are not needed. (Nothing is
 # stopped here: on a developer machine they may be in use.)
 
@@ -93,6 +96,14 @@ fi
 bin="$("$ROOT/scripts/install-llama-server.sh" 9>&-)"
 python="$CACHE/venv/bin/python"
 
+# The official OpenAI Python SDK, for the tests that check what its retries
+# make of llamatap's 429s (tests/tenants.rs).
+if [ "$minimal" = 0 ] && ! "$python" -c 'import openai' 2>/dev/null; then
+  RUN_LOGGED_PREFIX=ensure-deps run_logged "$CACHE/ensure-deps-pip.log" \
+    "installing the openai package into the venv" \
+    "$python" -m pip install --disable-pip-version-check -q 'openai>=1.50' 9>&-
+fi
+
 models=(tiny slow medium)
 if [ "$minimal" = 1 ]; then
   models=(tiny)
@@ -104,4 +115,6 @@ echo "LLAMATAP_TINY_MODEL=$CACHE/models/tiny.gguf"
 if [ "$minimal" = 0 ]; then
   echo "LLAMATAP_SLOW_MODEL=$CACHE/models/slow.gguf"
   echo "LLAMATAP_MEDIUM_MODEL=$CACHE/models/medium.gguf"
+  echo "LLAMATAP_PYTHON=$python"
+  echo "LLAMATAP_REDIS_SERVER=$(command -v redis-server || echo /usr/bin/redis-server)"
 fi

@@ -7,7 +7,8 @@
 #   scripts/test.sh -- some_filter   # extra arguments go to `cargo test`
 #
 # LLAMATAP_LLAMA_SERVER / LLAMATAP_TINY_MODEL / LLAMATAP_SLOW_MODEL /
-# LLAMATAP_MEDIUM_MODEL, if set, override what ensure-deps.sh reports.
+# LLAMATAP_MEDIUM_MODEL / LLAMATAP_PYTHON (the venv's python, with `openai`) /
+# LLAMATAP_REDIS_SERVER, if set, override what ensure-deps.sh reports.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +24,7 @@ step "scripts/ensure-deps.sh"
 deps="$(scripts/ensure-deps.sh)"
 while IFS='=' read -r key value; do
   case "$key" in
-    LLAMATAP_LLAMA_SERVER|LLAMATAP_TINY_MODEL|LLAMATAP_SLOW_MODEL|LLAMATAP_MEDIUM_MODEL)
+    LLAMATAP_LLAMA_SERVER|LLAMATAP_TINY_MODEL|LLAMATAP_SLOW_MODEL|LLAMATAP_MEDIUM_MODEL|LLAMATAP_PYTHON|LLAMATAP_REDIS_SERVER)
       # A value already in the environment wins (e.g. another llama-server build).
       export "$key=${!key:-$value}"
       echo "    $key=${!key}" >&2
@@ -31,7 +32,7 @@ while IFS='=' read -r key value; do
   esac
 done <<<"$deps"
 
-for var in LLAMATAP_LLAMA_SERVER LLAMATAP_TINY_MODEL LLAMATAP_SLOW_MODEL LLAMATAP_MEDIUM_MODEL; do
+for var in LLAMATAP_LLAMA_SERVER LLAMATAP_TINY_MODEL LLAMATAP_SLOW_MODEL LLAMATAP_MEDIUM_MODEL LLAMATAP_PYTHON LLAMATAP_REDIS_SERVER; do
   if [ -z "${!var:-}" ]; then
     echo "test.sh: ensure-deps.sh did not report $var" >&2
     exit 1

@@ -6,7 +6,7 @@
 //! [`crate::telemetry::access_log`]). A line holds no prompt or completion text,
 //! never a header, and only strings with a bound: the path is
 //! [`RequestRecord::bound`]'s (1,024 bytes), the method 256 bytes, the model
-//! is the bounded metric label, the upstream a configured name, and the
+//! is the bounded metric label, the upstream and the tenant configured names, and the
 //! rest are fixed labels, numbers and hex ids.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -40,6 +40,7 @@ struct Line<'a> {
     outcome: &'static str,
     error_type: Option<&'static str>,
     upstream: Option<&'a str>,
+    tenant: &'a str,
     ttft_ms: Option<f64>,
     first_sentence_ms: Option<f64>,
     e2e_ms: f64,
@@ -64,6 +65,7 @@ pub fn line(rec: &RequestRecord, model: &str, ids: Option<&SpanIds>) -> String {
         outcome: rec.outcome.as_str(),
         error_type: rec.error_type,
         upstream: rec.upstream.as_ref().map(|u| u.name.as_str()),
+        tenant: rec.tenant(),
         ttft_ms: rec.first_token.map(ms),
         first_sentence_ms: rec.first_sentence.map(ms),
         e2e_ms: ms(rec.end),

@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod tenant;
 #[cfg(test)]
 mod tests;
 mod toml_error;
 mod upstreams;
 
+pub use tenant::{OnError, RawKey, RawStore, Store};
 pub use upstreams::{RawRouting, RawUpstream, Routing, MAX_UPSTREAMS};
 
 /// Default proxy listener.
@@ -108,6 +110,10 @@ pub struct RawAuth {
     pub api_keys: Option<Vec<String>>,
     /// Key sent to llama-server (its `--api-key`) in place of the client's.
     pub upstream_api_key: Option<String>,
+    /// Named keys: tenants (`[[auth.keys]]`).
+    pub keys: Option<Vec<RawKey>>,
+    /// Shared store of per-minute counts (`[auth.store]`).
+    pub store: Option<RawStore>,
 }
 
 impl std::fmt::Debug for RawAuth {
@@ -347,6 +353,10 @@ pub struct Config {
     pub api_keys: Vec<Secret>,
     /// Key injected upstream as `Authorization: Bearer`.
     pub upstream_api_key: Option<Secret>,
+    /// Tenants: named keys and the flat list's shared anonymous one.
+    pub tenants: crate::tenant::Tenants,
+    /// Shared store of per-minute counts; `None`: limits per replica.
+    pub store: Option<Store>,
     /// Largest request body.
     pub max_body_bytes: u64,
     /// Largest request header block (names plus values).
@@ -395,6 +405,9 @@ impl Config {
             return Err(invalid("threads", "must be between 1 and 256"));
         }
         let tm = &raw.upstream_timeouts;
+        let api_keys = api_keys(o.api_keys.clone().or(raw.auth.api_keys))?;
+        let tenants = tenant::tenants(api_keys.clone(), raw.auth.keys, &|v| std::env::var(v).ok())?;
+        let store = tenant::store(raw.auth.store)?;
         let telemetry = Telemetry {
             otlp_endpoint: endpoint,
             otlp_protocol: parse_protocol(&protocol)?,
@@ -469,13 +482,15 @@ impl Config {
                 300,
                 MAX_RECENT_REQUESTS,
             )?,
-            api_keys: api_keys(o.api_keys.clone().or(raw.auth.api_keys))?,
+            api_keys,
             upstream_api_key: o
                 .upstream_api_key
                 .clone()
                 .or(raw.auth.upstream_api_key)
                 .filter(|k| !k.is_empty())
                 .map(Secret::new),
+            tenants,
+            store,
             max_body_bytes: positive_u64(
                 "limits.max_body_bytes",
                 raw.limits.max_body_bytes,

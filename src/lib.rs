@@ -15,6 +15,7 @@
 //! - [`tracecontext`]: W3C `traceparent`/`tracestate` parsing.
 //! - [`access_line`]: the access log's JSON line.
 //! - [`framing`]: HTTP/1 response body framing and the chunked decoder.
+//! - [`tenant`]: tenants (named keys) and the per-minute limit arithmetic.
 //! - [`router`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
 //!
@@ -38,4 +39,5 @@ pub mod server;
 pub mod shutdown;
 pub mod sse;
 pub mod telemetry;
+pub mod tenant;
 pub mod tracecontext;

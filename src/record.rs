@@ -206,6 +206,9 @@ pub struct RequestRecord {
     /// request never reached the routing step (refused, or answered by
     /// llamatap itself).
     pub upstream: Option<UpstreamFacts>,
+    /// The tenant's name (a configured name); `None`: the shared
+    /// [`crate::tenant::ANONYMOUS`].
+    pub tenant: Option<std::sync::Arc<str>>,
 }
 
 /// The routing of one request: the upstream it went to and why.
@@ -299,6 +302,11 @@ impl RequestRecord {
     /// no stage of an answer.
     pub fn answered(&self) -> bool {
         self.outcome == Outcome::Ok
+    }
+
+    /// The tenant label: a configured name or [`crate::tenant::ANONYMOUS`].
+    pub fn tenant(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(crate::tenant::ANONYMOUS)
     }
 
     /// The model to label with: the upstream's, else the request's.

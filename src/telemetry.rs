@@ -18,6 +18,7 @@ pub mod reexport;
 pub mod semconv;
 pub mod served;
 pub mod spans;
+pub mod tenant;
 pub mod upstreams;
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -72,6 +73,7 @@ impl Telemetry {
         let metrics = Metrics::new();
         let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
         metrics.upstreams.seed_upstreams(&names);
+        metrics.tenants.seed(&cfg.tenants.label_values());
         let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
         let access = match &cfg.telemetry.access_log {
             Some(target) => Some(

@@ -54,6 +54,7 @@ fn record() -> RequestRecord {
             predicted_cached_tokens: None,
             prediction: None,
         }),
+        tenant: None,
     }
 }
 
@@ -80,6 +81,7 @@ fn a_line_has_every_field() {
         "outcome": "ok",
         "error_type": null,
         "upstream": "gpu-a",
+        "tenant": "anonymous",
         "ttft_ms": 30.5,
         "first_sentence_ms": 90.0,
         "e2e_ms": 310.0,

@@ -66,6 +66,12 @@ pub struct RequestCtx {
     pub continue_sent: bool,
     /// Upstream attempts made (the first one and each retry).
     pub upstream_attempts: u32,
+    /// Who the request is from (set by the key check).
+    pub tenant: crate::tenant::TenantId,
+    /// The tenant's concurrency slot, while held.
+    pub tenant_slot: Option<super::tenant::Slot>,
+    /// The tenant's per-minute limits as admitted: the `x-ratelimit-*` headers.
+    pub quota: crate::tenant::window::Quota,
 }
 
 /// What routing keeps for a request across attempts.
@@ -111,6 +117,9 @@ impl RequestCtx {
             member: None,
             continue_sent: false,
             upstream_attempts: 0,
+            tenant: crate::tenant::TenantId::Anonymous,
+            tenant_slot: None,
+            quota: crate::tenant::window::Quota::default(),
         }
     }
 
@@ -190,6 +199,7 @@ impl RequestCtx {
             }),
             client_address,
             upstream: None,
+            tenant: None,
         };
         if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {
             let r = crate::llama::parse_response(format, &body);

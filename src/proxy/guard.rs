@@ -1,11 +1,13 @@
 //! Checks made before anything reaches llama-server: request size limits (the
-//! head, request line included, and the declared body) and client API keys.
+//! head, request line included, and the declared body) and client API keys,
+//! which name the request's tenant ([`crate::tenant::Tenants::identify`]).
 //! Pure decisions over headers; the hook sends the answer.
 
 use pingora::http::RequestHeader;
 
-use crate::config::{Config, Secret};
+use crate::config::Config;
 use crate::request::Route;
+use crate::tenant::{Identity, TenantId};
 
 /// Why a request is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,14 +23,15 @@ pub struct Refusal {
 }
 
 /// Routes llama-server itself serves without an API key.
-fn public(route: Route, method: &http::Method) -> bool {
+pub fn public(route: Route, method: &http::Method) -> bool {
     method == http::Method::OPTIONS || matches!(route, Route::Health | Route::Models | Route::Ui)
 }
 
-/// The first limit or key check the request fails, if any.
-pub fn check(req: &RequestHeader, route: Route, config: &Config) -> Option<Refusal> {
+/// The request's tenant, or the first limit or key check it fails. A valid
+/// key names its tenant on every route; public routes need none.
+pub fn check(req: &RequestHeader, route: Route, config: &Config) -> Result<TenantId, Refusal> {
     if head_bytes(req) > config.max_header_bytes {
-        return Some(Refusal {
+        return Err(Refusal {
             status: 431,
             kind: "invalid_request_error",
             code: "headers_too_large",
@@ -42,30 +45,29 @@ pub fn check(req: &RequestHeader, route: Route, config: &Config) -> Option<Refus
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > config.max_body_bytes) {
-        return Some(Refusal {
+        return Err(Refusal {
             status: 413,
             kind: "invalid_request_error",
             code: "request_too_large",
             message: super::errors::TOO_LARGE_MESSAGE,
         });
     }
-    if !config.api_keys.is_empty() && !public(route, &req.method) {
-        let presented = req
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer);
-        let ok = presented.is_some_and(|p| config.api_keys.iter().any(|k| same(k, p)));
-        if !ok {
-            return Some(Refusal {
-                status: 401,
-                kind: "authentication_error",
-                code: "invalid_api_key",
-                message: "missing or invalid API key: send Authorization: Bearer <key>",
-            });
-        }
+    let presented = req
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer);
+    match config.tenants.identify(presented) {
+        Identity::Known(id) => Ok(id),
+        Identity::Open => Ok(TenantId::Anonymous),
+        Identity::Stranger if public(route, &req.method) => Ok(TenantId::Anonymous),
+        Identity::Stranger => Err(Refusal {
+            status: 401,
+            kind: "authentication_error",
+            code: "invalid_api_key",
+            message: "missing or invalid API key: send Authorization: Bearer <key>",
+        }),
     }
-    None
 }
 
 /// The request head's size: method and request target (path and query), and
@@ -85,15 +87,6 @@ fn bearer(v: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// Compares without an early exit on the first differing byte.
-fn same(key: &Secret, presented: &str) -> bool {
-    let (a, b) = (key.expose().as_bytes(), presented.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,14 +97,5 @@ mod tests {
         assert_eq!(bearer("bearer  abc "), Some("abc"));
         assert_eq!(bearer("Basic abc"), None);
         assert_eq!(bearer("Bearer"), None);
-    }
-
-    #[test]
-    fn comparison() {
-        let k = Secret::new("secret-key-1".into());
-        assert!(same(&k, "secret-key-1"));
-        assert!(!same(&k, "secret-key-2"));
-        assert!(!same(&k, "secret-key-10"));
-        assert!(!same(&k, ""));
     }
 }

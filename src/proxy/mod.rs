@@ -16,6 +16,8 @@ mod guard;
 mod outcome;
 mod reply;
 mod spare;
+pub mod store;
+pub mod tenant;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +51,8 @@ pub struct LlamaProxy {
     /// The direct path's connector ([`forward`]; never pooled), with a
     /// connected, never-used connection per upstream.
     spares: Arc<spare::Spares>,
+    /// Tenant limits: per-tenant counts and the optional shared store.
+    limiter: Arc<tenant::Limiter>,
 }
 
 impl LlamaProxy {
@@ -58,11 +62,16 @@ impl LlamaProxy {
             fleet.members().len(),
             config.pool_idle_timeout,
         ));
+        let limiter = Arc::new(tenant::Limiter::new(
+            &config,
+            telemetry.metrics.tenants.store_up.clone(),
+        ));
         LlamaProxy {
             config,
             telemetry,
             fleet,
             spares,
+            limiter,
         }
     }
 
@@ -144,8 +153,16 @@ impl ProxyHttp for LlamaProxy {
         // The steps before forwarding are boxed, so that the hook's own
         // future, which a held stream keeps, is the size of the forwarding
         // loop, not of the largest step.
-        if let Some(r) = guard::check(req, ctx.route, &self.config) {
-            Box::pin(refuse(session, ctx, r)).await;
+        match guard::check(req, ctx.route, &self.config) {
+            Ok(id) => ctx.tenant = id,
+            Err(r) => {
+                Box::pin(refuse(session, ctx, r)).await;
+                return Ok(true);
+            }
+        }
+        if !guard::public(ctx.route, &req.method)
+            && Box::pin(tenant::admit(session, ctx, &self.limiter, &self.telemetry)).await
+        {
             return Ok(true);
         }
         if self.fleet.is_fleet()
@@ -260,7 +277,7 @@ impl ProxyHttp for LlamaProxy {
         }
         if let Some(key) = &self.config.upstream_api_key {
             upstream_request.insert_header("Authorization", format!("Bearer {}", key.expose()))?;
-        } else if !self.config.api_keys.is_empty() {
+        } else if self.config.tenants.auth_required() {
             // The client's key is llamatap's, not llama-server's.
             upstream_request.remove_header("Authorization");
         }
@@ -365,6 +382,9 @@ impl ProxyHttp for LlamaProxy {
         }
         if let Some(span) = &ctx.span {
             resp.insert_header("traceresponse", Tracing::traceresponse(span))?;
+        }
+        for (name, value) in crate::tenant::window::quota_headers(&ctx.quota) {
+            resp.insert_header(name, value)?;
         }
         Ok(())
     }
@@ -514,6 +534,7 @@ impl ProxyHttp for LlamaProxy {
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
         rec.upstream = fleet::steps::finish(&self.fleet, ctx, &rec);
+        tenant::finish(&self.limiter, ctx, &mut rec);
         if e.is_none() && rec.outcome == Outcome::UpstreamError {
             // Pingora logged nothing (the HTTP exchange itself went well):
             // an upstream 5xx, an error event in the stream, a cut stream.

@@ -43,6 +43,16 @@ pub struct ErrorReply<'a> {
 /// failures alike): the OpenAI-shaped JSON body, `traceresponse` when tracing
 /// is on, and `WWW-Authenticate` on a 401.
 pub async fn write_error(session: &mut Session, ctx: &mut RequestCtx, reply: ErrorReply<'_>) {
+    write_error_with(session, ctx, reply, &[]).await;
+}
+
+/// [`write_error`] with extra headers (a 429's `retry-after` and kin).
+pub async fn write_error_with(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    reply: ErrorReply<'_>,
+    extra: &[(&'static str, String)],
+) {
     let body = errors::json_body(reply.message, reply.kind, reply.code);
     let Ok(mut resp) = ResponseHeader::build(reply.status, Some(4)) else {
         return;
@@ -51,6 +61,9 @@ pub async fn write_error(session: &mut Session, ctx: &mut RequestCtx, reply: Err
     let _ = resp.insert_header("Content-Length", body.len().to_string());
     if reply.status == 401 {
         let _ = resp.insert_header("WWW-Authenticate", "Bearer");
+    }
+    for (name, value) in extra {
+        let _ = resp.insert_header(*name, value.as_str());
     }
     if let Some(span) = &ctx.span {
         let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));

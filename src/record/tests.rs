@@ -63,6 +63,7 @@ fn record() -> RequestRecord {
         client_address: None,
         upstream: None,
         upstream_retries: None,
+        tenant: None,
     }
 }
 

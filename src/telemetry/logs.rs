@@ -61,6 +61,7 @@ pub fn init() {
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(ConnectRetries)
+        .with(tracing_subscriber::filter::filter_fn(no_header_dump))
         .with(lines)
         .with(tracing_opentelemetry::layer())
         .try_init();
@@ -131,6 +132,13 @@ impl tracing::field::Visit for Message {
             self.0 = value.to_string();
         }
     }
+}
+
+/// Leaves out the events that dump a whole request head (Pingora's proxy
+/// writes one at `trace`, `Authorization` included), so that no log level
+/// puts a client's key in a line.
+fn no_header_dump(meta: &tracing::Metadata<'_>) -> bool {
+    !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("pingora_proxy"))
 }
 
 /// The `request` span of a traced request, bridged to its SERVER span.

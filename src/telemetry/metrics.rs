@@ -201,6 +201,8 @@ pub struct Metrics {
     pub upstream_models: Family<ServedLabels, Gauge>,
     /// `llamatap_build_info{version}`.
     pub build_info: Family<VersionLabels, Gauge>,
+    /// Per-tenant families.
+    pub tenants: super::tenant::TenantMetrics,
 }
 
 impl Metrics {
@@ -281,6 +283,7 @@ impl Metrics {
             access_lines.clone(),
         );
         let upstreams = super::upstreams::UpstreamMetrics::register(&mut r);
+        let tenants = super::tenant::TenantMetrics::register(&mut r);
         let upstream_retries = Counter::default();
         r.register(
             "llamatap_upstream_retries",
@@ -321,6 +324,7 @@ impl Metrics {
             upstream_retries,
             upstream_models,
             build_info,
+            tenants,
         };
         m.build_info
             .get_or_create(&VersionLabels {
@@ -430,6 +434,7 @@ impl Metrics {
             self.skipped_events.inc_by(rec.skipped_events);
         }
         self.upstreams.record(rec, exemplar);
+        self.tenants.record(rec);
     }
 
     /// Sets `llamatap_upstream_models` to `served` (upstream name, model

@@ -64,6 +64,9 @@ pub const LLAMATAP_UPSTREAM_RETRIES: &str = "llamatap.upstream.retries";
 /// llamatap's own: events skipped for size.
 pub const LLAMATAP_SKIPPED_EVENTS: &str = "llamatap.sse.skipped_events";
 
+/// The tenant the request came from: a configured name or `anonymous`.
+pub const LLAMATAP_TENANT: &str = "llamatap.tenant";
+
 /// The upstream that answered: its configured name.
 pub const LLAMATAP_UPSTREAM: &str = "llamatap.upstream";
 /// The routing policy in force.

@@ -199,6 +199,7 @@ impl Tracing {
         for kv in self.attributes(rec) {
             s.set_attribute(kv);
         }
+        s.set_attribute(KeyValue::new(sc::LLAMATAP_TENANT, rec.tenant().to_string()));
         add_events(s, rec, &at, self.capture_content);
         if let Some(mut c) = span.client.take() {
             c.update_name(name);

@@ -42,6 +42,7 @@ fn record() -> RequestRecord {
         upstream_retries: Some(0),
         client_address: None,
         upstream: None,
+        tenant: None,
     }
 }
 

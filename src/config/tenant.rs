@@ -1,0 +1,258 @@
+//! The tenant part of the configuration: named keys (`[[auth.keys]]`), the
+//! flat `auth.api_keys` list (one shared anonymous tenant), and the optional
+//! shared store of per-minute counts (`[auth.store]`, Redis).
+//!
+//! Validation only: names unique and label-safe, keys unique (across both
+//! lists) and read from the environment when asked, classes, weights and
+//! limits in range. Every failure is one line and names a tenant, never a
+//! key. Counting and refusing are [`crate::tenant`]'s and the proxy's.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{invalid, split_host_port, ConfigError, Secret};
+use crate::tenant::{self, Limits, Priority, Tenant, Tenants};
+
+/// Largest fair-share weight.
+pub const MAX_WEIGHT: u32 = 1000;
+/// Default store timeout, milliseconds.
+pub const DEFAULT_STORE_TIMEOUT_MS: u64 = 50;
+
+/// One `[[auth.keys]]` entry as written.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKey {
+    /// The tenant's name (the label value).
+    pub name: String,
+    /// The key itself.
+    pub key: Option<String>,
+    /// The name of an environment variable holding the key.
+    pub key_env: Option<String>,
+    /// `interactive`, `default` or `batch`.
+    pub priority: Option<String>,
+    /// Fair-share weight, 1 to 1000.
+    pub weight: Option<u32>,
+    /// Requests per one-minute window.
+    pub requests_per_minute: Option<u64>,
+    /// Prompt plus completion tokens per one-minute window.
+    pub tokens_per_minute: Option<u64>,
+    /// Requests in flight at once.
+    pub max_concurrent: Option<u32>,
+}
+
+impl std::fmt::Debug for RawKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawKey {{ name: {:?}, .. }}", self.name)
+    }
+}
+
+/// `[auth.store]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// `redis://host:port`; empty or absent: no store (limits per replica).
+    pub url: Option<String>,
+    /// Longest wait for the store on a request, milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// `allow` or `deny`: what happens when the store fails or is slow.
+    pub on_error: Option<String>,
+}
+
+/// What a request meets when the store cannot answer in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Fail open: this replica's own counts decide (limits per replica).
+    #[default]
+    Allow,
+    /// Fail closed: a limited tenant's requests are refused with 503.
+    Deny,
+}
+
+impl OnError {
+    /// The configuration value.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OnError::Allow => "allow",
+            OnError::Deny => "deny",
+        }
+    }
+}
+
+/// The validated shared store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Store {
+    /// `host:port` of the Redis server.
+    pub address: String,
+    /// Longest wait for it on a request.
+    pub timeout: Duration,
+    /// What happens when it fails.
+    pub on_error: OnError,
+}
+
+/// Builds the tenants from the flat list and `[[auth.keys]]`; `env` reads
+/// an environment variable.
+pub fn tenants(
+    flat: Vec<Secret>,
+    keys: Option<Vec<RawKey>>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Tenants, ConfigError> {
+    let keys = keys.unwrap_or_default();
+    if keys.len() > tenant::MAX_TENANTS {
+        return Err(ConfigError::Invalid {
+            key: "auth.keys",
+            message: format!(
+                "{} tenants is too many: at most {}",
+                keys.len(),
+                tenant::MAX_TENANTS
+            ),
+        });
+    }
+    let mut named: Vec<Tenant> = Vec::with_capacity(keys.len());
+    for k in keys {
+        let t = one(k, env)?;
+        if named.iter().any(|o| o.name == t.name) {
+            return Err(bad(format!("tenant name {:?} is used twice", t.name)));
+        }
+        if let Some(o) = named.iter().find(|o| o.key == t.key) {
+            return Err(bad(format!(
+                "tenants {:?} and {:?} have the same key",
+                o.name, t.name
+            )));
+        }
+        if flat.contains(&t.key) {
+            return Err(bad(format!(
+                "tenant {:?} has the same key as an entry of auth.api_keys",
+                t.name
+            )));
+        }
+        named.push(t);
+    }
+    for (i, k) in flat.iter().enumerate() {
+        if flat[..i].contains(k) {
+            return Err(invalid("auth.api_keys", "the same key is listed twice"));
+        }
+    }
+    Ok(Tenants::new(named, flat))
+}
+
+fn one(k: RawKey, env: &dyn Fn(&str) -> Option<String>) -> Result<Tenant, ConfigError> {
+    let name = k.name.trim().to_string();
+    if !tenant::valid_name(&name) {
+        return Err(bad(format!(
+            "tenant name {name:?}: 1 to {} letters, digits, '-', '_' or '.', and not {:?}",
+            tenant::MAX_NAME_BYTES,
+            tenant::ANONYMOUS
+        )));
+    }
+    let key = match (k.key, k.key_env) {
+        (Some(key), None) => key,
+        (None, Some(var)) => env(var.trim()).ok_or_else(|| {
+            bad(format!(
+                "tenant {name:?}: environment variable {} is not set",
+                var.trim()
+            ))
+        })?,
+        _ => {
+            return Err(bad(format!(
+                "tenant {name:?}: set exactly one of key and key_env"
+            )))
+        }
+    };
+    let key = key.trim().to_string();
+    if key.len() < 8 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad(format!(
+            "tenant {name:?}: the key must be at least 8 printable ASCII characters without spaces"
+        )));
+    }
+    let priority = match k.priority.as_deref() {
+        None => Priority::Default,
+        Some(p) => Priority::parse(p).ok_or_else(|| {
+            bad(format!(
+                "tenant {name:?}: priority {p:?} is not one of interactive, default, batch"
+            ))
+        })?,
+    };
+    let weight = k.weight.unwrap_or(1);
+    if !(1..=MAX_WEIGHT).contains(&weight) {
+        return Err(bad(format!(
+            "tenant {name:?}: weight {weight} is not between 1 and {MAX_WEIGHT}"
+        )));
+    }
+    let positive = |what: &str, v: Option<u64>| match v {
+        Some(0) => Err(bad(format!("tenant {name:?}: {what} must be at least 1"))),
+        v => Ok(v),
+    };
+    let limits = Limits {
+        requests_per_minute: positive("requests_per_minute", k.requests_per_minute)?,
+        tokens_per_minute: positive("tokens_per_minute", k.tokens_per_minute)?,
+        max_concurrent: positive("max_concurrent", k.max_concurrent.map(u64::from))?
+            .and_then(|v| u32::try_from(v).ok()),
+    };
+    Ok(Tenant {
+        name,
+        key: Secret::new(key),
+        priority,
+        weight,
+        limits,
+    })
+}
+
+/// Validates `[auth.store]`; `None` when no URL is set.
+pub fn store(raw: Option<RawStore>) -> Result<Option<Store>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let on_error = match raw.on_error.as_deref() {
+        None | Some("allow") => OnError::Allow,
+        Some("deny") => OnError::Deny,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "auth.store.on_error",
+                message: format!("{other:?} is not one of allow, deny"),
+            })
+        }
+    };
+    let ms = raw.timeout_ms.unwrap_or(DEFAULT_STORE_TIMEOUT_MS);
+    if !(1..=10_000).contains(&ms) {
+        return Err(invalid(
+            "auth.store.timeout_ms",
+            "must be between 1 and 10000",
+        ));
+    }
+    let url = raw.url.unwrap_or_default();
+    let url = url.trim();
+    if url.is_empty() {
+        return Ok(None);
+    }
+    let err = || ConfigError::Invalid {
+        key: "auth.store.url",
+        message: format!("{url:?}: expected redis://host:port"),
+    };
+    let authority = url
+        .strip_prefix("redis://")
+        .map(|r| r.trim_end_matches('/'))
+        .filter(|a| !a.is_empty() && !a.contains(['/', '@', '?', '#']))
+        .ok_or_else(err)?;
+    let (host, port) = split_host_port(authority).ok_or_else(err)?;
+    let port = if authority.ends_with(&format!(":{port}")) {
+        port
+    } else {
+        6379
+    };
+    Ok(Some(Store {
+        address: format!("{host}:{port}"),
+        timeout: Duration::from_millis(ms),
+        on_error,
+    }))
+}
+
+fn bad(message: String) -> ConfigError {
+    ConfigError::Invalid {
+        key: "auth.keys",
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests;
