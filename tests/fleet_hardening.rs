@@ -420,7 +420,8 @@ fn a_shortfall_does_not_forget_other_conversations() {
 
 /// A model whose only upstream is down is not listed and gets a 503 that
 /// names the model and the upstream, with `Retry-After`; `/readyz` names
-/// what is missing; the answer keeps the client's connection.
+/// what is missing; the answer keeps the client's connection. A request
+/// naming no model where two are served is a 400 listing them.
 #[test]
 fn a_model_without_a_healthy_upstream_is_a_503_and_unlisted() {
     let (sa, sb) = (script("alpha"), script("beta"));
@@ -441,6 +442,19 @@ fn a_model_without_a_healthy_upstream_is_a_503_and_unlisted() {
         }
         assert!(got.starts_with(b"HTTP/1.1 200"));
     }
+    // Two models and none named: a 400 that lists them, sent to no one.
+    let body = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut r = http::post(&proxy.addr(), "/v1/chat/completions", body).unwrap();
+    assert_eq!(r.head.status, 400);
+    let v: Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "model_required", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("alpha, beta"), "{message}");
+    assert_eq!(
+        sa.chats.load(Ordering::SeqCst) + sb.chats.load(Ordering::SeqCst),
+        0
+    );
+
     sb.sick.store(true, Ordering::SeqCst);
     assert!(wait_until(Duration::from_secs(10), || up_series(
         &proxy, &b

@@ -228,6 +228,20 @@ fn type_errors_name_line_and_key_in_plain_words() {
 }
 
 #[test]
+fn an_echoed_key_is_one_bounded_line_whatever_the_file_holds() {
+    let long = "k".repeat(500);
+    for toml in [
+        "#\u{c}\u{c}\u{c}`= 1".to_string(),
+        format!("{long} = 1"),
+        "a\u{1}b = \"x\"".to_string(),
+    ] {
+        let e = RawConfig::from_toml(&toml).unwrap_err();
+        assert!(!e.chars().any(char::is_control), "{toml:?}: {e:?}");
+        assert!(e.chars().count() < 340, "{toml:?}: {e:?}");
+    }
+}
+
+#[test]
 fn upstream_ending_in_v1_and_https_are_refused_with_the_fix() {
     let e = parse_upstream("http://h:8081/v1/").unwrap_err().to_string();
     assert!(

@@ -7,12 +7,12 @@
 
 /// One line describing `e`, a parse error of the TOML `text`.
 pub fn describe(e: &toml::de::Error, text: &str) -> String {
-    let message = one_line(&humanize(e.message()));
+    let message = clean(&humanize(e.message()), 240);
     let Some(span) = e.span() else {
         return message;
     };
     let (line, key) = locate(text, span.start);
-    match key {
+    match key.map(|k| clean(&k, 64)) {
         Some(key) => format!("line {line}: {key}: {message}"),
         None => format!("line {line}: {message}"),
     }
@@ -96,6 +96,21 @@ fn locate(text: &str, offset: usize) -> (usize, Option<String>) {
 
 fn unquote(s: &str) -> String {
     s.trim_matches(|c| c == '"' || c == '\'').to_string()
+}
+
+/// Text from the file as it may be echoed (a key, or serde's message that
+/// quotes one): one line, no control characters, at most `max` characters.
+fn clean(text: &str, max: usize) -> String {
+    let flat = one_line(text);
+    let mut out: String = flat
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .take(max)
+        .collect();
+    if flat.chars().count() > max {
+        out.push('…');
+    }
+    out
 }
 
 fn one_line(s: &str) -> String {

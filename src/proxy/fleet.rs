@@ -125,7 +125,7 @@ impl Fleet {
     }
 
     /// The fleet serves two or more models: requests are routed by model.
-    fn serves_several_models(&self) -> bool {
+    pub fn serves_several_models(&self) -> bool {
         self.models.read().map(|g| g.len() > 1).unwrap_or(false)
     }
 

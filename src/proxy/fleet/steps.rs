@@ -5,7 +5,8 @@
 //!   request body before an upstream is chosen, when Pingora can replay it
 //!   (see below), for the model and the prompt's prefix chain; answers
 //!   `GET /v1/models` with the models servable now; refuses a model no
-//!   upstream serves (404) or none healthy serves now (503).
+//!   upstream serves (404), a request naming none where several are
+//!   served (400), or a model none healthy serves now (503).
 //! - [`choose`] (in `upstream_peer`, every attempt): asks the fleet,
 //!   excluding upstreams that already failed this request.
 //! - [`finish`] (in `logging`): releases the upstream's load, teaches the
@@ -97,6 +98,18 @@ pub async fn prepare(
         ctx.failure = Some((Outcome::ClientError, "model_not_found", message.clone()));
         let body = errors::json_body(&message, "invalid_request_error", "model_not_found");
         answer(session, ctx, 404, body).await;
+        return Ok(true);
+    }
+    if whole && ctx.request.model.is_none() && fleet.serves_several_models() {
+        // Several models and none named: which one would answer is a
+        // guess, so refuse as llama-server's router mode does.
+        let message = format!(
+            "this endpoint serves several models; name one in \"model\": {}",
+            fleet.models().join(", ")
+        );
+        ctx.failure = Some((Outcome::ClientError, "model_required", message.clone()));
+        let body = errors::json_body(&message, "invalid_request_error", "model_required");
+        answer(session, ctx, 400, body).await;
         return Ok(true);
     }
     if let Err(NoRoute::Unavailable { why }) = fleet.unavailable(ctx.request.model.as_deref()) {
