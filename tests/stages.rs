@@ -355,9 +355,12 @@ fn an_exemplar_names_only_a_trace_the_export_queue_took() {
         upstream::end_chunks(s);
     });
     // A collector that never answers holds the export thread on its first
-    // batch; a queue of one span then drops nearly every span after it.
+    // batch; a queue of two spans then drops nearly every span after the
+    // first request's two. Those two always fit, however late the export
+    // thread takes the first, so the first request's SERVER span is queued
+    // and its exemplar is there to be seen.
     let (url, _) = otlp::black_hole();
-    let queue = common::temp_config("queue-of-one", "[telemetry]\nexport_queue_size = 1\n");
+    let queue = common::temp_config("queue-of-two", "[telemetry]\nexport_queue_size = 2\n");
     let proxy = Llamatap::start(
         &up.url(),
         &[
