@@ -1,0 +1,381 @@
+//! A chat prompt reduced to what a later turn is compared with: hashes per
+//! message and field, content lengths and chunk hashes, never text unless
+//! content capture is on.
+
+use serde_json::{Map, Value};
+use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
+
+use super::{CHUNK_CHARS, MAX_CHUNKS, MAX_MESSAGES, MAX_TEXT_CHARS, MAX_TOOLS};
+use crate::request::Route;
+use crate::router::SEED;
+
+/// Content part types whose `text` is plain text.
+const TEXT_PART_TYPES: [&str; 3] = ["text", "input_text", "output_text"];
+
+/// One message (or input item) of a prompt. Two digests are equal when
+/// their hashes are, whether or not their text was kept.
+#[derive(Clone, Debug, Eq)]
+pub struct MessageDigest {
+    /// Hash of `role` (0 for an item that is not a message).
+    pub role: u64,
+    /// A `system` or `developer` message.
+    pub system: bool,
+    /// Hash of the content: its text and its other parts.
+    pub content: u64,
+    /// Hash of `name` (0 when absent).
+    pub name: u64,
+    /// Hash of `tool_calls` (0 when absent).
+    pub tool_calls: u64,
+    /// Hash of every other field (a non-message item: the whole item).
+    pub other: u64,
+    /// The content's text length, characters.
+    pub chars: u32,
+    /// 32-bit hashes of the text's [`CHUNK_CHARS`]-character chunks (the
+    /// first [`MAX_CHUNKS`]).
+    pub chunks: Box<[u32]>,
+    /// The text's first [`MAX_TEXT_CHARS`] characters, with content capture on.
+    pub text: Option<Box<str>>,
+}
+
+impl PartialEq for MessageDigest {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.role,
+            self.content,
+            self.name,
+            self.tool_calls,
+            self.other,
+        ) == (
+            other.role,
+            other.content,
+            other.name,
+            other.tool_calls,
+            other.other,
+        )
+    }
+}
+
+/// A chat prompt as compared across turns; see the module docs of
+/// [`crate::cachebreak`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PromptDigest {
+    /// The conversation's key: the model and the first `user` message's
+    /// content; `None` without a user message. The proxy may replace it with
+    /// a session key.
+    pub key: Option<u64>,
+    /// One hash per tool definition (the last one also covers those beyond
+    /// [`MAX_TOOLS`]); empty without tools.
+    pub tools: Box<[u64]>,
+    /// The messages: a top-level `system` or `instructions` first, then
+    /// `messages`, then `input` (the first [`MAX_MESSAGES`]).
+    pub messages: Box<[MessageDigest]>,
+}
+
+impl PromptDigest {
+    /// The digest of a parsed request body on a chat route
+    /// ([`Route::ChatCompletions`], [`Route::Messages`], [`Route::Responses`]);
+    /// `None` on other routes or for a body that is not an object. With
+    /// `capture`, each message's text is kept (bounded).
+    pub fn from_json(route: Route, body: &Value, capture: bool) -> Option<PromptDigest> {
+        if !matches!(
+            route,
+            Route::ChatCompletions | Route::Messages | Route::Responses
+        ) {
+            return None;
+        }
+        let Value::Object(body) = body else {
+            return None;
+        };
+        let mut messages = Vec::new();
+        let mut key = None;
+        let model = body.get("model").and_then(Value::as_str).unwrap_or("");
+        let mut push = |m: MessageDigest, user: bool, messages: &mut Vec<MessageDigest>| {
+            if user && key.is_none() {
+                key = Some(conversation_key(model, m.content));
+            }
+            if messages.len() < MAX_MESSAGES {
+                messages.push(m);
+            }
+        };
+        for k in ["system", "instructions"] {
+            if let Some(system) = body.get(k).filter(|v| !v.is_null()) {
+                let m = message("system", Some(system), None, capture);
+                push(m, false, &mut messages);
+            }
+        }
+        if let Some(Value::Array(items)) = body.get("messages") {
+            for item in items {
+                let (m, user) = item_digest(item, capture);
+                push(m, user, &mut messages);
+            }
+        }
+        match body.get("input") {
+            Some(text @ Value::String(_)) => {
+                let m = message("user", Some(text), None, capture);
+                push(m, true, &mut messages);
+            }
+            Some(Value::Array(items)) => {
+                for item in items {
+                    let (m, user) = item_digest(item, capture);
+                    push(m, user, &mut messages);
+                }
+            }
+            _ => {}
+        }
+        let tools = match body.get("tools") {
+            Some(Value::Array(tools)) => {
+                let mut hashes: Vec<u64> = tools.iter().take(MAX_TOOLS).map(hash_value).collect();
+                if tools.len() > MAX_TOOLS {
+                    let mut rest = Xxh3::with_seed(SEED);
+                    for t in tools.iter().skip(MAX_TOOLS - 1) {
+                        rest.update(&hash_value(t).to_le_bytes());
+                    }
+                    if let Some(last) = hashes.last_mut() {
+                        *last = rest.digest();
+                    }
+                }
+                hashes
+            }
+            Some(Value::Null) | None => Vec::new(),
+            Some(other) => vec![hash_value(other)],
+        };
+        Some(PromptDigest {
+            key,
+            tools: tools.into_boxed_slice(),
+            messages: messages.into_boxed_slice(),
+        })
+    }
+
+    /// Bytes this digest holds on the heap and inline (for the book's bound).
+    pub fn bytes(&self) -> usize {
+        let messages: usize = self
+            .messages
+            .iter()
+            .map(|m| {
+                std::mem::size_of::<MessageDigest>()
+                    + m.chunks.len() * 4
+                    + m.text.as_ref().map_or(0, |t| t.len())
+            })
+            .sum();
+        std::mem::size_of::<PromptDigest>() + self.tools.len() * 8 + messages
+    }
+}
+
+/// The key of a conversation whose first user message has `content`.
+fn conversation_key(model: &str, content: u64) -> u64 {
+    let mut h = Xxh3::with_seed(SEED);
+    h.update(b"conversation");
+    h.update(&(model.len() as u64).to_le_bytes());
+    h.update(model.as_bytes());
+    h.update(&content.to_le_bytes());
+    h.digest()
+}
+
+/// The digest of a chat item, and whether it is a `user` message.
+fn item_digest(item: &Value, capture: bool) -> (MessageDigest, bool) {
+    if let Value::Object(map) = item {
+        if let Some(role) = map.get("role").and_then(Value::as_str) {
+            let m = message(role, map.get("content"), Some(map), capture);
+            return (m, role == "user");
+        }
+    }
+    let m = MessageDigest {
+        role: 0,
+        system: false,
+        content: 0,
+        name: 0,
+        tool_calls: 0,
+        other: hash_value(item),
+        chars: 0,
+        chunks: Box::new([]),
+        text: None,
+    };
+    (m, false)
+}
+
+/// The digest of one message.
+fn message(
+    role: &str,
+    content: Option<&Value>,
+    rest: Option<&Map<String, Value>>,
+    capture: bool,
+) -> MessageDigest {
+    let mut text_hash = Xxh3::with_seed(SEED);
+    let mut chunker = Chunker::new(capture);
+    match content {
+        Some(Value::String(text)) => chunker.feed(text),
+        Some(Value::Array(parts)) => {
+            for part in parts {
+                match text_part(part) {
+                    Some(text) => chunker.feed(text),
+                    None => {
+                        text_hash.update(&[1]);
+                        text_hash.update(&hash_value(part).to_le_bytes());
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            text_hash.update(&[2]);
+            text_hash.update(&hash_value(other).to_le_bytes());
+        }
+        None => text_hash.update(&[3]),
+    }
+    let (text_digest, chars, chunks, text) = chunker.finish();
+    text_hash.update(&text_digest.to_le_bytes());
+    let field = |k: &str| rest.and_then(|m| m.get(k)).map_or(0, hash_value);
+    let mut other = Xxh3::with_seed(SEED);
+    let mut sum = 0u64;
+    if let Some(map) = rest {
+        for (k, v) in map {
+            if !matches!(k.as_str(), "role" | "content" | "name" | "tool_calls") {
+                let mut e = Xxh3::with_seed(SEED);
+                e.update(k.as_bytes());
+                e.update(&hash_value(v).to_le_bytes());
+                sum = sum.wrapping_add(e.digest());
+            }
+        }
+    }
+    other.update(&sum.to_le_bytes());
+    MessageDigest {
+        role: xxh3_64_with_seed(role.as_bytes(), SEED),
+        system: matches!(role, "system" | "developer"),
+        content: text_hash.digest(),
+        name: field("name"),
+        tool_calls: field("tool_calls"),
+        other: other.digest(),
+        chars,
+        chunks,
+        text,
+    }
+}
+
+/// The text of a plain text part: an object with a text `type` and a string `text`.
+fn text_part(part: &Value) -> Option<&str> {
+    let Value::Object(map) = part else {
+        return None;
+    };
+    let kind = map.get("type").and_then(Value::as_str)?;
+    if !TEXT_PART_TYPES.contains(&kind) {
+        return None;
+    }
+    map.get("text").and_then(Value::as_str)
+}
+
+/// Hashes a content's text as it arrives (parts concatenated): the whole,
+/// its length in characters, its chunk hashes and, with capture, its start.
+struct Chunker {
+    whole: Xxh3,
+    chunk: Xxh3,
+    in_chunk: usize,
+    chars: usize,
+    chunks: Vec<u32>,
+    text: Option<String>,
+}
+
+impl Chunker {
+    fn new(capture: bool) -> Self {
+        Chunker {
+            whole: Xxh3::with_seed(SEED),
+            chunk: Xxh3::with_seed(SEED),
+            in_chunk: 0,
+            chars: 0,
+            chunks: Vec::new(),
+            text: capture.then(String::new),
+        }
+    }
+
+    fn feed(&mut self, text: &str) {
+        self.whole.update(text.as_bytes());
+        if let Some(t) = &mut self.text {
+            let room = MAX_TEXT_CHARS.saturating_sub(self.chars);
+            t.extend(text.chars().take(room));
+        }
+        if self.chunks.len() >= MAX_CHUNKS {
+            self.chars += text.chars().count();
+            return;
+        }
+        let mut start = 0;
+        for (i, _) in text.char_indices() {
+            if self.in_chunk == CHUNK_CHARS {
+                self.chunk
+                    .update(text.as_bytes().get(start..i).unwrap_or_default());
+                self.close_chunk();
+                start = i;
+                if self.chunks.len() >= MAX_CHUNKS {
+                    self.chars += text.get(i..).map_or(0, |r| r.chars().count());
+                    return;
+                }
+            }
+            self.in_chunk += 1;
+            self.chars += 1;
+        }
+        self.chunk
+            .update(text.as_bytes().get(start..).unwrap_or_default());
+    }
+
+    fn close_chunk(&mut self) {
+        // Truncation to 32 bits is the point: a chunk hash is compared, not trusted.
+        #[allow(clippy::cast_possible_truncation)]
+        let h = self.chunk.digest() as u32;
+        self.chunks.push(h);
+        self.chunk = Xxh3::with_seed(SEED);
+        self.in_chunk = 0;
+    }
+
+    fn finish(mut self) -> (u64, u32, Box<[u32]>, Option<Box<str>>) {
+        if self.in_chunk > 0 && self.chunks.len() < MAX_CHUNKS {
+            self.close_chunk();
+        }
+        let mut whole = self.whole;
+        whole.update(&(self.chars as u64).to_le_bytes());
+        (
+            whole.digest(),
+            u32::try_from(self.chars).unwrap_or(u32::MAX),
+            self.chunks.into_boxed_slice(),
+            self.text.map(String::into_boxed_str),
+        )
+    }
+}
+
+/// A JSON value's hash, whatever the key order of its objects.
+fn hash_value(value: &Value) -> u64 {
+    let mut h = Xxh3::with_seed(SEED);
+    feed(&mut h, value);
+    h.digest()
+}
+
+fn feed(h: &mut Xxh3, value: &Value) {
+    match value {
+        Value::Null => h.update(&[0]),
+        Value::Bool(b) => h.update(&[1, u8::from(*b)]),
+        Value::Number(n) => {
+            h.update(&[2]);
+            h.update(n.to_string().as_bytes());
+        }
+        Value::String(s) => {
+            h.update(&[3]);
+            h.update(&(s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        }
+        Value::Array(items) => {
+            h.update(&[4]);
+            h.update(&(items.len() as u64).to_le_bytes());
+            for item in items {
+                feed(h, item);
+            }
+        }
+        Value::Object(map) => {
+            let mut sum = 0u64;
+            for (k, v) in map {
+                let mut e = Xxh3::with_seed(SEED);
+                e.update(k.as_bytes());
+                feed(&mut e, v);
+                sum = sum.wrapping_add(e.digest());
+            }
+            h.update(&[5]);
+            h.update(&(map.len() as u64).to_le_bytes());
+            h.update(&sum.to_le_bytes());
+        }
+    }
+}
