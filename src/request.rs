@@ -271,7 +271,24 @@ pub struct RequestFacts {
 
 /// Reads the top-level fields of a JSON object body; see [`RequestFacts`].
 pub fn inspect_body(body: &[u8]) -> RequestFacts {
-    let fields = Fields::read(body);
+    facts(Fields::read(body))
+}
+
+/// As [`inspect_body`], in the same single parse also returning the
+/// prompt's fields (`messages`, `tools`, `system`, `instructions`, `input`,
+/// each whole when present) with the `model` string, as a JSON object: what
+/// [`crate::cachebreak::PromptDigest::from_json`] reads.
+pub fn inspect_body_and_prompt(body: &[u8]) -> (RequestFacts, serde_json::Value) {
+    let mut fields = Fields::read_with_prompt(body);
+    let mut prompt = fields.prompt.take().unwrap_or_default();
+    let facts = facts(fields);
+    if let Some(model) = &facts.model {
+        prompt.insert("model".to_string(), serde_json::Value::from(model.as_str()));
+    }
+    (facts, serde_json::Value::Object(prompt))
+}
+
+fn facts(fields: Fields) -> RequestFacts {
     let [max_completion_tokens, max_tokens, max_output_tokens, n_predict] = [
         fields.max_completion_tokens,
         fields.max_tokens,

@@ -55,6 +55,7 @@ fn record() -> RequestRecord {
             prediction: None,
         }),
         tenant: None,
+        cache_break: None,
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::diagnose::diagnose;
 use super::digest::PromptDigest;
-use super::{Diagnosis, Observed};
+use super::{Cause, Diagnosis, Observed};
 
 /// The default budget: 8 MiB of accounted bytes.
 pub const DEFAULT_BUDGET_BYTES: usize = 8 * 1024 * 1024;
@@ -14,6 +14,9 @@ pub const DEFAULT_BUDGET_BYTES: usize = 8 * 1024 * 1024;
 /// map (key, tick and turn, plus a control byte, at 8/7 load) and its
 /// recency node (two `u64` in a B-tree, counted at twice their size).
 const ENTRY_OVERHEAD: usize = 48;
+
+/// Bytes accounted per alias (a later user message's key): its hash-map slot.
+const ALIAS_OVERHEAD: usize = 24;
 
 /// A conversation's last turn as remembered.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +33,7 @@ impl Turn {
     fn bytes(&self) -> usize {
         self.digest.bytes() + std::mem::size_of::<Turn>() - std::mem::size_of::<PromptDigest>()
             + ENTRY_OVERHEAD
+            + self.digest.user_keys.len() * ALIAS_OVERHEAD
     }
 }
 
@@ -41,6 +45,8 @@ pub struct Book {
     tick: u64,
     turns: HashMap<u64, (u64, Turn)>,
     recency: BTreeMap<u64, u64>,
+    /// A later user message's key -> its conversation's key.
+    aliases: HashMap<u64, u64>,
 }
 
 impl Book {
@@ -52,6 +58,7 @@ impl Book {
             tick: 0,
             turns: HashMap::new(),
             recency: BTreeMap::new(),
+            aliases: HashMap::new(),
         }
     }
 
@@ -85,9 +92,24 @@ impl Book {
     /// Diagnoses a finished turn against its conversation's previous one,
     /// then remembers it as the conversation's last turn. `None` when the
     /// prompt names no conversation (no key).
+    ///
+    /// A prompt whose first user message is a later user message of a
+    /// remembered conversation (its oldest turns dropped) is compared with
+    /// that conversation; unless the comparison finds exactly that
+    /// ([`Cause::HistoryTruncated`]), it is a new conversation.
     pub fn diagnose(&mut self, digest: PromptDigest, obs: Observed) -> Option<Diagnosis> {
         let key = digest.key?;
-        let d = diagnose(self.get(key), &digest, obs);
+        let mut d = diagnose(self.get(key), &digest, obs);
+        if d.cause == Cause::NewConversation {
+            if let Some(&primary) = self.aliases.get(&key) {
+                let via = diagnose(self.get(primary), &digest, obs);
+                if via.cause == Cause::HistoryTruncated {
+                    // The conversation lives on under its new first message.
+                    d = via;
+                    self.forget(primary);
+                }
+            }
+        }
         self.remember(
             key,
             Turn {
@@ -114,10 +136,14 @@ impl Book {
             };
             if let Some((_, t)) = self.turns.remove(&oldest) {
                 self.bytes = self.bytes.saturating_sub(t.bytes());
+                self.drop_aliases(oldest, &t);
             }
         }
         self.tick += 1;
         self.recency.insert(self.tick, key);
+        for &alias in turn.digest.user_keys.iter().filter(|&&k| k != key) {
+            self.aliases.insert(alias, key);
+        }
         self.turns.insert(key, (self.tick, turn));
         self.bytes += size;
     }
@@ -127,6 +153,16 @@ impl Book {
         if let Some((tick, t)) = self.turns.remove(&key) {
             self.recency.remove(&tick);
             self.bytes = self.bytes.saturating_sub(t.bytes());
+            self.drop_aliases(key, &t);
+        }
+    }
+
+    /// Removes the aliases of `turn` that still point to `key`.
+    fn drop_aliases(&mut self, key: u64, turn: &Turn) {
+        for alias in turn.digest.user_keys.iter() {
+            if self.aliases.get(alias) == Some(&key) {
+                self.aliases.remove(alias);
+            }
         }
     }
 }

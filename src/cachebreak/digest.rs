@@ -63,6 +63,10 @@ pub struct PromptDigest {
     /// content; `None` without a user message. The proxy may replace it with
     /// a session key.
     pub key: Option<u64>,
+    /// The key each `user` message would give as the first one (the first
+    /// [`MAX_MESSAGES`]): how a conversation whose oldest turns were dropped
+    /// is found again.
+    pub user_keys: Box<[u64]>,
     /// One hash per tool definition (the last one also covers those beyond
     /// [`MAX_TOOLS`]); empty without tools.
     pub tools: Box<[u64]>,
@@ -87,13 +91,13 @@ impl PromptDigest {
             return None;
         };
         let mut messages = Vec::new();
-        let mut key = None;
+        let mut user_keys = Vec::new();
         let model = body.get("model").and_then(Value::as_str).unwrap_or("");
         let mut push = |m: MessageDigest, user: bool, messages: &mut Vec<MessageDigest>| {
-            if user && key.is_none() {
-                key = Some(conversation_key(model, m.content));
-            }
             if messages.len() < MAX_MESSAGES {
+                if user {
+                    user_keys.push(conversation_key(model, m.content));
+                }
                 messages.push(m);
             }
         };
@@ -140,7 +144,8 @@ impl PromptDigest {
             Some(other) => vec![hash_value(other)],
         };
         Some(PromptDigest {
-            key,
+            key: user_keys.first().copied(),
+            user_keys: user_keys.into_boxed_slice(),
             tools: tools.into_boxed_slice(),
             messages: messages.into_boxed_slice(),
         })
@@ -157,7 +162,10 @@ impl PromptDigest {
                     + m.text.as_ref().map_or(0, |t| t.len())
             })
             .sum();
-        std::mem::size_of::<PromptDigest>() + self.tools.len() * 8 + messages
+        std::mem::size_of::<PromptDigest>()
+            + self.tools.len() * 8
+            + self.user_keys.len() * 8
+            + messages
     }
 }
 

@@ -171,8 +171,8 @@ fn dropped_oldest_turns_are_history_truncated() {
         ],
     );
     book.diagnose(digest(&t1, false), observed(200, 0, 1));
-    // The client keeps the first user message (the conversation's key in
-    // this test) as a session key would not: use the session key instead.
+    // The first user message is gone: the conversation is found by its
+    // second one.
     let t2 = body(
         SYSTEM,
         &[
@@ -183,13 +183,37 @@ fn dropped_oldest_turns_are_history_truncated() {
             ("user", "four"),
         ],
     );
-    let mut d2 = digest(&t2, false);
-    d2.key = digest(&t1, false).key;
-    let d = book.diagnose(d2, observed(180, 20, 1)).unwrap();
+    let d = book
+        .diagnose(digest(&t2, false), observed(180, 20, 1))
+        .unwrap();
     assert_eq!(d.cause, Cause::HistoryTruncated);
     let p = d.position.unwrap();
     assert_eq!((p.message_index, p.field, p.offset), (1, Field::Message, 0));
     assert_eq!(d.recomputed_tokens, 160);
+    // The next turn extends the truncated one and is found again.
+    let t3 = body(
+        SYSTEM,
+        &[
+            ("user", "two"),
+            ("assistant", "a2"),
+            ("user", "three"),
+            ("assistant", "a3"),
+            ("user", "four"),
+            ("assistant", "a4"),
+            ("user", "five"),
+        ],
+    );
+    let d = book
+        .diagnose(digest(&t3, false), observed(200, 179, 1))
+        .unwrap();
+    assert_eq!(d.cause, Cause::Reused);
+    // A new conversation opening with a later message of another one is new.
+    let other = body("another system prompt", &[("user", "three")]);
+    let d = book
+        .diagnose(digest(&other, false), observed(30, 0, 1))
+        .unwrap();
+    assert_eq!(d.cause, Cause::NewConversation);
+    assert_eq!(book.len(), 2);
 }
 
 #[test]
@@ -344,7 +368,7 @@ fn the_book_stays_within_its_budget_and_forgets_the_least_recent() {
 }
 
 /// Accounted bytes of a conversation of 4 short messages (each one chunk).
-const ENTRY_BYTES_4_MESSAGES: usize = 468;
+const ENTRY_BYTES_4_MESSAGES: usize = 548;
 
 #[test]
 fn a_thousand_clean_random_turns_give_no_false_cause() {

@@ -1,0 +1,84 @@
+//! The cache-break diagnosis in the proxy hooks: the prompt's digest is
+//! built from the body the proxy parses anyway (in `request_body_filter`
+//! with one upstream, in the fleet's pre-read with several), and judged in
+//! `logging` against the conversation's previous turn
+//! ([`crate::cachebreak`]).
+//!
+//! Only a chat request that succeeded is judged (a failed one reports no
+//! `timings` and teaches nothing). The book of conversations is one per
+//! process, behind a mutex held for one comparison and one insertion.
+
+use std::sync::Mutex;
+
+use crate::cachebreak::{Book, Diagnosis, Observed, PromptDigest, DEFAULT_BUDGET_BYTES};
+use crate::record::{Outcome, RequestRecord};
+use crate::request::{self, RequestFacts, Route};
+use crate::router::SEED;
+
+/// The process's record of recent conversations.
+#[derive(Debug)]
+pub struct Breaks {
+    book: Mutex<Book>,
+    capture: bool,
+}
+
+impl Breaks {
+    /// An empty record; with `capture` (`telemetry.capture_content`) each
+    /// message's start is kept for exact offsets and excerpts.
+    pub fn new(capture: bool) -> Self {
+        Breaks {
+            book: Mutex::new(Book::new(DEFAULT_BUDGET_BYTES)),
+            capture,
+        }
+    }
+
+    /// Whether message text is kept.
+    pub fn capture(&self) -> bool {
+        self.capture
+    }
+
+    /// Judges a finished request; `None` when it is not a judged chat turn.
+    pub fn finish(
+        &self,
+        digest: Option<PromptDigest>,
+        session: Option<u64>,
+        rec: &RequestRecord,
+    ) -> Option<Diagnosis> {
+        let mut digest = digest?;
+        if rec.outcome != Outcome::Ok {
+            return None;
+        }
+        if let Some(s) = session {
+            digest.key = Some(xxhash_rust::xxh3::xxh3_64_with_seed(
+                &s.to_le_bytes(),
+                SEED ^ 1,
+            ));
+        }
+        let t = rec.timings.as_ref();
+        let observed = Observed {
+            cache_n: rec.cached_input_tokens(),
+            prompt_n: t.and_then(|t| t.prompt_n),
+            prompt_ms: t.and_then(|t| t.prompt_ms),
+            upstream: rec
+                .upstream
+                .as_ref()
+                .map(|u| crate::router::upstream_id(&u.name)),
+        };
+        let mut book = self.book.lock().ok()?;
+        book.diagnose(digest, observed)
+    }
+}
+
+/// Reads a complete request body once: its facts and, on a chat route, the
+/// digest of its prompt.
+pub fn inspect(route: Route, body: &[u8], capture: bool) -> (RequestFacts, Option<PromptDigest>) {
+    if !matches!(
+        route,
+        Route::ChatCompletions | Route::Messages | Route::Responses
+    ) {
+        return (request::inspect_body(body), None);
+    }
+    let (facts, prompt) = request::inspect_body_and_prompt(body);
+    let digest = PromptDigest::from_json(route, &prompt, capture);
+    (facts, digest)
+}
