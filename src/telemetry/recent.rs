@@ -53,8 +53,12 @@ pub struct RecentRequest {
     pub route_reason: Option<&'static str>,
     /// The cache-break diagnosis: cause, and where (message index, field,
     /// offset), and prompt tokens recomputed (never text).
-    pub cache_break: Option<(&'static str, Option<(usize, &'static str, usize)>, u64)>,
+    pub cache_break: Option<BreakMark>,
 }
+
+/// A cache break as the page marks it: cause, where (message index, field,
+/// offset) and prompt tokens recomputed.
+pub type BreakMark = (&'static str, Option<(usize, &'static str, usize)>, u64);
 
 impl RecentRequest {
     /// Summarises a record.
