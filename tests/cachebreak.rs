@@ -22,6 +22,7 @@
 //! - `a_turn_sent_to_another_upstream_is_other_upstream`: in a fleet of two,
 //!   the conversation's upstream is killed after two turns; the third turn
 //!   fails over to the other one and is `other_upstream`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -399,7 +400,7 @@ fn wait_for_span(
 
 #[test]
 fn a_turn_sent_to_another_upstream_is_other_upstream() {
-    let mut servers = vec![
+    let mut servers = [
         LlamaServer::start("medium", &["-np", "1", "-c", "4096"]),
         LlamaServer::start("medium", &["-np", "1", "-c", "4096"]),
     ];
