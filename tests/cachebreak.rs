@@ -163,6 +163,15 @@ impl AccessLog {
     fn expect(&mut self, what: &str, cause: &str, at: Option<(u64, &str, u64)>) -> Value {
         let line = self.next();
         let b = &line["cache_break"];
+        eprintln!(
+            "{what}: {} ttft {} ms, prompt {} (cached {}), recomputed {} tokens in {} ms",
+            b["cause"],
+            line["ttft_ms"],
+            line["prompt_tokens"],
+            line["cached_tokens"],
+            b["recomputed_tokens"],
+            b["recomputed_ms"]
+        );
         assert_eq!(b["cause"], cause, "{what}: {line}");
         match at {
             Some((i, field, offset)) => {
