@@ -450,3 +450,44 @@ fn a_turn_sent_to_another_upstream_is_other_upstream() {
     );
     let _ = std::fs::remove_file(&log);
 }
+
+/// Clean conversations, interleaved in a pseudo-random order, each on its
+/// own slot: every turn after the first is `reused`, never a false break.
+#[test]
+fn clean_interleaved_conversations_are_always_reused() {
+    let llama = LlamaServer::start("medium", &["-np", "3", "-c", "6144"]);
+    let log = std::env::temp_dir().join(format!("llamatap-cachebreak-clean-{}.jsonl", llama.port));
+    let _ = std::fs::remove_file(&log);
+    let proxy = Llamatap::start(&llama.base_url, &["--access-log", log.to_str().unwrap()]);
+    let mut sdk = Sdk::start(&proxy);
+    let mut access = AccessLog {
+        path: log.clone(),
+        seen: 0,
+    };
+    // Distinct system prompts, so llama-server gives each its own slot.
+    let mut convs: Vec<Conv> = ["alpha", "bravo", "charlie"]
+        .iter()
+        .map(|stem| Conv::new(&format!("You help team {stem}. {}", filler(stem, 120))))
+        .collect();
+    let mut turns = [0usize; 3];
+    let mut state = 12_345u64;
+    for n in 0..24 {
+        // A small linear congruential generator: the order is the same every run.
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        let c = if n < 3 { n } else { (state >> 33) as usize % 3 };
+        convs[c].turn(
+            &mut sdk,
+            &format!("conversation {c}, turn {}: go on", turns[c]),
+        );
+        let want = if turns[c] == 0 {
+            "new_conversation"
+        } else {
+            "reused"
+        };
+        access.expect(&format!("conversation {c} turn {}", turns[c]), want, None);
+        turns[c] += 1;
+    }
+    let _ = std::fs::remove_file(&log);
+}

@@ -4,8 +4,9 @@
 //! `logging` against the conversation's previous turn
 //! ([`crate::cachebreak`]).
 //!
-//! Only a chat request that succeeded is judged (a failed one reports no
-//! `timings` and teaches nothing). The book of conversations is one per
+//! Only a chat request that succeeded, or at least got llama-server's
+//! `timings`, is judged (a failed one reports no `timings` and teaches
+//! nothing). The book of conversations is one per
 //! process, behind a mutex held for one comparison and one insertion.
 
 use std::sync::Mutex;
@@ -45,7 +46,9 @@ impl Breaks {
         rec: &RequestRecord,
     ) -> Option<Diagnosis> {
         let mut digest = digest?;
-        if rec.outcome != Outcome::Ok {
+        // A client that closes as soon as it read the last event can be a
+        // hang-up with the whole answer, timings included: those count.
+        if rec.outcome != Outcome::Ok && rec.timings.is_none() {
             return None;
         }
         if let Some(s) = session {
