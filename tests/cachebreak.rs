@@ -22,6 +22,9 @@
 //! - `a_turn_sent_to_another_upstream_is_other_upstream`: in a fleet of two,
 //!   the conversation's upstream is killed after two turns; the third turn
 //!   fails over to the other one and is `other_upstream`.
+//! - `clean_interleaved_conversations_are_always_reused`: three clean
+//!   conversations interleaved over 24 turns, each on its own slot: the
+//!   first turn of each is `new_conversation`, every other one `reused`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

@@ -323,9 +323,8 @@ impl Chunker {
     }
 
     fn close_chunk(&mut self) {
-        // Truncation to 32 bits is the point: a chunk hash is compared, not trusted.
-        #[allow(clippy::cast_possible_truncation)]
-        let h = self.chunk.digest() as u32;
+        // The low 32 bits: a chunk hash is compared, not trusted.
+        let h = u32::try_from(self.chunk.digest() & u64::from(u32::MAX)).unwrap_or(0);
         self.chunks.push(h);
         self.chunk = Xxh3::with_seed(SEED);
         self.in_chunk = 0;
