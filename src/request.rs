@@ -6,7 +6,9 @@
 //! It reads only; it never rejects, rewrites or validates a request for
 //! llama-server (which answers bad requests itself), never fails and never
 //! panics, whatever the bytes. It does not read headers, query strings or
-//! nested fields.
+//! nested fields; [`inspect_body_and_prompt`] also hands back the prompt's
+//! top-level fields whole, parsed in the same pass, for
+//! [`crate::cachebreak`].
 //!
 //! Decisions:
 //! - [`Route::from_path`] matches llama-server's own paths exactly, as its
