@@ -6,8 +6,8 @@
 //!
 //! Model: `medium.gguf` (a 600-token prompt prefills in about 0.2 s on this
 //! machine, so a recomputed prefix is visible in the prefill time), one slot
-//! per server, `--cache-ram 0`, `--jinja` (tool definitions are rendered
-//! into the prompt).
+//! per server, `--cache-ram 0`, and for the one-upstream test `--jinja` with a
+//! ChatML template that renders the tool definitions first.
 //!
 //! What it proves, test by test:
 //! - `one_upstream_names_every_cause_with_its_position`: a clean
@@ -206,9 +206,31 @@ fn common_prefix(a: &str, b: &str) -> u64 {
     a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count() as u64
 }
 
+/// A ChatML template that renders the tool definitions, in their order,
+/// before the messages (the built-in `chatml` leaves them out).
+const TOOLS_TEMPLATE: &str =
+    "{%- if tools %}<|im_start|>system\nTools: {{ tools | tojson }}<|im_end|>\n{% endif %}\
+{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// llama-server's flags for the one-upstream test: one slot, `--jinja` with
+/// [`TOOLS_TEMPLATE`].
+fn single_slot_flags(template: &Path) -> Vec<String> {
+    ["-np", "1", "-c", "4096", "--jinja", "--chat-template-file"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([template.display().to_string()])
+        .collect()
+}
+
 #[test]
 fn one_upstream_names_every_cause_with_its_position() {
-    let mut llama = LlamaServer::start("medium", &["-np", "1", "-c", "4096", "--jinja"]);
+    let template =
+        std::env::temp_dir().join(format!("llamatap-cachebreak-{}.jinja", std::process::id()));
+    std::fs::write(&template, TOOLS_TEMPLATE).unwrap();
+    let flags = single_slot_flags(&template);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut llama = LlamaServer::start("medium", &flags);
     let port = llama.port;
     let log = std::env::temp_dir().join(format!("llamatap-cachebreak-{port}.jsonl"));
     let _ = std::fs::remove_file(&log);
@@ -312,7 +334,11 @@ fn one_upstream_names_every_cause_with_its_position() {
     access.expect("tools turn 1", "new_conversation", None);
     tools.tools = Some(json!([tool("search"), tool("lookup")]));
     tools.turn(&mut sdk, "and the other one");
-    access.expect("tools turn 2", "tools_changed", Some((0, "tools", 0)));
+    let line = access.expect("tools turn 2", "tools_changed", Some((0, "tools", 0)));
+    assert!(
+        line["cache_break"]["recomputed_tokens"].as_u64().unwrap() > 400,
+        "the tools come first in the prompt: all after them recomputed: {line}"
+    );
 
     // llama-server restarted between two turns.
     let mut restart = Conv::new(&system);
@@ -322,7 +348,7 @@ fn one_upstream_names_every_cause_with_its_position() {
     access.expect("restart turn 2", "reused", None);
     llama.kill();
     drop(llama);
-    let _llama = LlamaServer::start_on_port("medium", &["-np", "1", "-c", "4096", "--jinja"], port);
+    let _llama = LlamaServer::start_on_port("medium", &flags, port);
     restart.turn(&mut sdk, "and now?");
     let line = access.expect("restart turn 3", "evicted", None);
     let before = first["prompt_tokens"].as_u64().unwrap();
@@ -390,6 +416,7 @@ fn one_upstream_names_every_cause_with_its_position() {
         "the page marks the break"
     );
     let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(&template);
 }
 
 fn wait_for_span(
