@@ -3,7 +3,7 @@
 //! content capture is on.
 
 use serde_json::{Map, Value};
-use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed, Xxh3};
 
 use super::{CHUNK_CHARS, MAX_CHUNKS, MAX_MESSAGES, MAX_TEXT_CHARS, MAX_TOOLS};
 use crate::request::Route;
@@ -130,7 +130,7 @@ impl PromptDigest {
             Some(Value::Array(tools)) => {
                 let mut hashes: Vec<u64> = tools.iter().take(MAX_TOOLS).map(hash_value).collect();
                 if tools.len() > MAX_TOOLS {
-                    let mut rest = Xxh3::with_seed(SEED);
+                    let mut rest = Xxh3::new();
                     for t in tools.iter().skip(MAX_TOOLS - 1) {
                         rest.update(&hash_value(t).to_le_bytes());
                     }
@@ -171,12 +171,7 @@ impl PromptDigest {
 
 /// The key of a conversation whose first user message has `content`.
 fn conversation_key(model: &str, content: u64) -> u64 {
-    let mut h = Xxh3::with_seed(SEED);
-    h.update(b"conversation");
-    h.update(&(model.len() as u64).to_le_bytes());
-    h.update(model.as_bytes());
-    h.update(&content.to_le_bytes());
-    h.digest()
+    pair(xxh3_64_with_seed(model.as_bytes(), SEED), content)
 }
 
 /// The digest of a chat item, and whether it is a `user` message.
@@ -201,61 +196,61 @@ fn item_digest(item: &Value, capture: bool) -> (MessageDigest, bool) {
     (m, false)
 }
 
-/// The digest of one message.
+/// The digest of one message. In-process hashes (compared within this
+/// process only), so the unseeded one-shot XXH3 serves, which needs no
+/// per-call secret.
 fn message(
     role: &str,
     content: Option<&Value>,
     rest: Option<&Map<String, Value>>,
     capture: bool,
 ) -> MessageDigest {
-    let mut text_hash = Xxh3::with_seed(SEED);
+    // Non-text parts, in order, folded into one hash.
+    let mut parts = 0u64;
     let mut chunker = Chunker::new(capture);
     match content {
         Some(Value::String(text)) => chunker.feed(text),
-        Some(Value::Array(parts)) => {
-            for part in parts {
+        Some(Value::Array(items)) => {
+            for part in items {
                 match text_part(part) {
                     Some(text) => chunker.feed(text),
-                    None => {
-                        text_hash.update(&[1]);
-                        text_hash.update(&hash_value(part).to_le_bytes());
-                    }
+                    None => parts = pair(parts ^ 1, hash_value(part)),
                 }
             }
         }
-        Some(other) => {
-            text_hash.update(&[2]);
-            text_hash.update(&hash_value(other).to_le_bytes());
-        }
-        None => text_hash.update(&[3]),
+        Some(other) => parts = pair(2, hash_value(other)),
+        None => parts = 3,
     }
     let (text_digest, chars, chunks, text) = chunker.finish();
-    text_hash.update(&text_digest.to_le_bytes());
     let field = |k: &str| rest.and_then(|m| m.get(k)).map_or(0, hash_value);
-    let mut other = Xxh3::with_seed(SEED);
-    let mut sum = 0u64;
+    let mut other = 0u64;
     if let Some(map) = rest {
         for (k, v) in map {
             if !matches!(k.as_str(), "role" | "content" | "name" | "tool_calls") {
-                let mut e = Xxh3::with_seed(SEED);
-                e.update(k.as_bytes());
-                e.update(&hash_value(v).to_le_bytes());
-                sum = sum.wrapping_add(e.digest());
+                other = other.wrapping_add(pair(xxh3_64(k.as_bytes()), hash_value(v)));
             }
         }
     }
-    other.update(&sum.to_le_bytes());
     MessageDigest {
-        role: xxh3_64_with_seed(role.as_bytes(), SEED),
+        role: xxh3_64(role.as_bytes()),
         system: matches!(role, "system" | "developer"),
-        content: text_hash.digest(),
+        content: pair(text_digest, parts),
         name: field("name"),
         tool_calls: field("tool_calls"),
-        other: other.digest(),
+        other,
         chars,
         chunks,
         text,
     }
+}
+
+/// The hash of two hashes, in order.
+fn pair(a: u64, b: u64) -> u64 {
+    let mut bytes = [0u8; 16];
+    let (left, right) = bytes.split_at_mut(8);
+    left.copy_from_slice(&a.to_le_bytes());
+    right.copy_from_slice(&b.to_le_bytes());
+    xxh3_64(&bytes)
 }
 
 /// The text of a plain text part: an object with a text `type` and a string `text`.
@@ -272,9 +267,11 @@ fn text_part(part: &Value) -> Option<&str> {
 
 /// Hashes a content's text as it arrives (parts concatenated): the whole,
 /// its length in characters, its chunk hashes and, with capture, its start.
+/// A chunk is hashed in one call on its slice of the text; only a chunk
+/// that spans two parts is copied (into `carry`, at most 128 bytes).
 struct Chunker {
     whole: Xxh3,
-    chunk: Xxh3,
+    carry: Vec<u8>,
     in_chunk: usize,
     chars: usize,
     chunks: Vec<u32>,
@@ -284,8 +281,8 @@ struct Chunker {
 impl Chunker {
     fn new(capture: bool) -> Self {
         Chunker {
-            whole: Xxh3::with_seed(SEED),
-            chunk: Xxh3::with_seed(SEED),
+            whole: Xxh3::new(),
+            carry: Vec::new(),
             in_chunk: 0,
             chars: 0,
             chunks: Vec::new(),
@@ -299,40 +296,58 @@ impl Chunker {
             let room = MAX_TEXT_CHARS.saturating_sub(self.chars);
             t.extend(text.chars().take(room));
         }
-        if self.chunks.len() >= MAX_CHUNKS {
-            self.chars += text.chars().count();
-            return;
-        }
-        let mut start = 0;
-        for (i, _) in text.char_indices() {
-            if self.in_chunk == CHUNK_CHARS {
-                self.chunk
-                    .update(text.as_bytes().get(start..i).unwrap_or_default());
-                self.close_chunk();
-                start = i;
-                if self.chunks.len() >= MAX_CHUNKS {
-                    self.chars += text.get(i..).map_or(0, |r| r.chars().count());
-                    return;
-                }
+        let ascii = text.is_ascii();
+        let mut rest = text;
+        while !rest.is_empty() {
+            if self.chunks.len() >= MAX_CHUNKS {
+                self.chars += if ascii {
+                    rest.len()
+                } else {
+                    rest.chars().count()
+                };
+                return;
             }
-            self.in_chunk += 1;
-            self.chars += 1;
+            let need = CHUNK_CHARS - self.in_chunk;
+            let (bytes, chars) = if ascii {
+                let b = need.min(rest.len());
+                (b, b)
+            } else {
+                match rest.char_indices().nth(need) {
+                    Some((i, _)) => (i, need),
+                    None => (rest.len(), rest.chars().count()),
+                }
+            };
+            let (piece, tail) = rest.split_at(bytes);
+            self.in_chunk += chars;
+            self.chars += chars;
+            if self.in_chunk == CHUNK_CHARS {
+                self.close_chunk(piece.as_bytes());
+            } else {
+                self.carry.extend_from_slice(piece.as_bytes());
+            }
+            rest = tail;
         }
-        self.chunk
-            .update(text.as_bytes().get(start..).unwrap_or_default());
     }
 
-    fn close_chunk(&mut self) {
+    /// Ends the current chunk with `last` (the carried part before it).
+    fn close_chunk(&mut self, last: &[u8]) {
+        let h = if self.carry.is_empty() {
+            xxh3_64(last)
+        } else {
+            self.carry.extend_from_slice(last);
+            let h = xxh3_64(&self.carry);
+            self.carry.clear();
+            h
+        };
         // The low 32 bits: a chunk hash is compared, not trusted.
-        let h = u32::try_from(self.chunk.digest() & u64::from(u32::MAX)).unwrap_or(0);
-        self.chunks.push(h);
-        self.chunk = Xxh3::with_seed(SEED);
+        self.chunks
+            .push(u32::try_from(h & u64::from(u32::MAX)).unwrap_or(0));
         self.in_chunk = 0;
     }
 
     fn finish(mut self) -> (u64, u32, Box<[u32]>, Option<Box<str>>) {
         if self.in_chunk > 0 && self.chunks.len() < MAX_CHUNKS {
-            self.close_chunk();
+            self.close_chunk(&[]);
         }
         let mut whole = self.whole;
         whole.update(&(self.chars as u64).to_le_bytes());
@@ -347,7 +362,10 @@ impl Chunker {
 
 /// A JSON value's hash, whatever the key order of its objects.
 fn hash_value(value: &Value) -> u64 {
-    let mut h = Xxh3::with_seed(SEED);
+    if let Value::String(s) = value {
+        return pair(3, xxh3_64(s.as_bytes()));
+    }
+    let mut h = Xxh3::new();
     feed(&mut h, value);
     h.digest()
 }
@@ -375,10 +393,7 @@ fn feed(h: &mut Xxh3, value: &Value) {
         Value::Object(map) => {
             let mut sum = 0u64;
             for (k, v) in map {
-                let mut e = Xxh3::with_seed(SEED);
-                e.update(k.as_bytes());
-                feed(&mut e, v);
-                sum = sum.wrapping_add(e.digest());
+                sum = sum.wrapping_add(pair(xxh3_64(k.as_bytes()), hash_value(v)));
             }
             h.update(&[5]);
             h.update(&(map.len() as u64).to_le_bytes());

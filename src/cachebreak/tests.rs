@@ -448,3 +448,28 @@ fn a_thousand_clean_random_turns_give_no_false_cause() {
     }
     assert!(counts[&Cause::Reused] > 700, "{counts:?}");
 }
+
+#[test]
+fn text_split_into_parts_digests_like_one_string() {
+    let text: String = (0..300)
+        .map(|i| if i % 7 == 0 { '語' } else { 'a' })
+        .collect();
+    let one = digest(&body(SYSTEM, &[("user", &text)]), false);
+    let chars: Vec<char> = text.chars().collect();
+    for cut in [1, 31, 32, 33, 100, 299] {
+        let (a, b): (String, String) =
+            (chars[..cut].iter().collect(), chars[cut..].iter().collect());
+        let parts = json!({"model": "m", "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": [{"type": "text", "text": a}, {"type": "text", "text": b}]},
+        ]});
+        let split = digest(&parts, false);
+        assert_eq!(
+            split.messages[1].chunks, one.messages[1].chunks,
+            "cut {cut}"
+        );
+        assert_eq!(split, one, "cut {cut}");
+    }
+    assert_eq!(one.messages[1].chars, 300);
+    assert_eq!(one.messages[1].chunks.len(), 10);
+}
