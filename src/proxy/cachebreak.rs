@@ -52,10 +52,13 @@ impl Breaks {
             return None;
         }
         if let Some(s) = session {
+            // The session names the conversation: no need to find it again
+            // by a later user message.
             digest.key = Some(xxhash_rust::xxh3::xxh3_64_with_seed(
                 &s.to_le_bytes(),
                 SEED ^ 1,
             ));
+            digest.user_keys = Box::new([]);
         }
         let t = rec.timings.as_ref();
         let observed = Observed {
@@ -84,4 +87,67 @@ pub fn inspect(route: Route, body: &[u8], capture: bool) -> (RequestFacts, Optio
     let (facts, prompt) = request::inspect_body_and_prompt(body);
     let digest = PromptDigest::from_json(route, &prompt, capture);
     (facts, digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cachebreak::Cause;
+    use crate::llama::Timings;
+
+    fn record(outcome: Outcome, timings: Option<Timings>) -> RequestRecord {
+        let mut rec = crate::proxy::context::RequestCtx::new().record(
+            "POST".into(),
+            "/v1/chat/completions".into(),
+            outcome,
+            None,
+            None,
+        );
+        rec.timings = timings;
+        rec
+    }
+
+    fn turn(user: &[&str]) -> Option<PromptDigest> {
+        let mut messages = vec![serde_json::json!({"role": "system", "content": "s"})];
+        for u in user {
+            messages.push(serde_json::json!({"role": "user", "content": u}));
+        }
+        let body = serde_json::json!({"messages": messages}).to_string();
+        inspect(Route::ChatCompletions, body.as_bytes(), false).1
+    }
+
+    #[test]
+    fn a_turn_is_judged_when_it_succeeded_or_brought_timings() {
+        let breaks = Breaks::new(false);
+        let timings = Timings {
+            cache_n: Some(0),
+            prompt_n: Some(10),
+            ..Timings::default()
+        };
+        let failed = record(Outcome::UpstreamError, None);
+        assert_eq!(breaks.finish(turn(&["a"]), None, &failed), None);
+        let hung_up = record(Outcome::ClientHangup, Some(timings));
+        let d = breaks.finish(turn(&["a"]), None, &hung_up).unwrap();
+        assert_eq!(d.cause, Cause::NewConversation);
+        let ok = record(Outcome::Ok, Some(timings));
+        let d = breaks.finish(turn(&["a", "b"]), None, &ok).unwrap();
+        assert_eq!(d.cause, Cause::Evicted, "nothing reused of 10 tokens");
+        // Other routes carry no digest.
+        assert_eq!(inspect(Route::Completions, b"{}", false).1, None);
+    }
+
+    #[test]
+    fn a_session_names_the_conversation() {
+        let breaks = Breaks::new(false);
+        let ok = record(Outcome::Ok, None);
+        assert_eq!(
+            breaks.finish(turn(&["a"]), Some(7), &ok).map(|d| d.cause),
+            Some(Cause::NewConversation)
+        );
+        // Another first message, the same session: the same conversation.
+        assert_eq!(
+            breaks.finish(turn(&["b"]), Some(7), &ok).map(|d| d.cause),
+            Some(Cause::HistoryEdited)
+        );
+    }
 }
