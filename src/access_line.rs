@@ -7,7 +7,9 @@
 //! never a header, and only strings with a bound: the path is
 //! [`RequestRecord::bound`]'s (1,024 bytes), the method 256 bytes, the model
 //! is the bounded metric label, the upstream and the tenant configured names, and the
-//! rest are fixed labels, numbers and hex ids.
+//! rest are fixed labels, numbers and hex ids. `cache_break` is the
+//! cache-break diagnosis of a chat turn (cause, position, cost; never the
+//! excerpts), `null` when the turn was not judged.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -49,6 +51,18 @@ struct Line<'a> {
     completion_tokens: Option<u64>,
     trace_id: Option<&'a str>,
     span_id: Option<&'a str>,
+    cache_break: Option<CacheBreak>,
+}
+
+/// The cache-break diagnosis of a chat turn (never its text).
+#[derive(Debug, Serialize)]
+struct CacheBreak {
+    cause: &'static str,
+    message_index: Option<usize>,
+    field: Option<&'static str>,
+    offset: Option<usize>,
+    recomputed_tokens: u64,
+    recomputed_ms: f64,
 }
 
 /// The JSON line (with its `\n`) for a finished request, labelled with the
@@ -74,6 +88,14 @@ pub fn line(rec: &RequestRecord, model: &str, ids: Option<&SpanIds>) -> String {
         completion_tokens: rec.output_tokens(),
         trace_id: ids.map(|i| i.trace_id.as_str()),
         span_id: ids.map(|i| i.span_id.as_str()),
+        cache_break: rec.cache_break.as_ref().map(|d| CacheBreak {
+            cause: d.cause.as_str(),
+            message_index: d.position.as_ref().map(|p| p.message_index),
+            field: d.position.as_ref().map(|p| p.field.as_str()),
+            offset: d.position.as_ref().map(|p| p.offset),
+            recomputed_tokens: d.recomputed_tokens,
+            recomputed_ms: (d.recomputed_ms * 1000.0).round() / 1000.0,
+        }),
     };
     let mut out = serde_json::to_string(&l).unwrap_or_default();
     out.push('\n');

@@ -18,12 +18,15 @@
 //! - [`tenant`]: tenants (named keys) and the per-minute limit arithmetic.
 //! - [`router`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
+//! - [`cachebreak`]: why a turn recomputed its prompt (where it stopped
+//!   matching the previous turn, the cause, the cost).
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
 //! [`server`], [`shutdown`], [`pidfile`].
 
 pub mod access_line;
 pub mod admin;
+pub mod cachebreak;
 pub mod cli;
 pub mod config;
 pub mod framing;

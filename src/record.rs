@@ -209,6 +209,9 @@ pub struct RequestRecord {
     /// The tenant's name (a configured name); `None`: the shared
     /// [`crate::tenant::ANONYMOUS`].
     pub tenant: Option<std::sync::Arc<str>>,
+    /// Why this chat turn recomputed its prompt (see [`crate::cachebreak`]);
+    /// `None` when not judged. Its excerpts are bounded (40 characters).
+    pub cache_break: Option<crate::cachebreak::Diagnosis>,
 }
 
 /// The routing of one request: the upstream it went to and why.

@@ -6,7 +6,9 @@
 //! It reads only; it never rejects, rewrites or validates a request for
 //! llama-server (which answers bad requests itself), never fails and never
 //! panics, whatever the bytes. It does not read headers, query strings or
-//! nested fields.
+//! nested fields; [`inspect_body_and_prompt`] also hands back the prompt's
+//! top-level fields whole, parsed in the same pass, for
+//! [`crate::cachebreak`].
 //!
 //! Decisions:
 //! - [`Route::from_path`] matches llama-server's own paths exactly, as its
@@ -271,7 +273,24 @@ pub struct RequestFacts {
 
 /// Reads the top-level fields of a JSON object body; see [`RequestFacts`].
 pub fn inspect_body(body: &[u8]) -> RequestFacts {
-    let fields = Fields::read(body);
+    facts(Fields::read(body))
+}
+
+/// As [`inspect_body`], in the same single parse also returning the
+/// prompt's fields (`messages`, `tools`, `system`, `instructions`, `input`,
+/// each whole when present) with the `model` string, as a JSON object: what
+/// [`crate::cachebreak::PromptDigest::from_json`] reads.
+pub fn inspect_body_and_prompt(body: &[u8]) -> (RequestFacts, serde_json::Value) {
+    let mut fields = Fields::read_with_prompt(body);
+    let mut prompt = fields.prompt.take().unwrap_or_default();
+    let facts = facts(fields);
+    if let Some(model) = &facts.model {
+        prompt.insert("model".to_string(), serde_json::Value::from(model.as_str()));
+    }
+    (facts, serde_json::Value::Object(prompt))
+}
+
+fn facts(fields: Fields) -> RequestFacts {
     let [max_completion_tokens, max_tokens, max_output_tokens, n_predict] = [
         fields.max_completion_tokens,
         fields.max_tokens,

@@ -7,6 +7,7 @@
 //! per event.
 
 pub mod access_log;
+pub mod cachebreak;
 pub mod export;
 pub mod exposition;
 pub mod logs;

@@ -55,6 +55,7 @@ fn record() -> RequestRecord {
             prediction: None,
         }),
         tenant: None,
+        cache_break: None,
     }
 }
 
@@ -90,6 +91,7 @@ fn a_line_has_every_field() {
         "completion_tokens": 12,
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
         "span_id": "00f067aa0ba902b7",
+        "cache_break": null,
     });
     assert_eq!(v, want);
 }

@@ -53,6 +53,7 @@ tbody tr:hover td{background:#f8fafc}
 .l{text-align:left}
 .dim{color:#a0a7b4}
 .miss{color:#c2410c;font-weight:600}
+.brk{color:#b91c1c;font-weight:600;white-space:nowrap}
 .pill{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;line-height:18px}
 .ok{background:#e6f6ea;color:#1e7a34}.hang{background:#fff3db;color:#9a5b00}.err{background:#fde8e8;color:#b42318}
 .wf{position:relative;width:250px;height:20px;background:linear-gradient(90deg,#f1f3f6 1px,transparent 1px) 0 0/25% 100%;border-radius:3px}
@@ -336,6 +337,7 @@ fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) 
             }
             (_, c) => format!("({})", opt(c)),
         };
+        let cached = cached + &break_mark(r);
         let _ = write!(
             h,
             "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td>{}<td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
@@ -441,6 +443,35 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
     h.push_str("</div>");
 }
 
+/// The cache-break marker of a request row: its cause and where the prompt
+/// stopped matching the previous turn; empty unless the cause is a break.
+fn break_mark(r: &RecentRequest) -> String {
+    let Some((cause, at, tokens)) = r.cache_break else {
+        return String::new();
+    };
+    if matches!(cause, "reused" | "new_conversation" | "unknown") {
+        return String::new();
+    }
+    let (short, long) = match at {
+        Some((i, field, offset)) => (
+            format!(" @{i}.{field}+{offset}"),
+            format!("message {i}, {field}, character {offset}"),
+        ),
+        None => (
+            String::new(),
+            "the prompt extends the previous turn".to_string(),
+        ),
+    };
+    format!(
+        " <span class=brk title=\"cache break: {} at {}; {} prompt tokens recomputed\">⚠ {}{}</span>",
+        esc(cause),
+        esc(&long),
+        tokens,
+        esc(cause),
+        esc(&short)
+    )
+}
+
 /// The upstream cell of a request row, when the page shows the column.
 fn upstream_cell(r: &RecentRequest, fleet: bool) -> String {
     if !fleet {
@@ -470,6 +501,11 @@ pub fn json(recent: &[RecentRequest]) -> String {
                 "input_tokens": r.input_tokens, "cached_tokens": r.cached_tokens, "output_tokens": r.output_tokens,
                 "trace_id": r.trace_id,
                 "upstream": r.upstream, "route_reason": r.route_reason,
+                "cache_break": r.cache_break.map(|(cause, at, tokens)| serde_json::json!({
+                    "cause": cause,
+                    "message_index": at.map(|a| a.0), "field": at.map(|a| a.1), "offset": at.map(|a| a.2),
+                    "recomputed_tokens": tokens,
+                })),
             })
         })
         .collect();
@@ -503,6 +539,7 @@ mod tests {
             trace_id: Some("0123456789abcdef0123456789abcdef".into()),
             upstream: Some("gpu-a".into()),
             route_reason: Some("prefix_hit"),
+            cache_break: None,
         }
     }
 
@@ -545,6 +582,21 @@ mod tests {
         let html = render(&[req("m", "ok", 50), miss], None);
         assert_eq!(html.matches("class=miss").count(), 1);
         assert!(html.contains("100 (75) → 50"));
+    }
+
+    #[test]
+    fn a_cache_break_is_marked_with_its_cause_and_position() {
+        let mut broke = req("m", "ok", 80);
+        broke.cache_break = Some(("system_changed", Some((0, "system", 32)), 900));
+        let mut clean = req("m", "ok", 60);
+        clean.cache_break = Some(("reused", None, 1));
+        let html = render(&[clean, broke.clone()], None);
+        assert_eq!(html.matches("class=brk").count(), 1);
+        assert!(html.contains("⚠ system_changed @0.system+32"), "{html}");
+        assert!(html.contains("900 prompt tokens recomputed"));
+        let v: serde_json::Value = serde_json::from_str(&json(&[broke])).unwrap();
+        assert_eq!(v["requests"][0]["cache_break"]["cause"], "system_changed");
+        assert_eq!(v["requests"][0]["cache_break"]["offset"], 32);
     }
 
     #[test]

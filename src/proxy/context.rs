@@ -79,6 +79,8 @@ pub struct RequestCtx {
 pub struct Routed {
     /// The prompt's prefix chain, when the body was read before routing.
     pub chain: Chain,
+    /// The chat prompt's digest, for the cache-break diagnosis in `logging`.
+    pub prompt: Option<crate::cachebreak::PromptDigest>,
     /// The routing decision of the current attempt.
     pub decision: Option<Decision>,
     /// Members already tried (connect failures).
@@ -200,6 +202,7 @@ impl RequestCtx {
             client_address,
             upstream: None,
             tenant: None,
+            cache_break: None,
         };
         if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {
             let r = crate::llama::parse_response(format, &body);

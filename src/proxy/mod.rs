@@ -7,6 +7,7 @@
 //! to Pingora's default (`abort_on_close`): the upstream connection is dropped,
 //! never pooled, the moment the client goes.
 
+mod cachebreak;
 pub mod client;
 pub mod context;
 pub mod errors;
@@ -53,6 +54,8 @@ pub struct LlamaProxy {
     spares: Arc<spare::Spares>,
     /// Tenant limits: per-tenant counts and the optional shared store.
     limiter: Arc<tenant::Limiter>,
+    /// Recent conversations, for the cache-break diagnosis.
+    breaks: Arc<cachebreak::Breaks>,
 }
 
 impl LlamaProxy {
@@ -66,12 +69,14 @@ impl LlamaProxy {
             &config,
             telemetry.metrics.tenants.store_up.clone(),
         ));
+        let breaks = Arc::new(cachebreak::Breaks::new(config.telemetry.capture_content));
         LlamaProxy {
             config,
             telemetry,
             fleet,
             spares,
             limiter,
+            breaks,
         }
     }
 
@@ -321,7 +326,15 @@ impl ProxyHttp for LlamaProxy {
             }
         }
         if end_of_stream && !ctx.body_truncated && !ctx.body.is_empty() {
-            ctx.request = request::inspect_body(&ctx.body);
+            if ctx.routed.prompt.is_none() {
+                // One parse gives the facts and the prompt's digest.
+                let capture = self.breaks.capture();
+                let (facts, prompt) = cachebreak::inspect(ctx.route, &ctx.body, capture);
+                ctx.request = facts;
+                ctx.routed.prompt = prompt;
+            } else {
+                ctx.request = request::inspect_body(&ctx.body);
+            }
             ctx.body = Vec::new();
         }
         Ok(())
@@ -534,6 +547,9 @@ impl ProxyHttp for LlamaProxy {
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
         rec.upstream = fleet::steps::finish(&self.fleet, ctx, &rec);
+        rec.cache_break = self
+            .breaks
+            .finish(ctx.routed.prompt.take(), ctx.session, &rec);
         tenant::finish(&self.limiter, ctx, &mut rec);
         if e.is_none() && rec.outcome == Outcome::UpstreamError {
             // Pingora logged nothing (the HTTP exchange itself went well):

@@ -18,6 +18,9 @@ pub(super) struct Fields {
     pub temperature: Option<Value>,
     pub top_p: Option<Value>,
     pub seed: Option<Value>,
+    /// The prompt's fields (`messages`, `tools`, `system`, `instructions`,
+    /// `input`) whole, when asked for ([`Fields::read_with_prompt`]).
+    pub prompt: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Fields {
@@ -25,8 +28,21 @@ impl Fields {
     /// object, cut short, nested too deep) keeps the fields read before it;
     /// bytes after the object are not read. A UTF-8 byte order mark is skipped.
     pub fn read(body: &[u8]) -> Self {
+        Self::read_into(body, Self::default())
+    }
+
+    /// As [`Fields::read`], also keeping the prompt's fields as parsed JSON,
+    /// in the same single pass.
+    pub fn read_with_prompt(body: &[u8]) -> Self {
+        let fields = Fields {
+            prompt: Some(serde_json::Map::new()),
+            ..Self::default()
+        };
+        Self::read_into(body, fields)
+    }
+
+    fn read_into(body: &[u8], mut fields: Self) -> Self {
         let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
-        let mut fields = Self::default();
         let mut json = serde_json::Deserializer::from_slice(body);
         let _ = (&mut json).deserialize_map(FieldsVisitor(&mut fields));
         fields
@@ -92,6 +108,18 @@ impl<'de> Visitor<'de> for FieldsVisitor<'_> {
                 Key::Temperature => &mut self.0.temperature,
                 Key::TopP => &mut self.0.top_p,
                 Key::Seed => &mut self.0.seed,
+                Key::Prompt(name) => {
+                    match self.0.prompt.as_mut() {
+                        Some(prompt) => {
+                            let value = map.next_value::<serde_json::Value>()?;
+                            prompt.insert(name.to_string(), value);
+                        }
+                        None => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                    continue;
+                }
                 Key::Other => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
@@ -114,6 +142,8 @@ enum Key {
     Temperature,
     TopP,
     Seed,
+    /// A field of the prompt, kept whole when asked for.
+    Prompt(&'static str),
     Other,
 }
 
@@ -143,6 +173,11 @@ impl Visitor<'_> for KeyVisitor {
             "temperature" => Key::Temperature,
             "top_p" => Key::TopP,
             "seed" => Key::Seed,
+            "messages" => Key::Prompt("messages"),
+            "tools" => Key::Prompt("tools"),
+            "system" => Key::Prompt("system"),
+            "instructions" => Key::Prompt("instructions"),
+            "input" => Key::Prompt("input"),
             _ => Key::Other,
         })
     }

@@ -344,3 +344,27 @@ proptest! {
         prop_assert!(facts.model.is_none() || facts.model.as_deref() == Some("tiny"));
     }
 }
+
+#[test]
+fn the_prompt_comes_from_the_same_parse_as_the_facts() {
+    let body = br#"{"model":"m","stream":true,"max_tokens":9,"tools":[{"type":"function"}],
+        "messages":[{"role":"user","content":"hi"}],"other":{"deep":[1,2]},"system":"s"}"#;
+    let (facts, prompt) = inspect_body_and_prompt(body);
+    assert_eq!(facts, inspect_body(body));
+    assert_eq!(
+        prompt,
+        serde_json::json!({"model": "m", "tools": [{"type": "function"}],
+            "messages": [{"role": "user", "content": "hi"}], "system": "s"})
+    );
+    // A body cut short keeps what was read before the cut.
+    let (facts, prompt) = inspect_body(&body[..60]).model.map_or_else(
+        || (None, serde_json::Value::Null),
+        |m| (Some(m), inspect_body_and_prompt(&body[..60]).1),
+    );
+    assert_eq!(facts.as_deref(), Some("m"));
+    assert!(prompt.get("messages").is_none());
+    assert_eq!(
+        inspect_body_and_prompt(b"not json").1,
+        serde_json::json!({})
+    );
+}

@@ -203,6 +203,8 @@ pub struct Metrics {
     pub build_info: Family<VersionLabels, Gauge>,
     /// Per-tenant families.
     pub tenants: super::tenant::TenantMetrics,
+    /// `llamatap_prefill_recomputed_*_total{cause}`.
+    pub cachebreak: super::cachebreak::CacheBreakMetrics,
 }
 
 impl Metrics {
@@ -284,6 +286,7 @@ impl Metrics {
         );
         let upstreams = super::upstreams::UpstreamMetrics::register(&mut r);
         let tenants = super::tenant::TenantMetrics::register(&mut r);
+        let cachebreak = super::cachebreak::CacheBreakMetrics::register(&mut r);
         let upstream_retries = Counter::default();
         r.register(
             "llamatap_upstream_retries",
@@ -325,6 +328,7 @@ impl Metrics {
             upstream_models,
             build_info,
             tenants,
+            cachebreak,
         };
         m.build_info
             .get_or_create(&VersionLabels {
@@ -435,6 +439,7 @@ impl Metrics {
         }
         self.upstreams.record(rec, exemplar);
         self.tenants.record(rec);
+        self.cachebreak.record(rec);
     }
 
     /// Sets `llamatap_upstream_models` to `served` (upstream name, model

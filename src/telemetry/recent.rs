@@ -51,7 +51,14 @@ pub struct RecentRequest {
     pub upstream: Option<String>,
     /// Why that upstream was chosen.
     pub route_reason: Option<&'static str>,
+    /// The cache-break diagnosis: cause, and where (message index, field,
+    /// offset), and prompt tokens recomputed (never text).
+    pub cache_break: Option<BreakMark>,
 }
+
+/// A cache break as the page marks it: cause, where (message index, field,
+/// offset) and prompt tokens recomputed.
+pub type BreakMark = (&'static str, Option<(usize, &'static str, usize)>, u64);
 
 impl RecentRequest {
     /// Summarises a record.
@@ -77,6 +84,15 @@ impl RecentRequest {
             trace_id,
             upstream: rec.upstream.as_ref().map(|u| u.name.clone()),
             route_reason: rec.upstream.as_ref().map(|u| u.reason),
+            cache_break: rec.cache_break.as_ref().map(|d| {
+                (
+                    d.cause.as_str(),
+                    d.position
+                        .as_ref()
+                        .map(|p| (p.message_index, p.field.as_str(), p.offset)),
+                    d.recomputed_tokens,
+                )
+            }),
         }
     }
 }

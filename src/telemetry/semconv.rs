@@ -121,3 +121,26 @@ pub const HANGUP_PHASE: &str = "llamatap.hangup.phase";
 pub const EVENT_UPSTREAM_ERROR: &str = "upstream_error";
 /// Error event attribute: message.
 pub const ERROR_MESSAGE: &str = "error.message";
+
+/// Why the turn recomputed its prompt: `reused`, `new_conversation`,
+/// `system_changed`, `tools_changed`, `history_edited`, `history_truncated`,
+/// `evicted`, `other_upstream`, `unknown`.
+pub const LLAMATAP_CACHE_BREAK_CAUSE: &str = "llamatap.cache.break.cause";
+/// Index of the first message that differs from the previous turn.
+pub const LLAMATAP_CACHE_BREAK_MESSAGE_INDEX: &str = "llamatap.cache.break.message_index";
+/// The field that differs: `system`, `tools`, `content`, `role`, `name`,
+/// `tool_calls`, `message`, `other`.
+pub const LLAMATAP_CACHE_BREAK_FIELD: &str = "llamatap.cache.break.field";
+/// Characters into that field where it differs.
+pub const LLAMATAP_CACHE_BREAK_OFFSET: &str = "llamatap.cache.break.offset";
+/// Prompt tokens recomputed that the previous turn's prompt covered.
+pub const LLAMATAP_CACHE_BREAK_RECOMPUTED_TOKENS: &str = "llamatap.cache.break.recomputed_tokens";
+/// Prefill milliseconds those tokens took.
+pub const LLAMATAP_CACHE_BREAK_RECOMPUTED_MS: &str = "llamatap.cache.break.recomputed_ms";
+/// The previous turn's text at the break (content capture only).
+pub const LLAMATAP_CACHE_BREAK_OLD_TEXT: &str = "llamatap.cache.break.old_text";
+/// This turn's text at the break (content capture only).
+pub const LLAMATAP_CACHE_BREAK_NEW_TEXT: &str = "llamatap.cache.break.new_text";
+/// Event: the prompt stopped matching the KV cache before the previous
+/// turn's end (every cause but `reused`, `new_conversation` and `unknown`).
+pub const EVENT_CACHE_BREAK: &str = "cache_break";

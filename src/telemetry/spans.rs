@@ -201,6 +201,7 @@ impl Tracing {
         }
         s.set_attribute(KeyValue::new(sc::LLAMATAP_TENANT, rec.tenant().to_string()));
         add_events(s, rec, &at, self.capture_content);
+        super::cachebreak::add_event(s, rec, &at, self.capture_content);
         if let Some(mut c) = span.client.take() {
             c.update_name(name);
             let (address, port) = self.server(rec);
@@ -373,6 +374,7 @@ impl Tracing {
         if rec.skipped_events > 0 {
             put(sc::LLAMATAP_SKIPPED_EVENTS, int(Some(rec.skipped_events)));
         }
+        super::cachebreak::attributes(rec, &mut v);
         v
     }
 

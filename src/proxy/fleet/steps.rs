@@ -31,6 +31,7 @@ use super::super::context::RequestCtx;
 use super::super::errors;
 use super::watch::HEALTH_INTERVAL;
 use super::{Fleet, NoRoute};
+use crate::cachebreak::PromptDigest;
 use crate::config::Config;
 use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
 use crate::request;
@@ -82,11 +83,15 @@ pub async fn prepare(
         return Ok(false);
     }
     ctx.request = request::inspect_body(&body);
-    ctx.routed.chain = if whole {
-        Chain::from_body(ctx.route, &body)
-    } else {
-        Chain::default()
-    };
+    if whole {
+        // One parse for the chain and the cache-break digest.
+        let json = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&body);
+        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(json) {
+            ctx.routed.chain = Chain::from_json(ctx.route, &value);
+            ctx.routed.prompt =
+                PromptDigest::from_json(ctx.route, &value, config.telemetry.capture_content);
+        }
+    }
     if let Err(NoRoute::UnknownModel { available }) =
         fleet.check_model(ctx.request.model.as_deref())
     {

@@ -1,0 +1,119 @@
+//! Benchmarks of the cache-break diagnosis, against the routing decision's
+//! cost (`benches/route.rs`): building a prompt's digest from the parsed
+//! body, judging a turn against a book of 10,000 conversations, and the one
+//! parse of the request body on the one-upstream path (the facts alone, as
+//! before, against the facts with the prompt's fields kept).
+//!
+//! Run: `cargo bench --bench cachebreak -- --warm-up-time 1 --measurement-time 3`
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use llamatap::cachebreak::{Book, Observed, PromptDigest, DEFAULT_BUDGET_BYTES};
+use llamatap::request::{self, Route};
+use llamatap::router::Chain;
+use serde_json::{json, Value};
+use std::hint::black_box;
+use std::time::Duration;
+
+/// Conversations in the book before measuring.
+const CONVERSATIONS: usize = 10_000;
+/// Turns each conversation has had.
+const TURNS: usize = 5;
+/// Distinct system prompts shared by the conversations.
+const SYSTEMS: usize = 20;
+
+/// Turn `turn` (0-based) of conversation `id`, as in `benches/route.rs`.
+fn body(id: usize, turn: usize) -> Value {
+    let system = format!(
+        "You are assistant number {}. {}",
+        id % SYSTEMS,
+        "Answer briefly and cite the forecast. ".repeat(15)
+    );
+    let mut messages = vec![json!({"role": "system", "content": system})];
+    for at in 0..=2 * turn {
+        let (role, text) = if at % 2 == 0 {
+            ("user", format!("Conversation {id}, question {}: ", at / 2))
+        } else {
+            (
+                "assistant",
+                format!("Conversation {id}, answer {}: ", at / 2),
+            )
+        };
+        let padding = "what will the weather be like tomorrow in Paris? ".repeat(3 + (id + at) % 3);
+        messages.push(json!({"role": role, "content": text + &padding}));
+    }
+    json!({"model": "qwen2.5-0.5b-instruct", "messages": messages, "stream": true})
+}
+
+fn digest(id: usize, turn: usize) -> PromptDigest {
+    PromptDigest::from_json(Route::ChatCompletions, &body(id, turn), false).unwrap_or_default()
+}
+
+/// What llama-server reports for turn `turn`: the previous prompt reused.
+fn observed(turn: usize) -> Observed {
+    let tokens = 200 + 100 * turn as u64;
+    Observed {
+        cache_n: Some(tokens.saturating_sub(100)),
+        prompt_n: Some(100),
+        prompt_ms: Some(50.0),
+        upstream: Some(1),
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cachebreak");
+    group.throughput(Throughput::Elements(1));
+    let sixth = body(7, TURNS);
+    let bytes = serde_json::to_vec(&sixth).unwrap_or_default();
+    eprintln!("the 6th turn's body: {} bytes", bytes.len());
+
+    group.bench_function("digest_from_json", |b| {
+        b.iter(|| PromptDigest::from_json(Route::ChatCompletions, black_box(&sixth), false))
+    });
+    group.bench_function("chain_from_json", |b| {
+        b.iter(|| Chain::from_json(Route::ChatCompletions, black_box(&sixth)))
+    });
+    group.bench_function("inspect_body", |b| {
+        b.iter(|| request::inspect_body(black_box(&bytes)))
+    });
+    group.bench_function("inspect_body_and_prompt", |b| {
+        b.iter(|| request::inspect_body_and_prompt(black_box(&bytes)))
+    });
+
+    let mut book = Book::new(DEFAULT_BUDGET_BYTES * 4);
+    for turn in 0..TURNS {
+        for id in 0..CONVERSATIONS {
+            black_box(book.diagnose(digest(id, turn), observed(turn)));
+        }
+    }
+    eprintln!(
+        "book: {} conversations in {} accounted bytes",
+        book.len(),
+        book.bytes()
+    );
+    let next: Vec<PromptDigest> = (0..1000).map(|id| digest(id * 7, TURNS)).collect();
+    let mut at = 0;
+    group.bench_function("diagnose_next_turn", |b| {
+        b.iter_batched(
+            || {
+                at = (at + 1) % next.len();
+                next[at].clone()
+            },
+            |d| black_box(book.diagnose(d, observed(TURNS))),
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench
+}
+criterion_main!(benches);
