@@ -18,6 +18,8 @@
 //! - [`tenant`]: tenants (named keys) and the per-minute limit arithmetic.
 //! - [`router`]: fleet routing (prefix chains, per-upstream index, rendezvous,
 //!   the decision, learning from `cache_n`).
+//! - [`queue`]: the admission queue (classes, fair turns between tenants,
+//!   reserves, per-upstream capacity).
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
 //! [`server`], [`shutdown`], [`pidfile`].
@@ -31,6 +33,7 @@ pub mod llama;
 pub mod observe;
 pub mod pidfile;
 pub mod proxy;
+pub mod queue;
 pub mod record;
 pub mod request;
 pub mod router;
