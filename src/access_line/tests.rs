@@ -55,6 +55,7 @@ fn record() -> RequestRecord {
             prediction: None,
         }),
         tenant: None,
+        queue: None,
     }
 }
 
@@ -82,6 +83,8 @@ fn a_line_has_every_field() {
         "error_type": null,
         "upstream": "gpu-a",
         "tenant": "anonymous",
+        "priority": null,
+        "queued_ms": null,
         "ttft_ms": 30.5,
         "first_sentence_ms": 90.0,
         "e2e_ms": 310.0,

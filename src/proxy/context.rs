@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime};
 
 use crate::llama::StreamFormat;
 use crate::observe::{StreamEnd, StreamFacts, StreamObserver};
-use crate::record::{HangupPhase, Outcome, RequestRecord};
+use crate::record::{HangupPhase, Outcome, QueueFacts, RequestRecord};
 use crate::request::{RequestFacts, Route};
 use crate::router::{Chain, Decision};
 use crate::telemetry::spans::RequestSpan;
@@ -72,6 +72,8 @@ pub struct RequestCtx {
     pub tenant_slot: Option<super::tenant::Slot>,
     /// The tenant's per-minute limits as admitted: the `x-ratelimit-*` headers.
     pub quota: crate::tenant::window::Quota,
+    /// The admission queue's state and the slot it granted (queue on).
+    pub admission: Option<Box<super::admission::Held>>,
 }
 
 /// What routing keeps for a request across attempts.
@@ -120,6 +122,7 @@ impl RequestCtx {
             tenant: crate::tenant::TenantId::Anonymous,
             tenant_slot: None,
             quota: crate::tenant::window::Quota::default(),
+            admission: None,
         }
     }
 
@@ -130,6 +133,9 @@ impl RequestCtx {
 
     /// Where a hang-up now would fall.
     pub fn hangup_phase(&self) -> HangupPhase {
+        if self.admission.as_ref().is_some_and(|a| a.queued_now) {
+            return HangupPhase::Queued;
+        }
         let facts = self
             .stream_facts
             .as_deref()
@@ -200,6 +206,11 @@ impl RequestCtx {
             client_address,
             upstream: None,
             tenant: None,
+            queue: self.admission.as_deref().map(|a| QueueFacts {
+                class: a.class.as_str(),
+                wait: a.wait.unwrap_or_else(|| now.saturating_duration_since(self.received)),
+                waited: a.waited,
+            }),
         };
         if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {
             let r = crate::llama::parse_response(format, &body);

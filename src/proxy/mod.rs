@@ -7,6 +7,7 @@
 //! to Pingora's default (`abort_on_close`): the upstream connection is dropped,
 //! never pooled, the moment the client goes.
 
+pub mod admission;
 pub mod client;
 pub mod context;
 pub mod errors;
@@ -53,6 +54,8 @@ pub struct LlamaProxy {
     spares: Arc<spare::Spares>,
     /// Tenant limits: per-tenant counts and the optional shared store.
     limiter: Arc<tenant::Limiter>,
+    /// The admission queue (`[queue]`).
+    admission: Arc<admission::Admission>,
 }
 
 impl LlamaProxy {
@@ -66,12 +69,17 @@ impl LlamaProxy {
             &config,
             telemetry.metrics.tenants.store_up.clone(),
         ));
+        let metrics = telemetry
+            .metrics_enabled
+            .then(|| telemetry.metrics.queue.clone());
+        let admission = admission::Admission::new(&config, fleet.clone(), metrics);
         LlamaProxy {
             config,
             telemetry,
             fleet,
             spares,
             limiter,
+            admission,
         }
     }
 
@@ -131,7 +139,7 @@ impl ProxyHttp for LlamaProxy {
         let req = session.req_header();
         ctx.route = Route::from_path(req.uri.path());
         let direct = forward::eligible(session, ctx);
-        if !direct || self.fleet.is_fleet() {
+        if !direct || self.fleet.is_fleet() || self.admission.enabled() {
             // Keep (up to Pingora's 64 KiB) the body as it is forwarded, so
             // that a request sent on a pooled connection the upstream had
             // already closed can be sent again (see error_while_proxy), and
@@ -174,6 +182,9 @@ impl ProxyHttp for LlamaProxy {
             ))
             .await?
         {
+            return Ok(true);
+        }
+        if Box::pin(admission::wait(session, ctx, &self.admission)).await? {
             return Ok(true);
         }
         if direct {
@@ -535,6 +546,8 @@ impl ProxyHttp for LlamaProxy {
         let mut rec = ctx.record(method, path, outcome, error, client);
         rec.upstream = fleet::steps::finish(&self.fleet, ctx, &rec);
         tenant::finish(&self.limiter, ctx, &mut rec);
+        // The queue's slot is free: the next request is dispatched.
+        ctx.admission = None;
         if e.is_none() && rec.outcome == Outcome::UpstreamError {
             // Pingora logged nothing (the HTTP exchange itself went well):
             // an upstream 5xx, an error event in the stream, a cut stream.

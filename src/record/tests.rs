@@ -64,6 +64,7 @@ fn record() -> RequestRecord {
         upstream: None,
         upstream_retries: None,
         tenant: None,
+        queue: None,
     }
 }
 

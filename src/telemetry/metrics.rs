@@ -46,6 +46,7 @@ pub const TOKEN_KINDS: [&str; 3] = ["prompt", "cached", "completion"];
 
 /// The stages of [`Metrics::stage`], in waterfall order.
 pub const STAGES: &[&str] = &[
+    "queued",
     "upstream_headers",
     "first_token_any",
     "ttft",
@@ -203,6 +204,8 @@ pub struct Metrics {
     pub build_info: Family<VersionLabels, Gauge>,
     /// Per-tenant families.
     pub tenants: super::tenant::TenantMetrics,
+    /// The admission queue's families.
+    pub queue: super::queue::QueueMetrics,
 }
 
 impl Metrics {
@@ -284,6 +287,7 @@ impl Metrics {
         );
         let upstreams = super::upstreams::UpstreamMetrics::register(&mut r);
         let tenants = super::tenant::TenantMetrics::register(&mut r);
+        let queue = super::queue::QueueMetrics::register(&mut r);
         let upstream_retries = Counter::default();
         r.register(
             "llamatap_upstream_retries",
@@ -325,6 +329,7 @@ impl Metrics {
             upstream_models,
             build_info,
             tenants,
+            queue,
         };
         m.build_info
             .get_or_create(&VersionLabels {
@@ -368,6 +373,7 @@ impl Metrics {
         // stages of an answer's end only of an answer that arrived whole.
         let answered = rec.answered();
         for (name, d) in [
+            ("queued", rec.queue.map(|q| q.wait)),
             ("upstream_headers", rec.upstream_headers),
             ("first_token_any", rec.first_token_any),
             ("ttft", rec.first_token),
@@ -435,6 +441,7 @@ impl Metrics {
         }
         self.upstreams.record(rec, exemplar);
         self.tenants.record(rec);
+        self.queue.record(rec);
     }
 
     /// Sets `llamatap_upstream_models` to `served` (upstream name, model

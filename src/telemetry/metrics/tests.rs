@@ -43,6 +43,7 @@ fn record() -> RequestRecord {
         client_address: None,
         upstream: None,
         tenant: None,
+        queue: None,
     }
 }
 
