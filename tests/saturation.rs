@@ -468,7 +468,9 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
         // Wait for the watcher's first /slots read (queue on).
         let admin = format!("127.0.0.1:{}", proxy.admin_port);
         if !name.contains("off") {
+            // The queue reads the capacity as requests pass.
             assert!(wait_for(Duration::from_secs(10), || {
+                chat(&a, VOICE_H, "Warm up.", 1);
                 series(&metrics(&admin), "llamatap_queue_slots", "upstream=") == Some(2.0)
             })
             .is_some());
@@ -484,8 +486,8 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
     );
     let mut figures = Vec::new();
     for (name, idle, f) in &rows {
-        let (i50, i95) = (percentile(idle, 0.5), percentile(idle, 0.95));
-        let (f50, f95) = (percentile(&f.probe_ttft, 0.5), percentile(&f.probe_ttft, 0.95));
+        let (i50, i95) = (percentile(idle, 50.0), percentile(idle, 95.0));
+        let (f50, f95) = (percentile(&f.probe_ttft, 50.0), percentile(&f.probe_ttft, 95.0));
         let tps = f.batch_tokens as f64 / f.wall.as_secs_f64();
         eprintln!(
             "| {name} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2}x | {:.0} | {} |",
@@ -502,18 +504,27 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
     let (off95, _, off_tps, _) = figures[1];
     let (on95, _, on_tps, _) = figures[2];
     let (res95, res_idle95, res_tps, _) = figures[3];
+    let met = |ok: bool| if ok { "met" } else { "NOT met" };
     eprintln!(
-        "issue's targets: interactive p95 <= 1.5x idle: {:.2}x with the reserve; batch tokens/s >= 90% of the queue-off flood: {:.0}% (priority only), {:.0}% (reserve)",
+        "issue's targets, queue on with the reserve: interactive p95 <= 1.5x idle: {:.2}x ({}); batch tokens/s >= 90% of the queue-off flood: {:.0}% ({}); priority alone: {:.0}%",
         res95 / res_idle95,
+        met(res95 <= 1.5 * res_idle95),
+        100.0 * res_tps / off_tps,
+        met(res_tps >= 0.9 * off_tps),
         100.0 * on_tps / off_tps,
-        100.0 * res_tps / off_tps
     );
     assert!(figures.iter().all(|f| f.3 == 0), "errors in a run");
-    // What holds on this machine, every run: priority alone beats the
-    // first-come queue, and the reserve beats priority alone.
+    // Asserted: priority alone beats the first-come order, the reserve beats
+    // priority alone, and the reserve keeps 90% of the batch throughput.
+    // The 1.5x target is printed above, not asserted: the idle p95 is a
+    // few milliseconds on the tiny model, and this shared 2-core machine
+    // adds several milliseconds of noise to it (docs/saturation.md).
     assert!(on95 < off95, "priority did not shorten the interactive p95");
     assert!(res95 < on95, "the reserve did not shorten the interactive p95");
-    assert!(on_tps >= 0.9 * off_tps, "priority alone cost batch throughput");
+    assert!(
+        res_tps >= 0.9 * off_tps,
+        "the reserve cost more than 10% of the batch throughput"
+    );
 }
 
 #[test]
@@ -531,23 +542,28 @@ fn a_flooding_tenant_does_not_starve_another_in_its_class() {
         let cfg = config(&format!("fair-{}", name.replace(' ', "-")), &toml);
         let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
         let a = proxy.addr();
-        let alone = idle_ttft(&a, OTHER_H, 12);
-        // The flooding tenant sends 8 at once, four times the slots.
-        let f = flood(&a, BULK_H, OTHER_H, 8, 12);
+        let alone = idle_ttft(&a, OTHER_H, 10);
+        // The flooding tenant sends 6 at once, three times the slots.
+        let f = flood(&a, BULK_H, OTHER_H, 6, 10);
         rows.push((name, alone, f));
     }
     eprintln!(
-        "\ntwo batch tenants, one flooding (8 clients x 160 tokens, 2 slots)\n\
+        "\ntwo batch tenants, one flooding (6 clients x 160 tokens, 2 slots)\n\
          | path | other tenant alone p95 ms | under the flood p50 / p95 ms | p95 ratio |\n| --- | --- | --- | --- |"
     );
     let mut p95s = Vec::new();
     for (name, alone, f) in &rows {
-        let a95 = ms(percentile(alone, 0.95));
+        let a95 = ms(percentile(alone, 95.0));
         let (f50, f95) = (
-            ms(percentile(&f.probe_ttft, 0.5)),
-            ms(percentile(&f.probe_ttft, 0.95)),
+            ms(percentile(&f.probe_ttft, 50.0)),
+            ms(percentile(&f.probe_ttft, 95.0)),
         );
-        eprintln!("| {name} | {a95:.1} | {f50:.1} / {f95:.1} | {:.2}x |", f95 / a95);
+        eprintln!(
+            "| {name} | {a95:.1} | {f50:.1} / {f95:.1} | {:.2}x | {} probes, {} errors |",
+            f95 / a95,
+            f.probe_ttft.len(),
+            f.errors
+        );
         p95s.push(f95);
     }
     assert!(p95s[1] < p95s[0], "turns between tenants did not help the other tenant");
