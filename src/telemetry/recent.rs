@@ -51,6 +51,8 @@ pub struct RecentRequest {
     pub upstream: Option<String>,
     /// Why that upstream was chosen.
     pub route_reason: Option<&'static str>,
+    /// Time in the admission queue, when it waited there.
+    pub queued: Option<Duration>,
 }
 
 impl RecentRequest {
@@ -77,6 +79,7 @@ impl RecentRequest {
             trace_id,
             upstream: rec.upstream.as_ref().map(|u| u.name.clone()),
             route_reason: rec.upstream.as_ref().map(|u| u.reason),
+            queued: rec.queue.filter(|q| q.waited).map(|q| q.wait),
         }
     }
 }
