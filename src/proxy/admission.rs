@@ -96,9 +96,8 @@ impl Admission {
     pub fn new(config: &Config, fleet: Arc<Fleet>, metrics: Option<QueueMetrics>) -> Arc<Self> {
         let scheduler = Scheduler::new(&config.queue.classes, fleet.members().len());
         if let Some(m) = &metrics {
-            if config.queue.enabled {
-                m.seed(fleet.members().iter().map(|m| m.upstream.name.as_str()));
-            }
+            // Seeded even with the queue off: the dashboards' queries show 0.
+            m.seed(fleet.members().iter().map(|m| m.upstream.name.as_str()));
         }
         Arc::new(Admission {
             config: config.queue.clone(),

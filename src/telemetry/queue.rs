@@ -3,7 +3,7 @@
 //!
 //! Every label value comes from a fixed list (the three classes, the two
 //! refusal reasons, the configured upstream names), seeded at zero at start
-//! when the queue is on. The gauges are set by [`crate::proxy::admission`]
+//! (with the queue off too, so that the dashboards' queries show 0). The gauges are set by [`crate::proxy::admission`]
 //! as requests enter and leave the queue; refusals are counted once, in
 //! `logging`, from the record. Deliberately no tenant label here: tenants
 //! have their own families ([`super::tenant`]).
