@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::fleet::{percentile, series, serial, wait_for};
+use common::fleet::{percentile, serial, series, wait_for};
 use common::http;
 use common::llama::LlamaServer;
 use common::proxy::Llamatap;
@@ -192,7 +192,11 @@ fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_
     );
     let m = metrics(&admin);
     assert_eq!(
-        series(&m, "llamatap_queue_refused_total", "reason=\"queue_timeout\""),
+        series(
+            &m,
+            "llamatap_queue_refused_total",
+            "reason=\"queue_timeout\""
+        ),
         Some(6.0),
         "{m}"
     );
@@ -254,7 +258,10 @@ fn two_hundred_clients_that_hang_up_while_queued_leave_the_queue_and_reach_no_up
         after_round.push(after);
     }
     let prompts_after = llama_metric(&llama, "llamacpp:prompt_tokens_total");
-    assert_eq!(prompts_before, prompts_after, "an upstream saw a hung-up request");
+    assert_eq!(
+        prompts_before, prompts_after,
+        "an upstream saw a hung-up request"
+    );
     assert!(
         after_round[1] <= after_round[0] + 1024,
         "memory grew with the second round: {after_round:?} KiB"
@@ -281,7 +288,10 @@ fn a_killed_upstream_leaves_the_pool_and_its_queued_requests_go_to_the_other() {
     assert!(wait_for(Duration::from_secs(20), || depth(&metrics(&admin)) >= 5.0).is_some());
     a.kill();
     let answers: Vec<Answer> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let ok = answers.iter().filter(|x| x.status == 200 && x.tokens == 400).count();
+    let ok = answers
+        .iter()
+        .filter(|x| x.status == 200 && x.tokens == 400)
+        .count();
     eprintln!(
         "killed upstream: {ok} of 8 answered whole; others: {:?}",
         answers
@@ -293,7 +303,10 @@ fn a_killed_upstream_leaves_the_pool_and_its_queued_requests_go_to_the_other() {
     // The one request in flight on the killed upstream may fail (it reached
     // it); every queued one is answered by the other.
     assert!(ok >= 7, "{answers:?}");
-    assert!(answers.iter().all(|x| x.status != 0), "a request got no answer");
+    assert!(
+        answers.iter().all(|x| x.status != 0),
+        "a request got no answer"
+    );
 }
 
 /// Samples llama-server's own queue while `work` runs; the largest value.
@@ -385,11 +398,21 @@ fn flood(
     let errors = Arc::new(AtomicU64::new(0));
     let hs: Vec<_> = (0..flooders)
         .map(|i| {
-            let (a, s, t, e) = (addr.to_string(), stop.clone(), tokens.clone(), errors.clone());
+            let (a, s, t, e) = (
+                addr.to_string(),
+                stop.clone(),
+                tokens.clone(),
+                errors.clone(),
+            );
             std::thread::spawn(move || {
                 let mut n = 0;
                 while !s.load(Ordering::Relaxed) {
-                    let r = chat(&a, batch_headers, &format!("Summarise document {i}-{n}."), 160);
+                    let r = chat(
+                        &a,
+                        batch_headers,
+                        &format!("Summarise document {i}-{n}."),
+                        160,
+                    );
                     if r.status == 200 {
                         t.fetch_add(r.tokens, Ordering::Relaxed);
                     } else {
@@ -428,7 +451,11 @@ fn flood(
     }
 }
 
-fn idle_ttft(addr: &str, headers: &'static [(&'static str, &'static str)], n: usize) -> Vec<Duration> {
+fn idle_ttft(
+    addr: &str,
+    headers: &'static [(&'static str, &'static str)],
+    n: usize,
+) -> Vec<Duration> {
     (0..n)
         .filter_map(|i| chat(addr, headers, &format!("Quick question {i}?"), 4).ttft)
         .collect()
@@ -457,7 +484,11 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
     let mut rows: Vec<(String, Vec<Duration>, Flood)> = Vec::new();
     let direct = llama.addr();
     let idle = idle_ttft(&direct, NONE, probes);
-    rows.push(("llama-server alone".into(), idle.clone(), flood(&direct, NONE, NONE, flooders, probes)));
+    rows.push((
+        "llama-server alone".into(),
+        idle.clone(),
+        flood(&direct, NONE, NONE, flooders, probes),
+    ));
     for (name, cfg) in [
         ("llamatap, queue off", &off),
         ("llamatap, queue on (priority)", &on),
@@ -487,7 +518,10 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
     let mut figures = Vec::new();
     for (name, idle, f) in &rows {
         let (i50, i95) = (percentile(idle, 50.0), percentile(idle, 95.0));
-        let (f50, f95) = (percentile(&f.probe_ttft, 50.0), percentile(&f.probe_ttft, 95.0));
+        let (f50, f95) = (
+            percentile(&f.probe_ttft, 50.0),
+            percentile(&f.probe_ttft, 95.0),
+        );
         let tps = f.batch_tokens as f64 / f.wall.as_secs_f64();
         eprintln!(
             "| {name} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2}x | {:.0} | {} |",
@@ -520,7 +554,10 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
     // few milliseconds on the tiny model, and this shared 2-core machine
     // adds several milliseconds of noise to it (docs/saturation.md).
     assert!(on95 < off95, "priority did not shorten the interactive p95");
-    assert!(res95 < on95, "the reserve did not shorten the interactive p95");
+    assert!(
+        res95 < on95,
+        "the reserve did not shorten the interactive p95"
+    );
     assert!(
         res_tps >= 0.9 * off_tps,
         "the reserve cost more than 10% of the batch throughput"
@@ -566,5 +603,8 @@ fn a_flooding_tenant_does_not_starve_another_in_its_class() {
         );
         p95s.push(f95);
     }
-    assert!(p95s[1] < p95s[0], "turns between tenants did not help the other tenant");
+    assert!(
+        p95s[1] < p95s[0],
+        "turns between tenants did not help the other tenant"
+    );
 }

@@ -530,9 +530,8 @@ mod tests {
         let row = html.split("<div class=wf").nth(1).unwrap_or("");
         assert!(row.contains("queued 40.0"), "{row}");
         assert!(
-            row.find("class='a q' style='left:0.00%").is_some_and(|q| row
-                .find("class='a w'")
-                .is_some_and(|w| q < w)),
+            row.find("class='a q' style='left:0.00%")
+                .is_some_and(|q| row.find("class='a w'").is_some_and(|w| q < w)),
             "{row}"
         );
         assert!(html.contains(">queued<"), "a percentile column");

@@ -60,7 +60,10 @@ pub fn upstreams(
     list: Option<&[RawUpstream]>,
 ) -> Result<Vec<UpstreamConfig>, ConfigError> {
     let entries: Vec<(String, Option<String>, Option<u32>, Option<u32>)> = if !flags.is_empty() {
-        flags.iter().map(|u| (u.clone(), None, None, None)).collect()
+        flags
+            .iter()
+            .map(|u| (u.clone(), None, None, None))
+            .collect()
     } else {
         match (single, list) {
             (Some(_), Some(_)) => {

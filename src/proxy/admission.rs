@@ -266,7 +266,12 @@ pub async fn wait(
     }
     let class = admission.class_of(session.req_header(), ctx.tenant);
     let ci = class as usize;
-    let rules = admission.config.classes.get(ci).copied().unwrap_or_default();
+    let rules = admission
+        .config
+        .classes
+        .get(ci)
+        .copied()
+        .unwrap_or_default();
     let arrived = ctx.received;
     let mut held = Box::new(Held {
         class,
@@ -297,7 +302,8 @@ pub async fn wait(
         .headers
         .contains_key(http::header::EXPECT)
         && (session.is_body_done() || {
-            let _ = super::fleet::steps::preread(session, super::fleet::steps::REPLAY_LIMIT).await?;
+            let _ =
+                super::fleet::steps::preread(session, super::fleet::steps::REPLAY_LIMIT).await?;
             session.is_body_done()
         });
     let (tx, mut rx) = oneshot::channel();
@@ -326,7 +332,9 @@ pub async fn wait(
         admission,
         handle: Some(handle),
     };
-    let deadline = rules.max_wait.map(|w| tokio::time::Instant::from_std(arrived + w));
+    let deadline = rules
+        .max_wait
+        .map(|w| tokio::time::Instant::from_std(arrived + w));
     let mut tick = tokio::time::interval(REFRESH);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let granted = loop {

@@ -208,7 +208,9 @@ impl RequestCtx {
             tenant: None,
             queue: self.admission.as_deref().map(|a| QueueFacts {
                 class: a.class.as_str(),
-                wait: a.wait.unwrap_or_else(|| now.saturating_duration_since(self.received)),
+                wait: a
+                    .wait
+                    .unwrap_or_else(|| now.saturating_duration_since(self.received)),
                 waited: a.waited,
             }),
         };

@@ -126,7 +126,10 @@ fn expects_continue(req: &pingora::http::RequestHeader) -> bool {
 /// Reads the body as far as Pingora can replay it: whole when its length is
 /// known and within `limit`, else one read. Returns the bytes and whether
 /// they are the whole body.
-pub(in crate::proxy) async fn preread(session: &mut Session, limit: usize) -> Result<(Vec<u8>, bool)> {
+pub(in crate::proxy) async fn preread(
+    session: &mut Session,
+    limit: usize,
+) -> Result<(Vec<u8>, bool)> {
     let length = session
         .req_header()
         .headers
@@ -176,13 +179,12 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         Some(t) => t.route(choose, |d| d.upstream),
         None => choose(&[]),
     };
-    let decision = chosen
-        .map_err(|_| {
-            Error::explain(
-                ErrorType::ConnectNoRoute,
-                "no upstream left that can serve the request",
-            )
-        })?;
+    let decision = chosen.map_err(|_| {
+        Error::explain(
+            ErrorType::ConnectNoRoute,
+            "no upstream left that can serve the request",
+        )
+    })?;
     ctx.member = Some(decision.upstream);
     ctx.routed.decision = Some(decision);
     let member = fleet
