@@ -4,6 +4,8 @@
 //! llama-server alone, llamatap with the queue off, and llamatap with the
 //! queue on. Every figure is printed (`--nocapture` shows them).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::net::TcpStream;

@@ -52,6 +52,9 @@ pub struct Routing {
     pub session_header: Option<String>,
 }
 
+/// One upstream as given: URL, name, weight, `max_inflight`.
+type Entry = (String, Option<String>, Option<u32>, Option<u32>);
+
 /// Builds the fleet from flags (`--upstream`, repeatable), the file's
 /// `upstream` or `[[upstreams]]`, or the default, in that order.
 pub fn upstreams(
@@ -59,7 +62,7 @@ pub fn upstreams(
     single: Option<&str>,
     list: Option<&[RawUpstream]>,
 ) -> Result<Vec<UpstreamConfig>, ConfigError> {
-    let entries: Vec<(String, Option<String>, Option<u32>, Option<u32>)> = if !flags.is_empty() {
+    let entries: Vec<Entry> = if !flags.is_empty() {
         flags
             .iter()
             .map(|u| (u.clone(), None, None, None))
