@@ -76,16 +76,22 @@ pub struct Ticket {
 
 /// Takes a still-queued entry out when the waiting future ends for any
 /// reason (hang-up, deadline, the connection's task dropped).
+/// A grant that arrived in between (the entry was dispatched, not removed)
+/// is given back, so the slot goes to the next request.
 struct Waiting<'a> {
     admission: &'a Admission,
     handle: Option<crate::queue::Handle>,
+    granted: oneshot::Receiver<()>,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         if let Some(h) = self.handle.take() {
+            let granted = &mut self.granted;
             self.admission.with(|s| {
-                s.remove(h);
+                if s.remove(h).is_none() && granted.try_recv().is_ok() {
+                    s.abandon();
+                }
             });
         }
     }
@@ -173,9 +179,14 @@ impl Admission {
         }
         if let Some(m) = &self.metrics {
             for p in Priority::ALL {
+                let class = ClassLabels { class: p.as_str() };
+                let depth = s.depth(p as usize);
                 m.depth
-                    .get_or_create(&ClassLabels { class: p.as_str() })
-                    .set(i64::try_from(s.depth(p as usize)).unwrap_or(i64::MAX));
+                    .get_or_create(&class)
+                    .set(i64::try_from(depth).unwrap_or(i64::MAX));
+                if depth == 0 {
+                    m.oldest_wait.get_or_create(&class).set(0.0);
+                }
             }
             for (u, member) in s.upstreams().iter().zip(self.fleet.members()) {
                 let l = SlotLabels {
@@ -306,7 +317,7 @@ pub async fn wait(
                 super::fleet::steps::preread(session, super::fleet::steps::REPLAY_LIMIT).await?;
             session.is_body_done()
         });
-    let (tx, mut rx) = oneshot::channel();
+    let (tx, rx) = oneshot::channel();
     let tenant = match ctx.tenant {
         TenantId::Named(i) => i,
         TenantId::Anonymous => SHARED_TENANT,
@@ -331,6 +342,7 @@ pub async fn wait(
     let mut waiting = Waiting {
         admission,
         handle: Some(handle),
+        granted: rx,
     };
     let deadline = rules
         .max_wait
@@ -340,12 +352,12 @@ pub async fn wait(
     let granted = loop {
         tokio::select! {
             biased;
-            r = &mut rx => break r.is_ok(),
+            r = &mut waiting.granted => break r.is_ok(),
             () = sleep_until(deadline) => {
                 waiting.handle = None;
                 let removed = admission.with(|s| s.remove(handle)).flatten();
                 // Dispatched at the last moment: it goes.
-                break removed.is_none() && rx.try_recv().is_ok();
+                break removed.is_none() && waiting.granted.try_recv().is_ok();
             }
             r = session.as_downstream_mut().read_body_or_idle(true), if watch => {
                 if let Err(e) = r {
@@ -416,6 +428,9 @@ async fn refuse(
         ),
     };
     ctx.ended = Some(Instant::now());
+    if let Some(h) = ctx.admission.as_deref_mut() {
+        h.queued_now = false;
+    }
     ctx.failure = Some((Outcome::Rejected, code, message.clone()));
     let reply = ErrorReply {
         status: 503,
