@@ -638,3 +638,110 @@ fn a_flooding_tenant_does_not_starve_another_in_its_class() {
         "turns between tenants did not help the other tenant"
     );
 }
+
+#[test]
+fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
+    let _serial = serial();
+    let llama = LlamaServer::start("tiny", &NP2);
+    let (otlp_url, received) = common::otlp::http_receiver();
+    let access = std::env::temp_dir().join(format!("llamatap-sat-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&access);
+    let cfg = config(
+        "spans",
+        &format!(
+            "[queue]\nenabled = true\nmax_inflight = 1\n[queue.classes.batch]\nmax_wait_ms = 300\n{}",
+            keys()
+        ),
+    );
+    let proxy = Llamatap::start(
+        &llama.base_url,
+        &[
+            "--config",
+            &cfg,
+            "--otlp-endpoint",
+            &otlp_url,
+            "--otlp-protocol",
+            "http",
+            "--access-log",
+            access.to_str().unwrap(),
+        ],
+    );
+    let p = proxy.addr();
+    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
+    const VOICE_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-voice-0123456789")];
+    let a = p.clone();
+    let long = std::thread::spawn(move || chat(&a, BULK_H, "A long batch answer.", 800));
+    assert!(wait_until_busy(&llama));
+    let a = p.clone();
+    let voice = std::thread::spawn(move || chat(&a, VOICE_H, "Quick?", 4));
+    // A batch request behind it waits 300 ms and is refused.
+    let b = body("Another batch job.", 8);
+    let mut r = http::send(&p, "POST", "/v1/chat/completions", BULK_H, b.as_bytes()).unwrap();
+    assert_eq!(r.head.status, 503);
+    assert!(r.head.header("retry-after").is_some());
+    assert!(r.head.header("traceresponse").is_some(), "no traceresponse");
+    let refusal = String::from_utf8_lossy(&r.read_all().unwrap()).into_owned();
+    let v: Value = serde_json::from_str(&refusal).unwrap();
+    assert_eq!(v["error"]["code"], "queue_timeout", "{refusal}");
+    let voice = voice.join().unwrap();
+    assert_eq!(voice.status, 200);
+    assert_eq!(long.join().unwrap().status, 200);
+    let spans = received.wait(3, Duration::from_secs(30));
+    let server: Vec<_> = spans
+        .iter()
+        .filter(|s| common::otlp::attr_str(s, "llamatap.priority").is_some())
+        .collect();
+    let of = |class: &str| {
+        server
+            .iter()
+            .filter(|s| common::otlp::attr_str(s, "llamatap.priority").as_deref() == Some(class))
+            .collect::<Vec<_>>()
+    };
+    let queued = of("interactive");
+    assert_eq!(queued.len(), 1, "{server:?}");
+    assert!(queued[0].events.iter().any(|e| e.name == "llamatap.queued"));
+    let refused = of("batch")
+        .into_iter()
+        .find(|s| common::otlp::attr_str(s, "error.type").as_deref() == Some("queue_timeout"));
+    assert!(refused.is_some(), "no refused span: {server:?}");
+    assert!(wait_for(Duration::from_secs(10), || {
+        std::fs::read_to_string(&access)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 3
+    })
+    .is_some());
+    let lines: Vec<Value> = std::fs::read_to_string(&access)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let voice_line = lines
+        .iter()
+        .find(|l| l["priority"] == "interactive")
+        .unwrap();
+    let waited = voice_line["queued_ms"].as_f64().unwrap();
+    eprintln!(
+        "queued interactive turn: queued_ms {waited:.1}, ttft_ms {}; refusal line: {}",
+        voice_line["ttft_ms"],
+        lines
+            .iter()
+            .find(|l| l["status"] == 503)
+            .map(|l| l.to_string())
+            .unwrap_or_default()
+    );
+    assert!(
+        waited > 50.0,
+        "the interactive turn did not wait: {voice_line}"
+    );
+    assert!(
+        voice_line["ttft_ms"].as_f64().unwrap() >= waited,
+        "TTFT includes the wait"
+    );
+    let refused_line = lines.iter().find(|l| l["status"] == 503).unwrap();
+    assert_eq!(refused_line["outcome"], "rejected");
+    assert_eq!(refused_line["error_type"], "queue_timeout");
+    assert_eq!(refused_line["priority"], "batch");
+    assert!(refused_line["upstream"].is_null(), "{refused_line}");
+}
