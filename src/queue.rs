@@ -26,11 +26,25 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::tenant::Priority;
+
 #[cfg(test)]
 mod tests;
 
 /// Stale handles a class may hold before it is compacted (at least).
 const COMPACT_MIN: usize = 64;
+
+/// A request's class: its key's (`None`: `default`), changed by the
+/// priority header only downwards (towards `batch`) unless the header is
+/// `trusted`, when it may also raise it.
+pub fn class(key: Option<Priority>, header: Option<Priority>, trusted: bool) -> Priority {
+    let key = key.unwrap_or_default();
+    match header {
+        Some(h) if trusted => h,
+        Some(h) if (h as usize) > (key as usize) => h,
+        _ => key,
+    }
+}
 
 /// A queued entry's address; stale once the entry left the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -130,18 +130,7 @@ impl Admission {
             .and_then(|h| req.headers.get(h))
             .and_then(|v| v.to_str().ok())
             .and_then(|v| Priority::parse(v.trim()));
-        match (key, header) {
-            (_, Some(h)) if self.config.trust_priority_header => h,
-            (k, Some(h)) => {
-                let k = k.unwrap_or_default();
-                if (h as usize) > (k as usize) {
-                    h
-                } else {
-                    k
-                }
-            }
-            (k, None) => k.unwrap_or_default(),
-        }
+        crate::queue::class(key, header, self.config.trust_priority_header)
     }
 
     /// Runs `f` on the scheduler, then dispatches what can go and updates

@@ -35,6 +35,19 @@ fn drain(s: &mut Scheduler<u32>) -> Vec<u32> {
 }
 
 #[test]
+fn a_header_only_lowers_the_class_unless_trusted() {
+    use crate::tenant::Priority::{Batch, Default, Interactive};
+    assert_eq!(class(None, None, false), Default);
+    assert_eq!(class(Some(Interactive), None, false), Interactive);
+    assert_eq!(class(Some(Interactive), Some(Batch), false), Batch);
+    assert_eq!(class(Some(Batch), Some(Interactive), false), Batch);
+    assert_eq!(class(None, Some(Interactive), false), Default);
+    assert_eq!(class(None, Some(Interactive), true), Interactive);
+    assert_eq!(class(Some(Batch), Some(Interactive), true), Interactive);
+    assert_eq!(class(Some(Interactive), Some(Default), true), Default);
+}
+
+#[test]
 fn first_come_first_served_in_one_class() {
     let t0 = Instant::now();
     let mut s = one(0, 1);
