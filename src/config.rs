@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod queue;
 pub mod tenant;
 #[cfg(test)]
 mod tests;
@@ -100,6 +101,9 @@ pub struct RawConfig {
     /// Request size limits.
     #[serde(default)]
     pub limits: RawLimits,
+    /// Admission queue (`[queue]`).
+    #[serde(default)]
+    pub queue: queue::RawQueue,
 }
 
 /// `[auth]` as written.
@@ -260,6 +264,8 @@ pub struct UpstreamConfig {
     pub port: u16,
     /// Path prefix prepended to every request path (empty for none).
     pub base_path: String,
+    /// `[[upstreams]] max_inflight`: this replica's slots on it (queue on).
+    pub max_inflight: Option<u32>,
 }
 
 /// OTLP transport.
@@ -361,6 +367,8 @@ pub struct Config {
     pub max_body_bytes: u64,
     /// Largest request header block (names plus values).
     pub max_header_bytes: usize,
+    /// The admission queue.
+    pub queue: queue::Queue,
 }
 
 impl Config {
@@ -408,6 +416,7 @@ impl Config {
         let api_keys = api_keys(o.api_keys.clone().or(raw.auth.api_keys))?;
         let tenants = tenant::tenants(api_keys.clone(), raw.auth.keys, &|v| std::env::var(v).ok())?;
         let store = tenant::store(raw.auth.store)?;
+        let queue = queue::queue(raw.queue)?;
         let telemetry = Telemetry {
             otlp_endpoint: endpoint,
             otlp_protocol: parse_protocol(&protocol)?,
@@ -501,6 +510,7 @@ impl Config {
                 raw.limits.max_header_bytes,
                 64 << 10,
             )?,
+            queue,
         })
     }
 }
@@ -702,5 +712,6 @@ pub fn parse_upstream(s: &str) -> Result<UpstreamConfig, ConfigError> {
             .to_string(),
         port,
         base_path: path.to_string(),
+        max_inflight: None,
     })
 }

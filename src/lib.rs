@@ -20,6 +20,8 @@
 //!   the decision, learning from `cache_n`).
 //! - [`cachebreak`]: why a turn recomputed its prompt (where it stopped
 //!   matching the previous turn, the cause, the cost).
+//! - [`queue`]: the admission queue (classes, fair turns between tenants,
+//!   reserves, per-upstream capacity).
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
 //! [`server`], [`shutdown`], [`pidfile`].
@@ -34,6 +36,7 @@ pub mod llama;
 pub mod observe;
 pub mod pidfile;
 pub mod proxy;
+pub mod queue;
 pub mod record;
 pub mod request;
 pub mod router;

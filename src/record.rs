@@ -112,6 +112,8 @@ impl Outcome {
 /// Where in the request a client hang-up happened. A fixed list: it is a metric label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HangupPhase {
+    /// Waiting in llamatap's admission queue: no upstream saw the request.
+    Queued,
     /// Before the upstream's response headers (e.g. a non-streaming request still generating).
     BeforeHeaders,
     /// After the headers, before the first token: during the prompt prefill.
@@ -122,7 +124,8 @@ pub enum HangupPhase {
 
 impl HangupPhase {
     /// Every phase, in label order.
-    pub const ALL: [HangupPhase; 3] = [
+    pub const ALL: [HangupPhase; 4] = [
+        HangupPhase::Queued,
         HangupPhase::BeforeHeaders,
         HangupPhase::Prefill,
         HangupPhase::Decode,
@@ -131,6 +134,7 @@ impl HangupPhase {
     /// The metric label value.
     pub fn as_str(&self) -> &'static str {
         match self {
+            HangupPhase::Queued => "queued",
             HangupPhase::BeforeHeaders => "before_headers",
             HangupPhase::Prefill => "prefill",
             HangupPhase::Decode => "decode",
@@ -212,6 +216,20 @@ pub struct RequestRecord {
     /// Why this chat turn recomputed its prompt (see [`crate::cachebreak`]);
     /// `None` when not judged. Its excerpts are bounded (40 characters).
     pub cache_break: Option<crate::cachebreak::Diagnosis>,
+    /// The admission queue's facts; `None` when the queue is off or the
+    /// route does not queue.
+    pub queue: Option<QueueFacts>,
+}
+
+/// A request's passage through the admission queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueFacts {
+    /// Its class: `interactive`, `default` or `batch` (a metric label).
+    pub class: &'static str,
+    /// Arrival to dispatch (or to refusal or hang-up while queued).
+    pub wait: Duration,
+    /// It waited in the queue (no free slot at arrival).
+    pub waited: bool,
 }
 
 /// The routing of one request: the upstream it went to and why.

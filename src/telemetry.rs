@@ -14,6 +14,7 @@ pub mod logs;
 pub mod metrics;
 pub mod models;
 pub mod order;
+pub mod queue;
 pub mod recent;
 pub mod reexport;
 pub mod semconv;

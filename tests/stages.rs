@@ -542,3 +542,62 @@ fn metrics_come_out_in_one_order_and_without_impossible_series() {
         "a named model is never refused"
     );
 }
+
+/// A client that closes as soon as it has `[DONE]`, before the body's last
+/// framing bytes (the OpenAI SDKs do): the answer was whole, so the request
+/// is `ok`, not a hang-up. A client that leaves before `[DONE]` is one.
+#[test]
+fn a_client_closing_right_after_done_got_its_whole_answer() {
+    let up = Scripted::start(|s, req| {
+        let late_done = String::from_utf8_lossy(&req.body).contains("late");
+        upstream::sse_head(s);
+        upstream::chunk(s, upstream::chat_event("Hi there.").as_bytes());
+        if late_done {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        upstream::chunk(s, upstream::chat_final_event(4, 0, 2).as_bytes());
+        upstream::chunk(s, b"data: [DONE]\n\n");
+        // The end of the chunked body comes later than the client waits.
+        std::thread::sleep(Duration::from_millis(500));
+        upstream::end_chunks(s);
+    });
+    let proxy = Llamatap::start(&up.url(), &[]);
+    let count = |m: &str, outcome: &str| {
+        metric_sum(
+            m,
+            "llamatap_requests_total",
+            &[
+                &format!("outcome=\"{outcome}\""),
+                "route=\"chat_completions\"",
+            ],
+        )
+    };
+    for (leave_before_done, outcome) in [(false, "ok"), (true, "client_hangup")] {
+        let body = if leave_before_done {
+            CHAT.replace("hi", "late")
+        } else {
+            CHAT.to_string()
+        };
+        let mut r = http::post(&proxy.addr(), "/v1/chat/completions", &body).unwrap();
+        let mut seen = Vec::new();
+        let needle: &[u8] = if leave_before_done {
+            b"Hi there."
+        } else {
+            b"[DONE]"
+        };
+        while !seen.windows(needle.len()).any(|w| w == needle) {
+            seen.extend(r.next_piece().unwrap().expect("ended early"));
+        }
+        assert_eq!(
+            leave_before_done,
+            !seen.windows(6).any(|w| w == b"[DONE]"),
+            "{}",
+            String::from_utf8_lossy(&seen)
+        );
+        drop(r);
+        let m = proxy.wait_metrics(Duration::from_secs(10), |m| count(m, outcome) >= 1.0);
+        assert_eq!(count(&m, outcome), 1.0, "{m}");
+    }
+    let m = proxy.metrics();
+    assert_eq!((count(&m, "ok"), count(&m, "client_hangup")), (1.0, 1.0));
+}

@@ -56,6 +56,7 @@ fn record() -> RequestRecord {
         }),
         tenant: None,
         cache_break: None,
+        queue: None,
     }
 }
 
@@ -83,6 +84,8 @@ fn a_line_has_every_field() {
         "error_type": null,
         "upstream": "gpu-a",
         "tenant": "anonymous",
+        "priority": null,
+        "queued_ms": null,
         "ttft_ms": 30.5,
         "first_sentence_ms": 90.0,
         "e2e_ms": 310.0,

@@ -20,6 +20,7 @@ type StageOf = fn(&RecentRequest) -> Option<Duration>;
 
 /// Stages in the percentile table, in waterfall order: (column title, field).
 const STAGES: &[(&str, StageOf)] = &[
+    ("queued", |r| r.queued),
     ("upstream headers", |r| r.upstream_headers),
     ("first token", |r| r.first_token),
     ("first sentence", |r| r.first_sentence),
@@ -59,7 +60,7 @@ tbody tr:hover td{background:#f8fafc}
 .wf{position:relative;width:250px;height:20px;background:linear-gradient(90deg,#f1f3f6 1px,transparent 1px) 0 0/25% 100%;border-radius:3px}
 .wf i{position:absolute;display:block;border-radius:2px}
 .a{top:3px;height:8px}.b{top:13px;height:5px}
-.w{background:var(--wait)}.t{background:var(--ttft)}.s{background:var(--stream)}.p{background:var(--prefill)}.d{background:var(--decode)}
+.q{background:#868e96}.w{background:var(--wait)}.t{background:var(--ttft)}.s{background:var(--stream)}.p{background:var(--prefill)}.d{background:var(--decode)}
 .m{top:0;width:2px;height:13px;background:var(--sent)}
 .legend{display:flex;gap:16px;flex-wrap:wrap;color:var(--muted);margin:6px 0 8px}
 .legend i{display:inline-block;width:12px;height:8px;border-radius:2px;margin-right:5px;vertical-align:0}
@@ -281,6 +282,7 @@ fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) 
         .max(0.001);
     h.push_str("<h2>Requests, newest first</h2><div class=legend>");
     for (cls, what) in [
+        ("q", "queued in llamatap"),
         ("w", "waiting for upstream headers"),
         ("t", "headers → first token"),
         ("s", "first token → end (streaming)"),
@@ -402,7 +404,8 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
     let headers = r.upstream_headers.map(ms_f);
     let first = r.first_token_any.or(r.first_token).map(ms_f);
     let title = format!(
-        "headers {} · first token {} · first sentence {} · end {} · prefill {} · decode {} (ms)",
+        "queued {} · headers {} · first token {} · first sentence {} · end {} · prefill {} · decode {} (ms)",
+        ms(r.queued),
         ms(r.upstream_headers),
         ms(r.first_token),
         ms(r.first_sentence),
@@ -411,20 +414,24 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
         ms(r.decode)
     );
     let _ = write!(h, "<div class=wf title=\"{}\">", esc(&title));
-    // Lane a: the proxy's moments.
+    // Lane a: the proxy's moments, the queue's wait first.
+    let q = r.queued.map(ms_f).unwrap_or(0.0);
+    if q > 0.0 {
+        seg(h, "a q", 0.0, q, scale);
+    }
     match (headers, first) {
         (Some(hd), Some(f)) => {
-            seg(h, "a w", 0.0, hd, scale);
+            seg(h, "a w", q.min(hd), hd, scale);
             seg(h, "a t", hd, f.max(hd), scale);
             seg(h, "a s", f.max(hd), end, scale);
         }
         (Some(hd), None) => {
-            seg(h, "a w", 0.0, hd, scale);
+            seg(h, "a w", q.min(hd), hd, scale);
             if end - hd > 0.05 * scale {
                 seg(h, "a t", hd, end, scale);
             }
         }
-        (None, _) => seg(h, "a w", 0.0, end, scale),
+        (None, _) => seg(h, "a w", q.min(end), end, scale),
     }
     if let Some(s) = r.first_sentence.map(ms_f) {
         let left = (s / scale * 100.0).clamp(0.0, 99.5);
@@ -497,7 +504,7 @@ pub fn json(recent: &[RecentRequest]) -> String {
                 "upstream_headers_ms": msf(r.upstream_headers), "first_token_any_ms": msf(r.first_token_any),
                 "ttft_ms": msf(r.first_token), "first_sentence_ms": msf(r.first_sentence),
                 "last_token_ms": msf(r.last_token), "e2e_ms": msf(Some(r.end)),
-                "prefill_ms": msf(r.prefill), "decode_ms": msf(r.decode),
+                "prefill_ms": msf(r.prefill), "decode_ms": msf(r.decode), "queued_ms": msf(r.queued),
                 "input_tokens": r.input_tokens, "cached_tokens": r.cached_tokens, "output_tokens": r.output_tokens,
                 "trace_id": r.trace_id,
                 "upstream": r.upstream, "route_reason": r.route_reason,
@@ -540,6 +547,7 @@ mod tests {
             upstream: Some("gpu-a".into()),
             route_reason: Some("prefix_hit"),
             cache_break: None,
+            queued: None,
         }
     }
 
@@ -549,6 +557,21 @@ mod tests {
         assert_eq!(quantile(&mut v, 0.5), Some(3.0));
         assert_eq!(quantile(&mut v, 0.95), Some(5.0));
         assert_eq!(quantile(&mut [], 0.5), None);
+    }
+
+    #[test]
+    fn queue_wait_is_the_first_bar_of_the_waterfall() {
+        let mut r = req("/models/tiny.gguf", "ok", 100);
+        r.queued = Some(Duration::from_millis(40));
+        let html = render(&[r], None);
+        let row = html.split("<div class=wf").nth(1).unwrap_or("");
+        assert!(row.contains("queued 40.0"), "{row}");
+        assert!(
+            row.find("class='a q' style='left:0.00%")
+                .is_some_and(|q| row.find("class='a w'").is_some_and(|w| q < w)),
+            "{row}"
+        );
+        assert!(html.contains(">queued<"), "a percentile column");
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct RawUpstream {
     pub name: Option<String>,
     /// Relative share of new conversations (rendezvous weight); default 1.
     pub weight: Option<u32>,
+    /// Most generating requests this replica keeps in flight on it, when
+    /// `[queue]` is on; default `queue.max_inflight`, else its slot count.
+    pub max_inflight: Option<u32>,
 }
 
 /// `[routing]` as written.
@@ -49,6 +52,9 @@ pub struct Routing {
     pub session_header: Option<String>,
 }
 
+/// One upstream as given: URL, name, weight, `max_inflight`.
+type Entry = (String, Option<String>, Option<u32>, Option<u32>);
+
 /// Builds the fleet from flags (`--upstream`, repeatable), the file's
 /// `upstream` or `[[upstreams]]`, or the default, in that order.
 pub fn upstreams(
@@ -56,8 +62,11 @@ pub fn upstreams(
     single: Option<&str>,
     list: Option<&[RawUpstream]>,
 ) -> Result<Vec<UpstreamConfig>, ConfigError> {
-    let entries: Vec<(String, Option<String>, Option<u32>)> = if !flags.is_empty() {
-        flags.iter().map(|u| (u.clone(), None, None)).collect()
+    let entries: Vec<Entry> = if !flags.is_empty() {
+        flags
+            .iter()
+            .map(|u| (u.clone(), None, None, None))
+            .collect()
     } else {
         match (single, list) {
             (Some(_), Some(_)) => {
@@ -66,12 +75,12 @@ pub fn upstreams(
                     "set either upstream or [[upstreams]], not both",
                 ))
             }
-            (Some(u), None) => vec![(u.to_string(), None, None)],
+            (Some(u), None) => vec![(u.to_string(), None, None, None)],
             (None, Some(l)) => l
                 .iter()
-                .map(|r| (r.url.clone(), r.name.clone(), r.weight))
+                .map(|r| (r.url.clone(), r.name.clone(), r.weight, r.max_inflight))
                 .collect(),
-            (None, None) => vec![(DEFAULT_UPSTREAM.to_string(), None, None)],
+            (None, None) => vec![(DEFAULT_UPSTREAM.to_string(), None, None, None)],
         }
     };
     if entries.is_empty() {
@@ -90,7 +99,7 @@ pub fn upstreams(
         "upstream"
     };
     let mut out: Vec<UpstreamConfig> = Vec::with_capacity(entries.len());
-    for (url, name, weight) in entries {
+    for (url, name, weight, max_inflight) in entries {
         let mut u = parse_upstream(url.trim()).map_err(|e| match e {
             ConfigError::Invalid { message, .. } => ConfigError::Invalid { key, message },
             e => e,
@@ -120,6 +129,13 @@ pub fn upstreams(
             }
             u.weight = w;
         }
+        if max_inflight == Some(0) {
+            return Err(invalid(
+                "upstreams.max_inflight",
+                "must be greater than zero",
+            ));
+        }
+        u.max_inflight = max_inflight;
         if out.iter().any(|o| o.name == u.name) {
             return Err(invalid(
                 "upstreams",

@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime};
 
 use crate::llama::StreamFormat;
 use crate::observe::{StreamEnd, StreamFacts, StreamObserver};
-use crate::record::{HangupPhase, Outcome, RequestRecord};
+use crate::record::{HangupPhase, Outcome, QueueFacts, RequestRecord};
 use crate::request::{RequestFacts, Route};
 use crate::router::{Chain, Decision};
 use crate::telemetry::spans::RequestSpan;
@@ -64,6 +64,8 @@ pub struct RequestCtx {
     pub member: Option<usize>,
     /// llamatap answered the client's `Expect: 100-continue` itself.
     pub continue_sent: bool,
+    /// The stream's terminal event has been written to the client.
+    pub terminal_sent: bool,
     /// Upstream attempts made (the first one and each retry).
     pub upstream_attempts: u32,
     /// Who the request is from (set by the key check).
@@ -72,6 +74,8 @@ pub struct RequestCtx {
     pub tenant_slot: Option<super::tenant::Slot>,
     /// The tenant's per-minute limits as admitted: the `x-ratelimit-*` headers.
     pub quota: crate::tenant::window::Quota,
+    /// The admission queue's state and the slot it granted (queue on).
+    pub admission: Option<Box<super::admission::Held>>,
 }
 
 /// What routing keeps for a request across attempts.
@@ -118,10 +122,12 @@ impl RequestCtx {
             session: None,
             member: None,
             continue_sent: false,
+            terminal_sent: false,
             upstream_attempts: 0,
             tenant: crate::tenant::TenantId::Anonymous,
             tenant_slot: None,
             quota: crate::tenant::window::Quota::default(),
+            admission: None,
         }
     }
 
@@ -132,6 +138,9 @@ impl RequestCtx {
 
     /// Where a hang-up now would fall.
     pub fn hangup_phase(&self) -> HangupPhase {
+        if self.admission.as_ref().is_some_and(|a| a.queued_now) {
+            return HangupPhase::Queued;
+        }
         let facts = self
             .stream_facts
             .as_deref()
@@ -203,6 +212,13 @@ impl RequestCtx {
             upstream: None,
             tenant: None,
             cache_break: None,
+            queue: self.admission.as_deref().map(|a| QueueFacts {
+                class: a.class.as_str(),
+                wait: a
+                    .wait
+                    .unwrap_or_else(|| now.saturating_duration_since(self.received)),
+                waited: a.waited,
+            }),
         };
         if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {
             let r = crate::llama::parse_response(format, &body);

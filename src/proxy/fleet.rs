@@ -59,6 +59,8 @@ pub struct Fleet {
     policy: &'static str,
     session_header: Option<String>,
     epoch: Instant,
+    /// The admission queue is on: the watcher reads every member's `/slots`.
+    reads_slots: bool,
 }
 
 impl Fleet {
@@ -76,6 +78,7 @@ impl Fleet {
             policy: config.routing.policy.as_str(),
             session_header: config.routing.session_header.clone(),
             epoch: Instant::now(),
+            reads_slots: config.queue.enabled,
         }
     }
 
@@ -93,6 +96,18 @@ impl Fleet {
     /// list apply. With one, llamatap behaves as a plain proxy.
     pub fn is_fleet(&self) -> bool {
         self.members.len() > 1
+    }
+
+    /// The watcher reads `/slots` even with one upstream (the queue is on).
+    pub fn reads_slots(&self) -> bool {
+        self.reads_slots
+    }
+
+    /// Member `i` may take requests now: healthy and not ejected.
+    pub fn usable(&self, i: usize) -> bool {
+        self.members
+            .get(i)
+            .is_some_and(|m| m.healthy() && !self.ejected(m))
     }
 
     /// The policy's name, for spans.

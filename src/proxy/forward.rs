@@ -256,6 +256,7 @@ async fn respond(
             ds.write_response_body(b, end)
                 .await
                 .map_err(|e| e.into_down())?;
+            ctx.terminal_sent |= ctx.observer.as_ref().is_some_and(|o| o.facts().done);
         } else if end {
             ds.write_response_body(Bytes::new(), true)
                 .await

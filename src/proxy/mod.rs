@@ -7,6 +7,7 @@
 //! to Pingora's default (`abort_on_close`): the upstream connection is dropped,
 //! never pooled, the moment the client goes.
 
+pub mod admission;
 mod cachebreak;
 pub mod client;
 pub mod context;
@@ -56,6 +57,8 @@ pub struct LlamaProxy {
     limiter: Arc<tenant::Limiter>,
     /// Recent conversations, for the cache-break diagnosis.
     breaks: Arc<cachebreak::Breaks>,
+    /// The admission queue (`[queue]`).
+    admission: Arc<admission::Admission>,
 }
 
 impl LlamaProxy {
@@ -70,6 +73,10 @@ impl LlamaProxy {
             telemetry.metrics.tenants.store_up.clone(),
         ));
         let breaks = Arc::new(cachebreak::Breaks::new(config.telemetry.capture_content));
+        let metrics = telemetry
+            .metrics_enabled
+            .then(|| telemetry.metrics.queue.clone());
+        let admission = admission::Admission::new(&config, fleet.clone(), metrics);
         LlamaProxy {
             config,
             telemetry,
@@ -77,6 +84,7 @@ impl LlamaProxy {
             spares,
             limiter,
             breaks,
+            admission,
         }
     }
 
@@ -136,7 +144,7 @@ impl ProxyHttp for LlamaProxy {
         let req = session.req_header();
         ctx.route = Route::from_path(req.uri.path());
         let direct = forward::eligible(session, ctx);
-        if !direct || self.fleet.is_fleet() {
+        if !direct || self.fleet.is_fleet() || self.admission.enabled() {
             // Keep (up to Pingora's 64 KiB) the body as it is forwarded, so
             // that a request sent on a pooled connection the upstream had
             // already closed can be sent again (see error_while_proxy), and
@@ -179,6 +187,9 @@ impl ProxyHttp for LlamaProxy {
             ))
             .await?
         {
+            return Ok(true);
+        }
+        if Box::pin(admission::wait(session, ctx, &self.admission)).await? {
             return Ok(true);
         }
         if direct {
@@ -551,6 +562,8 @@ impl ProxyHttp for LlamaProxy {
             .breaks
             .finish(ctx.routed.prompt.take(), ctx.session, &rec);
         tenant::finish(&self.limiter, ctx, &mut rec);
+        // The queue's slot is free: the next request is dispatched.
+        ctx.admission = None;
         if e.is_none() && rec.outcome == Outcome::UpstreamError {
             // Pingora logged nothing (the HTTP exchange itself went well):
             // an upstream 5xx, an error event in the stream, a cut stream.

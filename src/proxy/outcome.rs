@@ -35,6 +35,16 @@ pub fn unsent(session: &mut Session, etype: &ErrorType) -> bool {
         && (!session.as_mut().is_body_empty() || *etype == ErrorType::WriteError)
 }
 
+/// The stream's terminal event was written to the client, with no in-band
+/// error before it.
+fn answered_whole(ctx: &RequestCtx) -> bool {
+    let facts = ctx
+        .stream_facts
+        .as_deref()
+        .or_else(|| ctx.observer.as_ref().map(|o| o.facts()));
+    ctx.terminal_sent && facts.is_some_and(|f| f.done && f.error.is_none())
+}
+
 /// Decides the outcome of a finished request.
 pub fn outcome(
     e: Option<&Error>,
@@ -50,6 +60,12 @@ pub fn outcome(
             let f = errors::classify(e);
             (f.outcome, f.code, errors::message(&f, e))
         });
+        if o == Outcome::ClientHangup && answered_whole(ctx) {
+            // The client had the whole answer (its terminal event, with no
+            // error before it) and closed before the body's last framing
+            // bytes, as the OpenAI SDKs do after `[DONE]`: not a hang-up.
+            return (Outcome::Ok, None);
+        }
         return (o, Some((code, msg)));
     }
     let facts = ctx

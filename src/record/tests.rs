@@ -65,6 +65,7 @@ fn record() -> RequestRecord {
         upstream_retries: None,
         tenant: None,
         cache_break: None,
+        queue: None,
     }
 }
 

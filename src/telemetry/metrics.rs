@@ -46,6 +46,7 @@ pub const TOKEN_KINDS: [&str; 3] = ["prompt", "cached", "completion"];
 
 /// The stages of [`Metrics::stage`], in waterfall order.
 pub const STAGES: &[&str] = &[
+    "queued",
     "upstream_headers",
     "first_token_any",
     "ttft",
@@ -205,6 +206,8 @@ pub struct Metrics {
     pub tenants: super::tenant::TenantMetrics,
     /// `llamatap_prefill_recomputed_*_total{cause}`.
     pub cachebreak: super::cachebreak::CacheBreakMetrics,
+    /// The admission queue's families.
+    pub queue: super::queue::QueueMetrics,
 }
 
 impl Metrics {
@@ -287,6 +290,7 @@ impl Metrics {
         let upstreams = super::upstreams::UpstreamMetrics::register(&mut r);
         let tenants = super::tenant::TenantMetrics::register(&mut r);
         let cachebreak = super::cachebreak::CacheBreakMetrics::register(&mut r);
+        let queue = super::queue::QueueMetrics::register(&mut r);
         let upstream_retries = Counter::default();
         r.register(
             "llamatap_upstream_retries",
@@ -329,6 +333,7 @@ impl Metrics {
             build_info,
             tenants,
             cachebreak,
+            queue,
         };
         m.build_info
             .get_or_create(&VersionLabels {
@@ -372,6 +377,7 @@ impl Metrics {
         // stages of an answer's end only of an answer that arrived whole.
         let answered = rec.answered();
         for (name, d) in [
+            ("queued", rec.queue.map(|q| q.wait)),
             ("upstream_headers", rec.upstream_headers),
             ("first_token_any", rec.first_token_any),
             ("ttft", rec.first_token),
@@ -440,6 +446,7 @@ impl Metrics {
         self.upstreams.record(rec, exemplar);
         self.tenants.record(rec);
         self.cachebreak.record(rec);
+        self.queue.record(rec);
     }
 
     /// Sets `llamatap_upstream_models` to `served` (upstream name, model

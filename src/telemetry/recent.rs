@@ -54,6 +54,8 @@ pub struct RecentRequest {
     /// The cache-break diagnosis: cause, and where (message index, field,
     /// offset), and prompt tokens recomputed (never text).
     pub cache_break: Option<BreakMark>,
+    /// Time in the admission queue, when it waited there.
+    pub queued: Option<Duration>,
 }
 
 /// A cache break as the page marks it: cause, where (message index, field,
@@ -93,6 +95,7 @@ impl RecentRequest {
                     d.recomputed_tokens,
                 )
             }),
+            queued: rec.queue.filter(|q| q.waited).map(|q| q.wait),
         }
     }
 }

@@ -99,6 +99,13 @@ pub const CLIENT_ADDRESS: &str = "client.address";
 /// `error.type`.
 pub const ERROR_TYPE: &str = "error.type";
 
+/// The request's class in the admission queue: `interactive`, `default`, `batch`.
+pub const LLAMATAP_PRIORITY: &str = "llamatap.priority";
+/// Seconds the request waited in the admission queue.
+pub const LLAMATAP_QUEUE_WAIT: &str = "llamatap.queue.wait";
+/// Event: the admission queue dispatched the request (arrival to dispatch).
+pub const EVENT_QUEUED: &str = "llamatap.queued";
+
 /// Event: first non-empty visible content token.
 pub const EVENT_FIRST_TOKEN: &str = "first_token";
 /// Event: first token on any channel (reasoning, tool calls included), when earlier than `first_token`.

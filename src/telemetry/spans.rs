@@ -200,6 +200,14 @@ impl Tracing {
             s.set_attribute(kv);
         }
         s.set_attribute(KeyValue::new(sc::LLAMATAP_TENANT, rec.tenant().to_string()));
+        if let Some(q) = &rec.queue {
+            s.set_attribute(KeyValue::new(sc::LLAMATAP_PRIORITY, q.class));
+            s.add_event_with_timestamp(
+                sc::EVENT_QUEUED,
+                at(q.wait),
+                vec![KeyValue::new(sc::LLAMATAP_QUEUE_WAIT, q.wait.as_secs_f64())],
+            );
+        }
         add_events(s, rec, &at, self.capture_content);
         super::cachebreak::add_event(s, rec, &at, self.capture_content);
         if let Some(mut c) = span.client.take() {

@@ -44,6 +44,9 @@ pub struct Member {
     pub(super) in_flight: AtomicU32,
     /// Idle slots from `/slots`, `u32::MAX` when unknown.
     pub(super) idle_slots: AtomicU32,
+    /// Slots listed by `/slots`, `u32::MAX` when unknown (read when the
+    /// queue is on, or in a fleet).
+    pub(super) total_slots: AtomicU32,
     /// Its own queue (`llamacpp:requests_deferred`), `u32::MAX` when unknown.
     pub(super) deferred: AtomicU32,
     /// Marks of its process's life, as last read.
@@ -62,6 +65,7 @@ impl Member {
             consecutive_failures: AtomicU32::new(0),
             in_flight: AtomicU32::new(0),
             idle_slots: AtomicU32::new(u32::MAX),
+            total_slots: AtomicU32::new(u32::MAX),
             deferred: AtomicU32::new(u32::MAX),
             marks: Mutex::new(Marks::default()),
             models: RwLock::new(Vec::new()),
@@ -152,6 +156,20 @@ impl Member {
     /// Requests in flight to it now.
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Slots listed by its last `/slots` answer, if read.
+    pub fn total_slots(&self) -> Option<u32> {
+        match self.total_slots.load(Ordering::Relaxed) {
+            u32::MAX => None,
+            n => Some(n),
+        }
+    }
+
+    /// Records the slot count read from `/slots` (`None`: unknown).
+    pub fn set_total_slots(&self, total: Option<u32>) {
+        self.total_slots
+            .store(total.unwrap_or(u32::MAX), Ordering::Relaxed);
     }
 
     /// Records idle slots read from `/slots` (`None`: unknown).

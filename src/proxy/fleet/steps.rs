@@ -39,7 +39,7 @@ use crate::router::{session_key, Chain, Observation};
 use crate::telemetry::spans::Tracing;
 
 /// Pingora's retry buffer: what `request_filter` may read and still forward.
-const REPLAY_LIMIT: usize = 64 * 1024;
+pub(in crate::proxy) const REPLAY_LIMIT: usize = 64 * 1024;
 /// Longest model name echoed in an error message, bytes.
 const MAX_ECHOED_MODEL: usize = 128;
 
@@ -144,7 +144,10 @@ fn expects_continue(req: &pingora::http::RequestHeader) -> bool {
 /// Reads the body as far as Pingora can replay it: whole when its length is
 /// known and within `limit`, else one read. Returns the bytes and whether
 /// they are the whole body.
-async fn preread(session: &mut Session, limit: usize) -> Result<(Vec<u8>, bool)> {
+pub(in crate::proxy) async fn preread(
+    session: &mut Session,
+    limit: usize,
+) -> Result<(Vec<u8>, bool)> {
     let length = session
         .req_header()
         .headers
@@ -182,19 +185,24 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         fleet.release(previous);
     }
     ctx.routed.ejected = false;
-    let decision = fleet
-        .choose(
-            ctx.request.model.as_deref(),
-            &ctx.routed.chain,
-            ctx.session,
-            &ctx.routed.tried,
+    let model = ctx.request.model.as_deref();
+    let (chain, session, tried) = (&ctx.routed.chain, ctx.session, &ctx.routed.tried);
+    let choose = |full: &[usize]| {
+        // The admission queue leaves out upstreams without a free slot.
+        let exclude: Vec<usize> = tried.iter().chain(full).copied().collect();
+        fleet.choose(model, chain, session, &exclude)
+    };
+    let ticket = ctx.admission.as_deref_mut().and_then(|h| h.ticket.as_mut());
+    let chosen = match ticket {
+        Some(t) => t.route(choose, |d| d.upstream),
+        None => choose(&[]),
+    };
+    let decision = chosen.map_err(|_| {
+        Error::explain(
+            ErrorType::ConnectNoRoute,
+            "no upstream left that can serve the request",
         )
-        .map_err(|_| {
-            Error::explain(
-                ErrorType::ConnectNoRoute,
-                "no upstream left that can serve the request",
-            )
-        })?;
+    })?;
     ctx.member = Some(decision.upstream);
     ctx.routed.decision = Some(decision);
     let member = fleet

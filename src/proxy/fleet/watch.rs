@@ -213,12 +213,13 @@ impl Watched {
             };
             let models_due = woken || models_read.is_none_or(|t| t.elapsed() >= model_refresh);
             let mut marks = slots::Marks::default();
-            if self.fleet.is_fleet() {
+            if self.fleet.is_fleet() || self.fleet.reads_slots() {
                 let state = match self.get(target, "/slots").await {
                     Some((200, body)) => slots::parse_slots(&body),
                     _ => None,
                 };
                 m.set_idle_slots(state.map(|s| u32::try_from(s.idle).unwrap_or(u32::MAX)));
+                m.set_total_slots(state.map(|s| u32::try_from(s.slots).unwrap_or(u32::MAX)));
                 marks.slots = state;
             }
             if serves_metrics || models_due {

@@ -44,6 +44,7 @@ fn record() -> RequestRecord {
         upstream: None,
         tenant: None,
         cache_break: None,
+        queue: None,
     }
 }
 

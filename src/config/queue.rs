@@ -1,0 +1,190 @@
+//! `[queue]`: the admission queue's settings, as written and validated.
+//!
+//! The queue is off unless `enabled = true`: llamatap is then a drop-in
+//! proxy that commits every request to an upstream at once. On, with no
+//! other key, it keeps each upstream at its slot count and serves waiting
+//! requests first come, first served, refusing none: no class has a wait
+//! or depth limit unless configured. Validation only; the queue itself is
+//! [`crate::queue`] and [`crate::proxy::admission`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{invalid, ConfigError};
+use crate::queue::ClassRules;
+use crate::tenant::Priority;
+
+/// Longest `max_wait_ms`: one hour.
+pub const MAX_WAIT_MS: u64 = 3_600_000;
+/// Largest `max_depth`.
+pub const MAX_DEPTH: usize = 1_000_000;
+/// Largest `max_inflight` and `reserve`.
+pub const MAX_SLOTS: u32 = 4096;
+
+/// `[queue]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawQueue {
+    /// Turn the queue on; default false.
+    pub enabled: Option<bool>,
+    /// Request header naming a class (`interactive`, `default`, `batch`).
+    pub priority_header: Option<String>,
+    /// Let the header raise a request above its key's class; default false.
+    pub trust_priority_header: Option<bool>,
+    /// Slots this replica uses on each upstream; default: its slot count.
+    pub max_inflight: Option<u32>,
+    /// Per-class rules, by class name.
+    #[serde(default)]
+    pub classes: BTreeMap<String, RawClass>,
+}
+
+/// `[queue.classes.<name>]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClass {
+    /// Longest wait in the queue, milliseconds; default: no limit.
+    pub max_wait_ms: Option<u64>,
+    /// Most requests of this class queued; default: no limit.
+    pub max_depth: Option<usize>,
+    /// Free slots of the fleet this class may not take; default 0.
+    pub reserve: Option<u32>,
+}
+
+/// Validated `[queue]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Queue {
+    /// The queue is on.
+    pub enabled: bool,
+    /// Lower-cased header naming a class.
+    pub priority_header: Option<String>,
+    /// The header may raise a request above its key's class.
+    pub trust_priority_header: bool,
+    /// Slots used on each upstream without its own `max_inflight`.
+    pub max_inflight: Option<u32>,
+    /// Rules per class, in [`Priority::ALL`] order.
+    pub classes: [ClassRules; 3],
+}
+
+/// Validates `[queue]`.
+pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
+    let priority_header = match raw.priority_header.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(h) if h.len() <= 128 && h.bytes().all(is_token_byte) => Some(h.to_ascii_lowercase()),
+        Some(h) => {
+            return Err(invalid(
+                "queue.priority_header",
+                &format!("{h:?} is not a valid header name"),
+            ))
+        }
+    };
+    if raw.max_inflight.is_some_and(|n| n == 0 || n > MAX_SLOTS) {
+        return Err(invalid(
+            "queue.max_inflight",
+            &format!("must be between 1 and {MAX_SLOTS}"),
+        ));
+    }
+    let mut classes = [ClassRules::default(); 3];
+    for (name, c) in raw.classes {
+        let Some(p) = Priority::parse(&name) else {
+            return Err(invalid(
+                "queue.classes",
+                &format!("{name:?} is not one of interactive, default, batch"),
+            ));
+        };
+        if c.max_wait_ms.is_some_and(|ms| ms == 0 || ms > MAX_WAIT_MS) {
+            return Err(invalid(
+                "queue.classes.max_wait_ms",
+                &format!("{name}: must be between 1 and {MAX_WAIT_MS}"),
+            ));
+        }
+        if c.max_depth.is_some_and(|d| d == 0 || d > MAX_DEPTH) {
+            return Err(invalid(
+                "queue.classes.max_depth",
+                &format!("{name}: must be between 1 and {MAX_DEPTH}"),
+            ));
+        }
+        if c.reserve.is_some_and(|r| r > MAX_SLOTS) {
+            return Err(invalid(
+                "queue.classes.reserve",
+                &format!("{name}: at most {MAX_SLOTS}"),
+            ));
+        }
+        if let Some(slot) = classes.get_mut(p as usize) {
+            *slot = ClassRules {
+                max_wait: c.max_wait_ms.map(Duration::from_millis),
+                max_depth: c.max_depth,
+                reserve: c.reserve.unwrap_or(0),
+            };
+        }
+    }
+    Ok(Queue {
+        enabled: raw.enabled.unwrap_or(false),
+        priority_header,
+        trust_priority_header: raw.trust_priority_header.unwrap_or(false),
+        max_inflight: raw.max_inflight,
+        classes,
+    })
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Queue, String> {
+        #[derive(Deserialize)]
+        struct Wrap {
+            queue: RawQueue,
+        }
+        let w: Wrap = toml::from_str(text).map_err(|e| e.to_string())?;
+        queue(w.queue).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn off_by_default_and_nothing_refused() {
+        let q = queue(RawQueue::default()).unwrap();
+        assert!(!q.enabled);
+        assert_eq!(q.classes, [ClassRules::default(); 3]);
+    }
+
+    #[test]
+    fn classes_are_read_by_name() {
+        let q = parse(
+            "[queue]\nenabled = true\npriority_header = \"X-Priority\"\nmax_inflight = 2\n\
+             [queue.classes.batch]\nmax_wait_ms = 500\nmax_depth = 10\nreserve = 1\n",
+        )
+        .unwrap();
+        assert!(q.enabled);
+        assert_eq!(q.priority_header.as_deref(), Some("x-priority"));
+        assert_eq!(q.max_inflight, Some(2));
+        assert_eq!(q.classes[0], ClassRules::default());
+        assert_eq!(
+            q.classes[2],
+            ClassRules {
+                max_wait: Some(Duration::from_millis(500)),
+                max_depth: Some(10),
+                reserve: 1
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_are_one_line_errors() {
+        for (text, key) in [
+            ("[queue.classes.urgent]\n", "queue.classes"),
+            ("[queue.classes.batch]\nmax_wait_ms = 0\n", "max_wait_ms"),
+            ("[queue.classes.batch]\nmax_depth = 0\n", "max_depth"),
+            ("[queue]\nmax_inflight = 0\n", "max_inflight"),
+            ("[queue]\npriority_header = \"a b\"\n", "priority_header"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(key), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+}

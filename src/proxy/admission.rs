@@ -1,0 +1,431 @@
+//! The admission queue in the proxy hooks: a request that does work waits
+//! here, in `request_filter`, until the scheduler ([`crate::queue`]) grants
+//! it a slot; only then is it routed, among the upstreams with a free slot
+//! ([`Ticket::route`], from `fleet::steps::choose`), so the routing decision
+//! sees the fleet as it is at dispatch. The slot is released when the
+//! request's [`Held`] state is dropped: in `logging` on every path, or with
+//! the context.
+//!
+//! While a request waits, its client socket is watched (a hang-up leaves the
+//! queue at once, counted in phase `queued`), its class's deadline runs (a
+//! `503` with `Retry-After` when it passes), and every 100 ms the upstreams'
+//! capacity is read again from the fleet (health, ejection, `/slots`).
+//!
+//! Capacity per upstream: its `max_inflight`, else `queue.max_inflight`,
+//! else the slot count of its last `/slots` answer, else unknown (never
+//! limiting). Each replica counts only its own requests: with several
+//! replicas, `max_inflight` is each one's share of an upstream's slots.
+//!
+//! Deliberately not here: the arithmetic (pure, in [`crate::queue`]), and
+//! any pre-emption (llama-server cannot pre-empt a running slot).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pingora::http::RequestHeader;
+use pingora::proxy::Session;
+use pingora::Result;
+use tokio::sync::oneshot;
+
+use super::context::RequestCtx;
+use super::fleet::Fleet;
+use super::reply::{write_error_with, ErrorReply};
+use crate::config::queue::Queue;
+use crate::config::Config;
+use crate::queue::{Arrival, Scheduler};
+use crate::record::Outcome;
+use crate::telemetry::queue::{ClassLabels, QueueMetrics, SlotLabels};
+use crate::tenant::{Priority, TenantId, Tenants};
+
+/// How often a waiting request re-reads the fleet's capacity.
+const REFRESH: Duration = Duration::from_millis(100);
+/// The tenant key of requests without a named tenant.
+const SHARED_TENANT: usize = usize::MAX;
+
+type Waker = oneshot::Sender<()>;
+
+/// The queue of this replica.
+pub struct Admission {
+    config: Queue,
+    tenants: Tenants,
+    fleet: Arc<Fleet>,
+    metrics: Option<QueueMetrics>,
+    scheduler: Mutex<Scheduler<Waker>>,
+}
+
+/// A request's passage through the queue, kept in its context.
+pub struct Held {
+    /// Its class.
+    pub class: Priority,
+    /// Arrival to dispatch, once dispatched.
+    pub wait: Option<Duration>,
+    /// It waited (no slot was free at arrival).
+    pub waited: bool,
+    /// It is in the queue now.
+    pub queued_now: bool,
+    /// Its slot, once granted.
+    pub ticket: Option<Ticket>,
+}
+
+/// A granted slot: pending until routed, then bound to one upstream.
+/// Dropping it frees the slot and dispatches the next request.
+pub struct Ticket {
+    admission: Arc<Admission>,
+    bound: Option<usize>,
+}
+
+/// Takes a still-queued entry out when the waiting future ends for any
+/// reason (hang-up, deadline, the connection's task dropped).
+/// A grant that arrived in between (the entry was dispatched, not removed)
+/// is given back, so the slot goes to the next request.
+struct Waiting<'a> {
+    admission: &'a Admission,
+    handle: Option<crate::queue::Handle>,
+    granted: oneshot::Receiver<()>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            let granted = &mut self.granted;
+            self.admission.with(|s| {
+                if s.remove(h).is_none() && granted.try_recv().is_ok() {
+                    s.abandon();
+                }
+            });
+        }
+    }
+}
+
+impl Admission {
+    /// The queue of `config` over `fleet`'s members.
+    pub fn new(config: &Config, fleet: Arc<Fleet>, metrics: Option<QueueMetrics>) -> Arc<Self> {
+        let scheduler = Scheduler::new(&config.queue.classes, fleet.members().len());
+        if let Some(m) = &metrics {
+            // Seeded even with the queue off: the dashboards' queries show 0.
+            m.seed(fleet.members().iter().map(|m| m.upstream.name.as_str()));
+        }
+        Arc::new(Admission {
+            config: config.queue.clone(),
+            tenants: config.tenants.clone(),
+            fleet,
+            metrics,
+            scheduler: Mutex::new(scheduler),
+        })
+    }
+
+    /// The queue is on.
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    /// The class of a request: its key's, else `default`; lowered (never
+    /// raised, unless trusted) by the configured header.
+    pub fn class_of(&self, req: &RequestHeader, tenant: TenantId) -> Priority {
+        let key = self.tenants.get(tenant).map(|t| t.priority);
+        let header = self
+            .config
+            .priority_header
+            .as_deref()
+            .and_then(|h| req.headers.get(h))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| Priority::parse(v.trim()));
+        crate::queue::class(key, header, self.config.trust_priority_header)
+    }
+
+    /// Runs `f` on the scheduler, then dispatches what can go and updates
+    /// the gauges.
+    fn with<R>(&self, f: impl FnOnce(&mut Scheduler<Waker>) -> R) -> Option<R> {
+        let mut s = self.scheduler.lock().ok()?;
+        let r = f(&mut s);
+        self.pump(&mut s);
+        Some(r)
+    }
+
+    /// Reads every upstream's capacity and state from the fleet.
+    fn refresh(&self, s: &mut Scheduler<Waker>) {
+        let members = self.fleet.members();
+        let any_usable = (0..members.len()).any(|i| self.fleet.usable(i));
+        for (i, m) in members.iter().enumerate() {
+            let capacity = m
+                .upstream
+                .max_inflight
+                .or(self.config.max_inflight)
+                .or_else(|| m.total_slots());
+            // When no upstream is usable every one is tried, as routing does.
+            let up = !any_usable || self.fleet.usable(i);
+            s.set_upstream(i, capacity, up);
+        }
+    }
+
+    /// Grants slots while some are free and requests wait.
+    fn pump(&self, s: &mut Scheduler<Waker>) {
+        while let Some((_, waker)) = s.dispatch() {
+            if waker.send(()).is_err() {
+                // Its waiter is gone: the slot goes to the next one.
+                s.abandon();
+            }
+        }
+        if let Some(m) = &self.metrics {
+            for p in Priority::ALL {
+                let class = ClassLabels { class: p.as_str() };
+                let depth = s.depth(p as usize);
+                m.depth
+                    .get_or_create(&class)
+                    .set(i64::try_from(depth).unwrap_or(i64::MAX));
+                if depth == 0 {
+                    m.oldest_wait.get_or_create(&class).set(0.0);
+                }
+            }
+            for (u, member) in s.upstreams().iter().zip(self.fleet.members()) {
+                let l = SlotLabels {
+                    upstream: member.upstream.name.clone(),
+                };
+                m.in_use.get_or_create(&l).set(i64::from(u.in_flight));
+                m.capacity
+                    .get_or_create(&l)
+                    .set(u.capacity.map_or(-1, i64::from));
+            }
+        }
+    }
+
+    fn oldest_waits(&self, s: &mut Scheduler<Waker>, now: Instant) {
+        if let Some(m) = &self.metrics {
+            for p in Priority::ALL {
+                let w = s.oldest_wait(p as usize, now).unwrap_or_default();
+                m.oldest_wait
+                    .get_or_create(&ClassLabels { class: p.as_str() })
+                    .set(w.as_secs_f64());
+            }
+        }
+    }
+}
+
+impl Ticket {
+    /// Routes the request among the upstreams with a free slot: `choose`
+    /// gets the upstreams to leave out (full or down) and returns the one
+    /// chosen, which the slot is then bound to. A retry after a failed
+    /// connect moves the slot to the new choice. When every upstream with a
+    /// free slot is left out (capacity changed since the grant), `choose`
+    /// is asked again without that filter: the request goes on rather than
+    /// fail.
+    pub fn route<T, E>(
+        &mut self,
+        mut choose: impl FnMut(&[usize]) -> std::result::Result<T, E>,
+        upstream_of: impl Fn(&T) -> usize,
+    ) -> std::result::Result<T, E> {
+        let adm = Arc::clone(&self.admission);
+        let Ok(mut s) = adm.scheduler.lock() else {
+            return choose(&[]);
+        };
+        if let Some(previous) = self.bound.take() {
+            s.unbind(previous);
+        }
+        adm.refresh(&mut s);
+        let open: Vec<usize> = s.open_upstreams().collect();
+        let full: Vec<usize> = (0..s.upstreams().len())
+            .filter(|i| !open.contains(i))
+            .collect();
+        let chosen = match choose(&full) {
+            Ok(c) => Ok(c),
+            Err(_) if !full.is_empty() => choose(&[]),
+            Err(e) => Err(e),
+        };
+        if let Ok(c) = &chosen {
+            let i = upstream_of(c);
+            s.bind(i);
+            self.bound = Some(i);
+        }
+        chosen
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let bound = self.bound.take();
+        self.admission.with(|s| match bound {
+            Some(i) => s.release(i),
+            None => s.abandon(),
+        });
+    }
+}
+
+/// Waits for a slot, in `request_filter`. `Ok(true)`: llamatap answered
+/// (a refusal); `Ok(false)`: go on, the slot is in `ctx.admission`; `Err`:
+/// the client hung up while queued.
+pub async fn wait(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    admission: &Arc<Admission>,
+) -> Result<bool> {
+    if !admission.enabled()
+        || ctx.route.operation_name().is_none()
+        || session.req_header().method != http::Method::POST
+    {
+        return Ok(false);
+    }
+    let class = admission.class_of(session.req_header(), ctx.tenant);
+    let ci = class as usize;
+    let rules = admission
+        .config
+        .classes
+        .get(ci)
+        .copied()
+        .unwrap_or_default();
+    let arrived = ctx.received;
+    let mut held = Box::new(Held {
+        class,
+        wait: None,
+        waited: false,
+        queued_now: false,
+        ticket: None,
+    });
+    let now = admission.with(|s| {
+        admission.refresh(s);
+        s.admit_now(ci)
+    });
+    if now.unwrap_or(true) {
+        held.wait = Some(arrived.elapsed());
+        held.ticket = Some(Ticket {
+            admission: Arc::clone(admission),
+            bound: None,
+        });
+        ctx.admission = Some(held);
+        return Ok(false);
+    }
+    held.waited = true;
+    held.queued_now = true;
+    // Read the body first (within Pingora's replay buffer), so that the
+    // socket can be watched for a hang-up while the request waits.
+    let watch = !session
+        .req_header()
+        .headers
+        .contains_key(http::header::EXPECT)
+        && (session.is_body_done() || {
+            let _ =
+                super::fleet::steps::preread(session, super::fleet::steps::REPLAY_LIMIT).await?;
+            session.is_body_done()
+        });
+    let (tx, rx) = oneshot::channel();
+    let tenant = match ctx.tenant {
+        TenantId::Named(i) => i,
+        TenantId::Anonymous => SHARED_TENANT,
+    };
+    let weight = admission.tenants.get(ctx.tenant).map_or(1, |t| t.weight);
+    let arrival = Arrival {
+        class: ci,
+        tenant,
+        weight,
+        at: arrived,
+    };
+    let queued = admission.with(|s| s.enqueue(arrival, tx));
+    let handle = match queued {
+        Some(Ok(h)) => h,
+        Some(Err(_)) | None => {
+            ctx.admission = Some(held);
+            refuse(session, ctx, class, "queue_full", rules.max_depth).await;
+            return Ok(true);
+        }
+    };
+    ctx.admission = Some(held);
+    let mut waiting = Waiting {
+        admission,
+        handle: Some(handle),
+        granted: rx,
+    };
+    let deadline = rules
+        .max_wait
+        .map(|w| tokio::time::Instant::from_std(arrived + w));
+    let mut tick = tokio::time::interval(REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let granted = loop {
+        tokio::select! {
+            biased;
+            r = &mut waiting.granted => break r.is_ok(),
+            () = sleep_until(deadline) => {
+                waiting.handle = None;
+                let removed = admission.with(|s| s.remove(handle)).flatten();
+                // Dispatched at the last moment: it goes.
+                break removed.is_none() && waiting.granted.try_recv().is_ok();
+            }
+            r = session.as_downstream_mut().read_body_or_idle(true), if watch => {
+                if let Err(e) = r {
+                    drop(waiting);
+                    mark_left(ctx);
+                    return Err(e.into_down());
+                }
+            }
+            _ = tick.tick() => {
+                admission.with(|s| {
+                    admission.refresh(s);
+                    admission.oldest_waits(s, Instant::now());
+                });
+            }
+        }
+    };
+    waiting.handle = None;
+    drop(waiting);
+    if !granted {
+        mark_left(ctx);
+        refuse(session, ctx, class, "queue_timeout", None).await;
+        return Ok(true);
+    }
+    if let Some(h) = ctx.admission.as_deref_mut() {
+        h.queued_now = false;
+        h.wait = Some(arrived.elapsed());
+        h.ticket = Some(Ticket {
+            admission: Arc::clone(admission),
+            bound: None,
+        });
+    }
+    Ok(false)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The request left the queue without a slot: its wait ends now.
+fn mark_left(ctx: &mut RequestCtx) {
+    let since = ctx.received.elapsed();
+    if let Some(h) = ctx.admission.as_deref_mut() {
+        h.wait = Some(since);
+    }
+}
+
+/// Answers a refusal of the queue: 503 in the OpenAI shape, with
+/// `Retry-After` (seconds: the class's wait when it has one, else 1).
+async fn refuse(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    class: Priority,
+    code: &'static str,
+    depth: Option<usize>,
+) {
+    let message = match (code, depth) {
+        ("queue_full", Some(d)) => format!(
+            "the {} queue is full ({d} requests wait); retry later",
+            class.as_str()
+        ),
+        ("queue_full", None) => format!("the {} queue is full; retry later", class.as_str()),
+        _ => format!(
+            "no upstream slot came free within the {} class's max_wait_ms; retry later",
+            class.as_str()
+        ),
+    };
+    ctx.ended = Some(Instant::now());
+    if let Some(h) = ctx.admission.as_deref_mut() {
+        h.queued_now = false;
+    }
+    ctx.failure = Some((Outcome::Rejected, code, message.clone()));
+    let reply = ErrorReply {
+        status: 503,
+        kind: "server_error",
+        code,
+        message: &message,
+    };
+    write_error_with(session, ctx, reply, &[("retry-after", "1".to_string())]).await;
+}

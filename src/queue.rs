@@ -1,0 +1,466 @@
+//! Admission queue arithmetic: which waiting request gets the next free
+//! upstream slot.
+//!
+//! Three tiers decide, as in llm-d's flow control: the class first (index 0
+//! is the most urgent; a lower index is always dispatched first), then the
+//! tenants of that class in weighted round robin (a tenant of weight `w`
+//! takes up to `w` dispatches per turn), then arrival order within a tenant.
+//! A class may not take the last `reserve` free slots of the fleet, so that
+//! room is kept for more urgent classes (llama-server cannot pre-empt a
+//! running slot).
+//!
+//! Capacity is counted per upstream: each has a capacity (`None`: unknown,
+//! never limiting), a count of requests bound to it and an up/down mark; a
+//! request granted but not yet bound to an upstream is counted as pending,
+//! so the fleet is never over-granted while the router picks.
+//!
+//! Enqueue, dispatch and removal are O(1) amortized: entries live in a slab
+//! addressed by generation-checked [`Handle`]s; a removed entry leaves a
+//! stale handle in its queues, skipped when met and compacted away once
+//! stale handles outnumber live ones.
+//!
+//! Pure: no clock (callers pass `Instant`s), no I/O, no framework.
+//! Deliberately not here: deadlines' timers, waking the waiters, routing
+//! (the caller chooses among [`Scheduler::open_upstreams`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::tenant::Priority;
+
+#[cfg(test)]
+mod tests;
+
+/// Stale handles a class may hold before it is compacted (at least).
+const COMPACT_MIN: usize = 64;
+
+/// A request's class: its key's (`None`: `default`), changed by the
+/// priority header only downwards (towards `batch`) unless the header is
+/// `trusted`, when it may also raise it.
+pub fn class(key: Option<Priority>, header: Option<Priority>, trusted: bool) -> Priority {
+    let key = key.unwrap_or_default();
+    match header {
+        Some(h) if trusted => h,
+        Some(h) if (h as usize) > (key as usize) => h,
+        _ => key,
+    }
+}
+
+/// A queued entry's address; stale once the entry left the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Handle {
+    index: u32,
+    generation: u32,
+}
+
+/// The rules of one class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassRules {
+    /// Longest a request may wait queued; `None`: no limit.
+    pub max_wait: Option<Duration>,
+    /// Most requests queued at once; `None`: no limit.
+    pub max_depth: Option<usize>,
+    /// Free slots of the fleet this class may not take.
+    pub reserve: u32,
+}
+
+/// Why an entry was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The class's queue holds `max_depth` requests.
+    Full,
+}
+
+/// What [`Scheduler::enqueue`] asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// Class index (0: most urgent).
+    pub class: usize,
+    /// Tenant key, any number (one per tenant).
+    pub tenant: usize,
+    /// The tenant's weight, at least 1.
+    pub weight: u32,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    class: usize,
+    at: Instant,
+    waker: T,
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    generation: u32,
+    entry: Option<Entry<T>>,
+}
+
+#[derive(Debug, Default)]
+struct TenantQueue {
+    queue: VecDeque<Handle>,
+    weight: u32,
+    credit: u32,
+    /// In the class's ring.
+    active: bool,
+}
+
+#[derive(Debug, Default)]
+struct Class {
+    rules: ClassRules,
+    tenants: HashMap<usize, TenantQueue>,
+    /// Tenants with entries, in turn order.
+    ring: VecDeque<usize>,
+    /// Every handle in arrival order: the oldest live one is at the front.
+    arrivals: VecDeque<Handle>,
+    depth: usize,
+    stale: usize,
+}
+
+/// Capacity and load of one upstream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamLoad {
+    /// Slots; `None` when unknown (never limiting).
+    pub capacity: Option<u32>,
+    /// Requests bound to it.
+    pub in_flight: u32,
+    /// Whether it may take requests.
+    pub up: bool,
+}
+
+impl UpstreamLoad {
+    /// Free slots (`u32::MAX` when the capacity is unknown); 0 when down.
+    pub fn free(&self) -> u32 {
+        if !self.up {
+            return 0;
+        }
+        match self.capacity {
+            Some(c) => c.saturating_sub(self.in_flight),
+            None => u32::MAX,
+        }
+    }
+}
+
+/// The queue of every class and the capacity of every upstream. `T` is
+/// whatever wakes a waiter; it is handed back on dispatch or removal.
+#[derive(Debug)]
+pub struct Scheduler<T> {
+    classes: Vec<Class>,
+    slots: Vec<Slot<T>>,
+    free_slots: Vec<u32>,
+    upstreams: Vec<UpstreamLoad>,
+    pending: u32,
+}
+
+impl<T> Scheduler<T> {
+    /// A scheduler for classes with `rules` (most urgent first) and
+    /// `upstreams` upstreams, each up with an unknown capacity.
+    pub fn new(rules: &[ClassRules], upstreams: usize) -> Self {
+        Scheduler {
+            classes: rules
+                .iter()
+                .map(|r| Class {
+                    rules: *r,
+                    ..Class::default()
+                })
+                .collect(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            upstreams: vec![
+                UpstreamLoad {
+                    capacity: None,
+                    in_flight: 0,
+                    up: true,
+                };
+                upstreams
+            ],
+            pending: 0,
+        }
+    }
+
+    /// Sets upstream `i`'s capacity (`None`: unknown) and whether it is up.
+    pub fn set_upstream(&mut self, i: usize, capacity: Option<u32>, up: bool) {
+        if let Some(u) = self.upstreams.get_mut(i) {
+            u.capacity = capacity;
+            u.up = up;
+        }
+    }
+
+    /// Each upstream's capacity and load.
+    pub fn upstreams(&self) -> &[UpstreamLoad] {
+        &self.upstreams
+    }
+
+    /// Granted requests not bound to an upstream yet.
+    pub fn pending(&self) -> u32 {
+        self.pending
+    }
+
+    /// Free slots of the fleet, granted-but-unbound requests deducted.
+    pub fn free(&self) -> u32 {
+        self.upstreams
+            .iter()
+            .fold(0u32, |n, u| n.saturating_add(u.free()))
+            .saturating_sub(self.pending)
+    }
+
+    /// Requests queued in class `class`.
+    pub fn depth(&self, class: usize) -> usize {
+        self.classes.get(class).map_or(0, |c| c.depth)
+    }
+
+    /// Requests queued in every class.
+    pub fn total_depth(&self) -> usize {
+        self.classes.iter().map(|c| c.depth).sum()
+    }
+
+    /// How long the oldest request of `class` has waited at `now`.
+    pub fn oldest_wait(&mut self, class: usize, now: Instant) -> Option<Duration> {
+        let slots = &self.slots;
+        let c = self.classes.get_mut(class)?;
+        while let Some(h) = c.arrivals.front() {
+            match live(slots, *h) {
+                Some(e) => return Some(now.saturating_duration_since(e.at)),
+                None => {
+                    c.arrivals.pop_front();
+                    c.stale = c.stale.saturating_sub(1);
+                }
+            }
+        }
+        None
+    }
+
+    /// The class's rules.
+    pub fn rules(&self, class: usize) -> Option<ClassRules> {
+        self.classes.get(class).map(|c| c.rules)
+    }
+
+    /// Queues a request; `waker` comes back when it is dispatched or removed.
+    pub fn enqueue(&mut self, a: Arrival, waker: T) -> Result<Handle, (Refusal, T)> {
+        let Some(c) = self.classes.get(a.class) else {
+            return Err((Refusal::Full, waker));
+        };
+        if c.rules.max_depth.is_some_and(|m| c.depth >= m) {
+            return Err((Refusal::Full, waker));
+        }
+        let entry = Entry {
+            class: a.class,
+            at: a.at,
+            waker,
+        };
+        let handle = match self.free_slots.pop() {
+            Some(index) => {
+                let Some(s) = self.slots.get_mut(index as usize) else {
+                    return Err((Refusal::Full, entry.waker));
+                };
+                s.entry = Some(entry);
+                Handle {
+                    index,
+                    generation: s.generation,
+                }
+            }
+            None => {
+                let Ok(index) = u32::try_from(self.slots.len()) else {
+                    return Err((Refusal::Full, entry.waker));
+                };
+                self.slots.push(Slot {
+                    generation: 0,
+                    entry: Some(entry),
+                });
+                Handle {
+                    index,
+                    generation: 0,
+                }
+            }
+        };
+        // The class exists: checked above.
+        let Some(c) = self.classes.get_mut(a.class) else {
+            return Ok(handle);
+        };
+        c.depth += 1;
+        c.arrivals.push_back(handle);
+        let weight = a.weight.max(1);
+        let t = c.tenants.entry(a.tenant).or_default();
+        t.weight = weight;
+        t.queue.push_back(handle);
+        if !t.active {
+            t.active = true;
+            t.credit = weight;
+            c.ring.push_back(a.tenant);
+        }
+        Ok(handle)
+    }
+
+    /// Takes a queued request out (its client hung up, or its deadline
+    /// passed); `None` when it already left (dispatched or removed).
+    pub fn remove(&mut self, h: Handle) -> Option<T> {
+        let e = self.take(h)?;
+        if let Some(c) = self.classes.get_mut(e.class) {
+            c.depth = c.depth.saturating_sub(1);
+            // Two stale handles: one in the arrivals, one in the tenant's queue.
+            c.stale += 2;
+            if c.stale > COMPACT_MIN && c.stale > 2 * c.depth {
+                compact(c, &self.slots);
+            }
+        }
+        Some(e.waker)
+    }
+
+    /// Chooses the next request to go, if a slot is free for it: the most
+    /// urgent class with a queued request that its reserve lets through,
+    /// the tenant whose turn it is, its oldest request. The request is then
+    /// pending until [`Scheduler::bind`] (or [`Scheduler::abandon`]).
+    pub fn dispatch(&mut self) -> Option<(Handle, T)> {
+        let free = self.free();
+        if free == 0 {
+            return None;
+        }
+        for ci in 0..self.classes.len() {
+            let (depth, reserve) = match self.classes.get(ci) {
+                Some(c) => (c.depth, c.rules.reserve),
+                None => continue,
+            };
+            if depth == 0 || free <= reserve {
+                continue;
+            }
+            if let Some(h) = self.next_of(ci) {
+                if let Some(e) = self.take(h) {
+                    if let Some(c) = self.classes.get_mut(ci) {
+                        c.depth = c.depth.saturating_sub(1);
+                        // Its handle stays in the arrivals until met.
+                        c.stale += 1;
+                    }
+                    self.pending += 1;
+                    return Some((h, e.waker));
+                }
+            }
+        }
+        None
+    }
+
+    /// Admits a request at once, without queueing, when the queue is empty
+    /// and a slot is free for `class`: it is then pending, as if dispatched.
+    pub fn admit_now(&mut self, class: usize) -> bool {
+        let Some(c) = self.classes.get(class) else {
+            return false;
+        };
+        if self.total_depth() == 0 && self.free() > c.rules.reserve {
+            self.pending += 1;
+            return true;
+        }
+        false
+    }
+
+    /// The upstreams with a free slot: where a pending request may be bound.
+    pub fn open_upstreams(&self) -> impl Iterator<Item = usize> + '_ {
+        self.upstreams
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| u.free() > 0)
+            .map(|(i, _)| i)
+    }
+
+    /// A pending request was routed to upstream `i`.
+    pub fn bind(&mut self, i: usize) {
+        self.pending = self.pending.saturating_sub(1);
+        if let Some(u) = self.upstreams.get_mut(i) {
+            u.in_flight += 1;
+        }
+    }
+
+    /// A request bound to `i` goes back to pending (its connect failed and
+    /// another upstream is tried): its slot is kept for it.
+    pub fn unbind(&mut self, i: usize) {
+        if let Some(u) = self.upstreams.get_mut(i) {
+            u.in_flight = u.in_flight.saturating_sub(1);
+        }
+        self.pending += 1;
+    }
+
+    /// A pending request ended without being bound.
+    pub fn abandon(&mut self) {
+        self.pending = self.pending.saturating_sub(1);
+    }
+
+    /// A request bound to `i` ended: its slot is free.
+    pub fn release(&mut self, i: usize) {
+        if let Some(u) = self.upstreams.get_mut(i) {
+            u.in_flight = u.in_flight.saturating_sub(1);
+        }
+    }
+
+    /// The live handle at the head of the class's tenant whose turn it is.
+    fn next_of(&mut self, ci: usize) -> Option<Handle> {
+        let slots = &self.slots;
+        let c = self.classes.get_mut(ci)?;
+        while let Some(&tenant) = c.ring.front() {
+            let Some(t) = c.tenants.get_mut(&tenant) else {
+                c.ring.pop_front();
+                continue;
+            };
+            // Drop stale handles at its head.
+            while let Some(h) = t.queue.front() {
+                if live(slots, *h).is_some() {
+                    break;
+                }
+                t.queue.pop_front();
+                c.stale = c.stale.saturating_sub(1);
+            }
+            let Some(h) = t.queue.pop_front() else {
+                t.active = false;
+                c.ring.pop_front();
+                c.tenants.remove(&tenant);
+                continue;
+            };
+            t.credit = t.credit.saturating_sub(1);
+            if t.queue.is_empty() {
+                t.active = false;
+                c.ring.pop_front();
+                c.tenants.remove(&tenant);
+            } else if t.credit == 0 {
+                t.credit = t.weight;
+                c.ring.rotate_left(1);
+            }
+            return Some(h);
+        }
+        None
+    }
+
+    fn take(&mut self, h: Handle) -> Option<Entry<T>> {
+        let s = self.slots.get_mut(h.index as usize)?;
+        if s.generation != h.generation {
+            return None;
+        }
+        let e = s.entry.take()?;
+        s.generation = s.generation.wrapping_add(1);
+        self.free_slots.push(h.index);
+        Some(e)
+    }
+}
+
+fn live<T>(slots: &[Slot<T>], h: Handle) -> Option<&Entry<T>> {
+    slots
+        .get(h.index as usize)
+        .filter(|s| s.generation == h.generation)
+        .and_then(|s| s.entry.as_ref())
+}
+
+/// Drops every stale handle of a class.
+fn compact<T>(c: &mut Class, slots: &[Slot<T>]) {
+    c.arrivals.retain(|h| live(slots, *h).is_some());
+    let mut emptied = Vec::new();
+    for (tenant, t) in c.tenants.iter_mut() {
+        t.queue.retain(|h| live(slots, *h).is_some());
+        if t.queue.is_empty() {
+            emptied.push(*tenant);
+        }
+    }
+    for tenant in emptied {
+        c.tenants.remove(&tenant);
+    }
+    let tenants = &c.tenants;
+    c.ring.retain(|t| tenants.contains_key(t));
+    c.arrivals.shrink_to(c.depth.max(16));
+    c.stale = 0;
+}

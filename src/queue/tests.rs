@@ -1,0 +1,295 @@
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn rules(n: usize) -> Vec<ClassRules> {
+    vec![ClassRules::default(); n]
+}
+
+fn arrive(class: usize, tenant: usize, weight: u32, at: Instant) -> Arrival {
+    Arrival {
+        class,
+        tenant,
+        weight,
+        at,
+    }
+}
+
+/// One upstream of `slots` slots, `classes` classes.
+fn one(slots: u32, classes: usize) -> Scheduler<u32> {
+    let mut s = Scheduler::new(&rules(classes), 1);
+    s.set_upstream(0, Some(slots), true);
+    s
+}
+
+/// Dispatches everything a full fleet lets through, binding each to 0.
+fn drain(s: &mut Scheduler<u32>) -> Vec<u32> {
+    let mut out = Vec::new();
+    while let Some((_, w)) = s.dispatch() {
+        s.bind(0);
+        out.push(w);
+    }
+    out
+}
+
+#[test]
+fn a_header_only_lowers_the_class_unless_trusted() {
+    use crate::tenant::Priority::{Batch, Default, Interactive};
+    assert_eq!(class(None, None, false), Default);
+    assert_eq!(class(Some(Interactive), None, false), Interactive);
+    assert_eq!(class(Some(Interactive), Some(Batch), false), Batch);
+    assert_eq!(class(Some(Batch), Some(Interactive), false), Batch);
+    assert_eq!(class(None, Some(Interactive), false), Default);
+    assert_eq!(class(None, Some(Interactive), true), Interactive);
+    assert_eq!(class(Some(Batch), Some(Interactive), true), Interactive);
+    assert_eq!(class(Some(Interactive), Some(Default), true), Default);
+}
+
+#[test]
+fn first_come_first_served_in_one_class() {
+    let t0 = Instant::now();
+    let mut s = one(0, 1);
+    for i in 0..5 {
+        s.enqueue(arrive(0, 0, 1, t0), i).unwrap();
+    }
+    assert_eq!(s.dispatch(), None, "no slot: nothing goes");
+    s.set_upstream(0, Some(5), true);
+    assert_eq!(drain(&mut s), vec![0, 1, 2, 3, 4]);
+    assert_eq!(s.total_depth(), 0);
+}
+
+#[test]
+fn a_more_urgent_class_goes_first() {
+    let t0 = Instant::now();
+    let mut s = one(0, 3);
+    s.enqueue(arrive(2, 0, 1, t0), 20).unwrap();
+    s.enqueue(arrive(1, 0, 1, t0), 10).unwrap();
+    s.enqueue(arrive(0, 0, 1, t0), 0).unwrap();
+    s.enqueue(arrive(2, 0, 1, t0), 21).unwrap();
+    s.set_upstream(0, Some(4), true);
+    assert_eq!(drain(&mut s), vec![0, 10, 20, 21]);
+}
+
+#[test]
+fn tenants_take_turns_by_weight() {
+    let t0 = Instant::now();
+    let mut s = one(0, 1);
+    // Tenant 1 floods first, tenant 2 arrives later.
+    for i in 0..6 {
+        s.enqueue(arrive(0, 1, 1, t0), 100 + i).unwrap();
+    }
+    for i in 0..3 {
+        s.enqueue(arrive(0, 2, 2, t0), 200 + i).unwrap();
+    }
+    s.set_upstream(0, Some(9), true);
+    assert_eq!(
+        drain(&mut s),
+        vec![100, 200, 201, 101, 202, 102, 103, 104, 105]
+    );
+}
+
+#[test]
+fn the_reserve_keeps_the_last_slots_for_more_urgent_classes() {
+    let t0 = Instant::now();
+    let mut r = rules(2);
+    r[1].reserve = 1;
+    let mut s = Scheduler::new(&r, 1);
+    s.set_upstream(0, Some(3), true);
+    for i in 0..5 {
+        s.enqueue(arrive(1, 0, 1, t0), i).unwrap();
+    }
+    assert_eq!(drain(&mut s), vec![0, 1], "batch leaves the last slot");
+    assert_eq!(s.free(), 1);
+    s.enqueue(arrive(0, 0, 1, t0), 99).unwrap();
+    assert_eq!(drain(&mut s), vec![99], "an interactive turn takes it");
+    s.release(0);
+    s.release(0);
+    assert_eq!(drain(&mut s), vec![2], "batch again, one slot kept");
+}
+
+#[test]
+fn a_removed_request_never_goes_and_its_handle_goes_stale() {
+    let t0 = Instant::now();
+    let mut s = one(0, 1);
+    let a = s.enqueue(arrive(0, 0, 1, t0), 1).unwrap();
+    let _b = s.enqueue(arrive(0, 0, 1, t0), 2).unwrap();
+    assert_eq!(s.remove(a), Some(1));
+    assert_eq!(s.remove(a), None);
+    assert_eq!(s.depth(0), 1);
+    let c = s.enqueue(arrive(0, 0, 1, t0), 3).unwrap();
+    assert_ne!(a, c, "a reused slot gets a new generation");
+    assert_eq!(s.remove(a), None);
+    s.set_upstream(0, Some(5), true);
+    assert_eq!(drain(&mut s), vec![2, 3]);
+}
+
+#[test]
+fn max_depth_refuses() {
+    let t0 = Instant::now();
+    let mut r = rules(1);
+    r[0].max_depth = Some(2);
+    let mut s: Scheduler<u32> = Scheduler::new(&r, 1);
+    s.set_upstream(0, Some(0), true);
+    s.enqueue(arrive(0, 0, 1, t0), 1).unwrap();
+    s.enqueue(arrive(0, 0, 1, t0), 2).unwrap();
+    assert_eq!(s.enqueue(arrive(0, 0, 1, t0), 3), Err((Refusal::Full, 3)));
+}
+
+#[test]
+fn capacity_is_counted_per_upstream_and_a_down_upstream_has_none() {
+    let t0 = Instant::now();
+    let mut s: Scheduler<u32> = Scheduler::new(&rules(1), 2);
+    s.set_upstream(0, Some(1), true);
+    s.set_upstream(1, Some(2), true);
+    assert_eq!(s.free(), 3);
+    assert!(s.admit_now(0));
+    assert_eq!(s.free(), 2, "pending counts");
+    s.bind(1);
+    assert_eq!(s.open_upstreams().collect::<Vec<_>>(), vec![0, 1]);
+    assert!(s.admit_now(0));
+    s.bind(1);
+    assert_eq!(s.open_upstreams().collect::<Vec<_>>(), vec![0]);
+    s.set_upstream(0, Some(1), false);
+    assert_eq!(s.free(), 0);
+    assert!(!s.admit_now(0));
+    s.enqueue(arrive(0, 0, 1, t0), 7).unwrap();
+    assert!(!s.admit_now(0), "never ahead of a queued request");
+    s.release(1);
+    assert_eq!(s.dispatch().map(|d| d.1), Some(7));
+    s.unbind(1);
+    assert_eq!(s.pending(), 2);
+    s.abandon();
+    s.abandon();
+    assert_eq!(s.pending(), 0);
+}
+
+#[test]
+fn unknown_capacity_never_limits() {
+    let t0 = Instant::now();
+    let mut s: Scheduler<u32> = Scheduler::new(&rules(1), 1);
+    for i in 0..100 {
+        s.enqueue(arrive(0, 0, 1, t0), i).unwrap();
+    }
+    assert_eq!(drain(&mut s).len(), 100);
+}
+
+#[test]
+fn oldest_wait_skips_requests_that_left() {
+    let t0 = Instant::now();
+    let mut s = one(0, 1);
+    let a = s.enqueue(arrive(0, 0, 1, t0), 1).unwrap();
+    s.enqueue(arrive(0, 0, 1, t0 + Duration::from_millis(300)), 2)
+        .unwrap();
+    let now = t0 + Duration::from_secs(1);
+    assert_eq!(s.oldest_wait(0, now), Some(Duration::from_secs(1)));
+    s.remove(a);
+    assert_eq!(s.oldest_wait(0, now), Some(Duration::from_millis(700)));
+    s.set_upstream(0, Some(1), true);
+    drain(&mut s);
+    assert_eq!(s.oldest_wait(0, now), None);
+}
+
+#[test]
+fn many_hangups_leave_nothing_behind() {
+    let t0 = Instant::now();
+    let mut s = one(0, 1);
+    let hs: Vec<Handle> = (0..10_000)
+        .map(|i| s.enqueue(arrive(0, i % 7, 1, t0), i as u32).unwrap())
+        .collect();
+    for h in hs {
+        assert!(s.remove(h).is_some());
+    }
+    assert_eq!(s.total_depth(), 0);
+    let c = &s.classes[0];
+    assert!(c.arrivals.len() <= COMPACT_MIN + 2, "{}", c.arrivals.len());
+    assert!(c.tenants.values().map(|t| t.queue.len()).sum::<usize>() <= COMPACT_MIN + 2);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Enqueue { class: usize, tenant: usize },
+    Remove(usize),
+    Dispatch,
+    Release,
+    SetCapacity(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..3usize, 0..4usize).prop_map(|(class, tenant)| Op::Enqueue { class, tenant }),
+        2 => (0..64usize).prop_map(Op::Remove),
+        3 => Just(Op::Dispatch),
+        2 => Just(Op::Release),
+        1 => (0..6u32).prop_map(Op::SetCapacity),
+    ]
+}
+
+proptest! {
+    /// Whatever happens: nothing is lost or given twice, capacity is never
+    /// exceeded, a dispatched request was the most urgent one waiting (up to
+    /// the reserve), and within a tenant the order is arrival order.
+    #[test]
+    fn nothing_is_lost_and_capacity_holds(ops in proptest::collection::vec(op(), 1..300)) {
+        let t0 = Instant::now();
+        let mut r = rules(3);
+        r[2].reserve = 1;
+        let mut s: Scheduler<u32> = Scheduler::new(&r, 1);
+        let mut cap = 2u32;
+        s.set_upstream(0, Some(cap), true);
+        let mut next = 0u32;
+        let mut queued: Vec<(Handle, u32, usize, usize)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut bound = 0u32;
+        for o in ops {
+            match o {
+                Op::Enqueue { class, tenant } => {
+                    let h = s.enqueue(arrive(class, tenant, 1 + tenant as u32, t0), next).unwrap();
+                    queued.push((h, next, class, tenant));
+                    next += 1;
+                }
+                Op::Remove(i) => {
+                    if !queued.is_empty() {
+                        let (h, w, _, _) = queued.remove(i % queued.len());
+                        prop_assert_eq!(s.remove(h), Some(w));
+                        prop_assert!(seen.insert(w));
+                    }
+                }
+                Op::Dispatch => {
+                    let free = s.free();
+                    match s.dispatch() {
+                        Some((h, w)) => {
+                            let pos = queued.iter().position(|q| q.0 == h).unwrap();
+                            let (_, qw, class, tenant) = queued.remove(pos);
+                            prop_assert_eq!(qw, w);
+                            prop_assert!(seen.insert(w));
+                            // No more urgent class had a request waiting.
+                            prop_assert!(queued.iter().all(|q| q.2 >= class));
+                            prop_assert!(free > r[class].reserve);
+                            // Arrival order within the tenant.
+                            prop_assert!(queued.iter().filter(|q| q.2 == class && q.3 == tenant).all(|q| q.1 > w));
+                            s.bind(0);
+                            bound += 1;
+                        }
+                        None => {
+                            prop_assert!(queued.iter().all(|q| free <= r[q.2].reserve));
+                        }
+                    }
+                }
+                Op::Release => {
+                    if bound > 0 {
+                        s.release(0);
+                        bound -= 1;
+                    }
+                }
+                Op::SetCapacity(c) => {
+                    cap = c;
+                    s.set_upstream(0, Some(cap), true);
+                }
+            }
+            prop_assert_eq!(s.total_depth(), queued.len());
+            prop_assert_eq!(s.upstreams()[0].in_flight, bound);
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The admission queue's Prometheus families: depth and oldest wait per
+//! class, refusals by class and reason, and slot use per upstream.
+//!
+//! Every label value comes from a fixed list (the three classes, the two
+//! refusal reasons, the configured upstream names), seeded at zero at start
+//! (with the queue off too, so that the dashboards' queries show 0). The gauges are set by [`crate::proxy::admission`]
+//! as requests enter and leave the queue; refusals are counted once, in
+//! `logging`, from the record. Deliberately no tenant label here: tenants
+//! have their own families ([`super::tenant`]).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use crate::record::{Outcome, RequestRecord};
+use crate::tenant::Priority;
+
+/// The refusal reasons: `error.type` values of a request the queue refused.
+pub const REFUSAL_REASONS: [&str; 2] = ["queue_timeout", "queue_full"];
+
+/// `{class}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabels {
+    /// `interactive`, `default` or `batch`.
+    pub class: &'static str,
+}
+
+/// `{class,reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// `interactive`, `default` or `batch`.
+    pub class: &'static str,
+    /// One of [`REFUSAL_REASONS`].
+    pub reason: &'static str,
+}
+
+/// `{upstream}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotLabels {
+    /// The upstream's configured name.
+    pub upstream: String,
+}
+
+/// The queue's families.
+#[derive(Clone, Default)]
+pub struct QueueMetrics {
+    /// `llamatap_queue_depth{class}`.
+    pub depth: Family<ClassLabels, Gauge>,
+    /// `llamatap_queue_oldest_wait_seconds{class}`.
+    pub oldest_wait: Family<ClassLabels, Gauge<f64, AtomicU64>>,
+    /// `llamatap_queue_refused_total{class,reason}`.
+    pub refused: Family<RefusalLabels, Counter>,
+    /// `llamatap_queue_slots_in_use{upstream}`.
+    pub in_use: Family<SlotLabels, Gauge>,
+    /// `llamatap_queue_slots{upstream}`: capacity (-1 when unknown).
+    pub capacity: Family<SlotLabels, Gauge>,
+}
+
+impl QueueMetrics {
+    /// Creates the families and registers them in `r`.
+    pub fn register(r: &mut Registry) -> Self {
+        let m = QueueMetrics::default();
+        r.register(
+            "llamatap_queue_depth",
+            "Requests waiting in llamatap's admission queue, by class",
+            m.depth.clone(),
+        );
+        r.register(
+            "llamatap_queue_oldest_wait_seconds",
+            "How long the oldest request of each class has waited in the queue",
+            m.oldest_wait.clone(),
+        );
+        r.register(
+            "llamatap_queue_refused",
+            "Requests refused by the queue before reaching an upstream, by class and reason (queue_timeout: waited max_wait_ms; queue_full: max_depth reached)",
+            m.refused.clone(),
+        );
+        r.register(
+            "llamatap_queue_slots_in_use",
+            "Requests this replica has in flight on each upstream, as counted by the queue",
+            m.in_use.clone(),
+        );
+        r.register(
+            "llamatap_queue_slots",
+            "Slots the queue uses on each upstream (max_inflight, else its /slots count; -1: unknown, not limiting)",
+            m.capacity.clone(),
+        );
+        m
+    }
+
+    /// Seeds every series at zero: the classes, reasons and `upstreams`.
+    pub fn seed<'a>(&self, upstreams: impl Iterator<Item = &'a str>) {
+        for p in Priority::ALL {
+            let class = p.as_str();
+            let _ = self.depth.get_or_create(&ClassLabels { class });
+            let _ = self.oldest_wait.get_or_create(&ClassLabels { class });
+            for reason in REFUSAL_REASONS {
+                let _ = self.refused.get_or_create(&RefusalLabels { class, reason });
+            }
+        }
+        for u in upstreams {
+            let l = SlotLabels {
+                upstream: u.to_string(),
+            };
+            let _ = self.in_use.get_or_create(&l);
+            self.capacity.get_or_create(&l).set(-1);
+        }
+    }
+
+    /// Counts a refusal of the queue, from the finished request's record.
+    pub fn record(&self, rec: &RequestRecord) {
+        let (Some(q), Outcome::Rejected) = (&rec.queue, rec.outcome) else {
+            return;
+        };
+        if let Some(reason) = rec
+            .error_type
+            .and_then(|t| REFUSAL_REASONS.into_iter().find(|r| *r == t))
+        {
+            self.refused
+                .get_or_create(&RefusalLabels {
+                    class: q.class,
+                    reason,
+                })
+                .inc();
+        }
+    }
+}

