@@ -17,13 +17,14 @@ mod forward;
 mod guard;
 mod outcome;
 mod reply;
+mod request_head;
 mod spare;
 pub mod store;
 pub mod tenant;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -256,7 +257,8 @@ impl ProxyHttp for LlamaProxy {
         e
     }
 
-    /// Headers are built: apply the base path and hand the trace context on.
+    /// Headers are built: shape them for llama-server (see [`request_head`])
+    /// and hand the trace context on.
     async fn upstream_request_filter(
         &self,
         _session: &mut Session,
@@ -268,44 +270,9 @@ impl ProxyHttp for LlamaProxy {
             .and_then(|i| self.fleet.member(i))
             .map(|m| m.upstream.base_path.as_str())
             .unwrap_or("");
-        if !base.is_empty() {
-            let pq = upstream_request
-                .uri
-                .path_and_query()
-                .map(|p| p.as_str())
-                .unwrap_or("/");
-            let uri: http::Uri = format!("{base}{pq}")
-                .parse()
-                .map_err(|e| Error::because(ErrorType::InternalError, "bad upstream path", e))?;
-            upstream_request.set_uri(uri);
-        }
-        if ctx.format().is_some() {
-            // llama-server closes the connection after every streamed answer,
-            // a moment after its last byte and without saying so; a pooled
-            // connection would race that close (see error_while_proxy).
-            // Asked up front, it answers `Connection: close`, so Pingora never
-            // pools a connection from a route that can stream.
-            upstream_request.insert_header("Connection", "close")?;
-        }
-        if ctx.continue_sent {
-            // The client has its `100 Continue` and the body is read.
-            upstream_request.remove_header("Expect");
-        }
-        if let Some(key) = &self.config.upstream_api_key {
-            upstream_request.insert_header("Authorization", format!("Bearer {}", key.expose()))?;
-        } else if self.config.tenants.auth_required() {
-            // The client's key is llamatap's, not llama-server's.
-            upstream_request.remove_header("Authorization");
-        }
+        request_head::shape(upstream_request, ctx, base, &self.config)?;
         if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_deref_mut()) {
-            let (traceparent, tracestate) = t.start_upstream(span, SystemTime::now());
-            upstream_request.insert_header("traceparent", traceparent)?;
-            match tracestate {
-                Some(ts) => upstream_request.insert_header("tracestate", ts)?,
-                None => {
-                    upstream_request.remove_header("tracestate");
-                }
-            }
+            request_head::trace(upstream_request, t, span)?;
         }
         Ok(())
     }
