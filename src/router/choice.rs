@@ -204,7 +204,6 @@ impl Router {
                 links: matched.links,
                 bytes,
                 tokens: self.estimate_tokens(bytes),
-                stamp: matched.stamp,
             },
         })
     }

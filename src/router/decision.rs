@@ -175,9 +175,6 @@ pub struct Prediction {
     /// Those bytes in tokens, at the prompt-tokens-per-byte ratio observed
     /// so far; `None` before any observation.
     pub tokens: Option<u64>,
-    /// The index clock when the last predicted link was last touched, for
-    /// [`Router::observe`](super::Router::observe); 0 when nothing matched.
-    pub stamp: u64,
 }
 
 /// A routing decision.
