@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod discovery;
 pub mod queue;
 mod raw;
 pub mod tenant;
@@ -134,6 +135,9 @@ pub struct UpstreamConfig {
     pub base_path: String,
     /// `[[upstreams]] max_inflight`: this replica's slots on it (queue on).
     pub max_inflight: Option<u32>,
+    /// Every address the host name resolves to is a member
+    /// (`discover = "dns"`); this entry is then their template.
+    pub discover: bool,
 }
 
 /// OTLP transport.
@@ -237,6 +241,8 @@ pub struct Config {
     pub max_header_bytes: usize,
     /// The admission queue.
     pub queue: queue::Queue,
+    /// How discovered upstreams are looked up.
+    pub discovery: discovery::Discovery,
 }
 
 impl Config {
@@ -285,6 +291,7 @@ impl Config {
         let tenants = tenant::tenants(api_keys.clone(), raw.auth.keys, &|v| std::env::var(v).ok())?;
         let store = tenant::store(raw.auth.store)?;
         let queue = queue::queue(raw.queue)?;
+        let discovery = discovery::discovery(raw.discovery)?;
         let telemetry = Telemetry {
             otlp_endpoint: endpoint,
             otlp_protocol: parse_protocol(&protocol)?,
@@ -379,6 +386,7 @@ impl Config {
                 64 << 10,
             )?,
             queue,
+            discovery,
         })
     }
 }
@@ -581,5 +589,6 @@ pub fn parse_upstream(s: &str) -> Result<UpstreamConfig, ConfigError> {
         port,
         base_path: path.to_string(),
         max_inflight: None,
+        discover: false,
     })
 }

@@ -114,7 +114,12 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
 
     let watch = background_service(
         "llamatap upstream watch",
-        UpstreamWatch::new(fleet, telemetry.clone(), config.model_refresh),
+        UpstreamWatch::new(
+            fleet,
+            telemetry.clone(),
+            config.model_refresh,
+            config.discovery.clone(),
+        ),
     );
 
     server.add_service(proxy_service);

@@ -73,7 +73,13 @@ impl Telemetry {
     /// Builds metrics and, with an endpoint, tracing.
     pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
         let metrics = Metrics::new();
-        let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
+        // A discovered name's members are seeded as they join.
+        let names: Vec<&str> = cfg
+            .upstreams
+            .iter()
+            .filter(|u| !u.discover)
+            .map(|u| u.name.as_str())
+            .collect();
         metrics.upstreams.seed_upstreams(&names);
         metrics.tenants.seed(&cfg.tenants.label_values());
         let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
@@ -161,6 +167,21 @@ impl Telemetry {
     /// their series, and `llamatap_upstream_models`.
     pub fn publish_models(&self, served: &[(String, Vec<String>)]) {
         self.served.publish(&self.models, &self.metrics, served);
+    }
+
+    /// A member joined the fleet (a discovered address): its series start
+    /// at zero.
+    pub fn upstream_joined(&self, name: &str) {
+        self.metrics.upstreams.seed_upstreams(&[name]);
+        self.metrics.queue.seed_upstream(name);
+    }
+
+    /// A member left the fleet: every series labelled with its name goes
+    /// (the caller publishes the fleet's models again for the served pairs).
+    pub fn upstream_left(&self, name: &str) {
+        self.metrics.upstreams.forget_upstream(name);
+        self.metrics.queue.forget_upstream(name);
+        self.metrics.llamacpp.clear(name);
     }
 
     /// Requests in flight now.

@@ -48,6 +48,9 @@ pub struct RawConfig {
     /// Admission queue (`[queue]`).
     #[serde(default)]
     pub queue: queue::RawQueue,
+    /// How discovered upstreams are looked up (`[discovery]`).
+    #[serde(default)]
+    pub discovery: super::discovery::RawDiscovery,
 }
 
 /// `[auth]` as written.

@@ -8,6 +8,7 @@
 
 use serde::Deserialize;
 
+use super::discovery::discover_mode;
 use super::{invalid, parse_upstream, ConfigError, UpstreamConfig, DEFAULT_UPSTREAM};
 use crate::router::Policy;
 
@@ -31,6 +32,9 @@ pub struct RawUpstream {
     /// Most generating requests this replica keeps in flight on it, when
     /// `[queue]` is on; default `queue.max_inflight`, else its slot count.
     pub max_inflight: Option<u32>,
+    /// `dns`: every address the URL's host name resolves to is a member,
+    /// named by its address; `none` (default): the URL is one member.
+    pub discover: Option<String>,
 }
 
 /// `[routing]` as written.
@@ -52,8 +56,20 @@ pub struct Routing {
     pub session_header: Option<String>,
 }
 
-/// One upstream as given: URL, name, weight, `max_inflight`.
-type Entry = (String, Option<String>, Option<u32>, Option<u32>);
+/// One upstream as given: URL, name, weight, `max_inflight`, `discover`.
+type Entry = (String, Option<String>, Option<u32>, Option<u32>, bool);
+
+/// The URL prefix of a flag or `upstream` value whose host name is
+/// discovered (`dns+http://llama-server:8080`).
+pub const DISCOVER_PREFIX: &str = "dns+";
+
+/// A URL as given on its own: `dns+http://...` is discovered.
+fn entry(url: &str) -> Entry {
+    match url.trim().strip_prefix(DISCOVER_PREFIX) {
+        Some(rest) => (rest.to_string(), None, None, None, true),
+        None => (url.to_string(), None, None, None, false),
+    }
+}
 
 /// Builds the fleet from flags (`--upstream`, repeatable), the file's
 /// `upstream` or `[[upstreams]]`, or the default, in that order.
@@ -63,10 +79,7 @@ pub fn upstreams(
     list: Option<&[RawUpstream]>,
 ) -> Result<Vec<UpstreamConfig>, ConfigError> {
     let entries: Vec<Entry> = if !flags.is_empty() {
-        flags
-            .iter()
-            .map(|u| (u.clone(), None, None, None))
-            .collect()
+        flags.iter().map(|u| entry(u)).collect()
     } else {
         match (single, list) {
             (Some(_), Some(_)) => {
@@ -75,12 +88,20 @@ pub fn upstreams(
                     "set either upstream or [[upstreams]], not both",
                 ))
             }
-            (Some(u), None) => vec![(u.to_string(), None, None, None)],
+            (Some(u), None) => vec![entry(u)],
             (None, Some(l)) => l
                 .iter()
-                .map(|r| (r.url.clone(), r.name.clone(), r.weight, r.max_inflight))
-                .collect(),
-            (None, None) => vec![(DEFAULT_UPSTREAM.to_string(), None, None, None)],
+                .map(|r| {
+                    Ok((
+                        r.url.clone(),
+                        r.name.clone(),
+                        r.weight,
+                        r.max_inflight,
+                        discover_mode(r.discover.as_deref())?,
+                    ))
+                })
+                .collect::<Result<_, ConfigError>>()?,
+            (None, None) => vec![entry(DEFAULT_UPSTREAM)],
         }
     };
     if entries.is_empty() {
@@ -99,11 +120,15 @@ pub fn upstreams(
         "upstream"
     };
     let mut out: Vec<UpstreamConfig> = Vec::with_capacity(entries.len());
-    for (url, name, weight, max_inflight) in entries {
+    for (url, name, weight, max_inflight, discover) in entries {
         let mut u = parse_upstream(url.trim()).map_err(|e| match e {
             ConfigError::Invalid { message, .. } => ConfigError::Invalid { key, message },
             e => e,
         })?;
+        if discover {
+            check_discovered(&u, name.as_deref())?;
+            u.discover = true;
+        }
         if let Some(n) = name {
             if n.is_empty()
                 || n.len() > MAX_NAME_BYTES
@@ -148,6 +173,27 @@ pub fn upstreams(
         out.push(u);
     }
     Ok(out)
+}
+
+/// A discovered entry names a host (an address is one member) and no
+/// `name` (its members are named by their addresses).
+fn check_discovered(u: &UpstreamConfig, name: Option<&str>) -> Result<(), ConfigError> {
+    if u.host.parse::<std::net::IpAddr>().is_ok() {
+        return Err(invalid(
+            "upstreams.discover",
+            &format!(
+                "{} is an address, not a name to discover; drop discover or give a DNS name",
+                u.address
+            ),
+        ));
+    }
+    if name.is_some() {
+        return Err(invalid(
+            "upstreams.name",
+            "a discovered upstream's members are named by their addresses; drop name",
+        ));
+    }
+    Ok(())
 }
 
 /// Validates `[routing]` with the `--routing-policy` override. The default

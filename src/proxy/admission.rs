@@ -100,7 +100,7 @@ impl Drop for Waiting<'_> {
 impl Admission {
     /// The queue of `config` over `fleet`'s members.
     pub fn new(config: &Config, fleet: Arc<Fleet>, metrics: Option<QueueMetrics>) -> Arc<Self> {
-        let scheduler = Scheduler::new(&config.queue.classes, fleet.members().len());
+        let scheduler = Scheduler::new(&config.queue.classes, fleet.capacity());
         if let Some(m) = &metrics {
             // Seeded even with the queue off: the dashboards' queries show 0.
             m.seed(fleet.members().iter().map(|m| m.upstream.name.as_str()));
@@ -142,19 +142,27 @@ impl Admission {
         Some(r)
     }
 
-    /// Reads every upstream's capacity and state from the fleet.
+    /// Reads every upstream's capacity and state from the fleet (a free
+    /// id, or a draining member, takes nothing).
     fn refresh(&self, s: &mut Scheduler<Waker>) {
         let members = self.fleet.members();
-        let any_usable = (0..members.len()).any(|i| self.fleet.usable(i));
-        for (i, m) in members.iter().enumerate() {
+        let any_usable = members.iter().any(|m| self.fleet.usable(m.id));
+        let mut present = vec![false; self.fleet.capacity()];
+        for m in &members {
             let capacity = m
                 .upstream
                 .max_inflight
                 .or(self.config.max_inflight)
                 .or_else(|| m.total_slots());
             // When no upstream is usable every one is tried, as routing does.
-            let up = !any_usable || self.fleet.usable(i);
-            s.set_upstream(i, capacity, up);
+            let up = !m.draining() && (!any_usable || self.fleet.usable(m.id));
+            s.set_upstream(m.id, capacity, up);
+            if let Some(p) = present.get_mut(m.id) {
+                *p = true;
+            }
+        }
+        for (i, _) in present.iter().enumerate().filter(|(_, p)| !**p) {
+            s.set_upstream(i, Some(0), false);
         }
     }
 
@@ -177,7 +185,10 @@ impl Admission {
                     m.oldest_wait.get_or_create(&class).set(0.0);
                 }
             }
-            for (u, member) in s.upstreams().iter().zip(self.fleet.members()) {
+            for member in self.fleet.members() {
+                let Some(u) = s.upstreams().get(member.id) else {
+                    continue;
+                };
                 let l = SlotLabels {
                     upstream: member.upstream.name.clone(),
                 };

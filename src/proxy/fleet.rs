@@ -1,6 +1,13 @@
-//! The fleet at run time: every configured llama-server with what llamatap
-//! knows of it now (address, health, ejection, load, models), and the one
-//! [`Router`] that picks among them.
+//! The fleet at run time: every llama-server llamatap sends to, with what
+//! it knows of each now (address, health, ejection, load, models), and the
+//! one [`Router`] that picks among them.
+//!
+//! Members live in a table of ids (`0..64`): a configured URL is one member
+//! for the process's life; a discovered name ([`discovery`]) adds a member
+//! per address it resolves to, drains the ones that disappear and frees
+//! their ids once they have no request in flight. An id is what the router,
+//! the admission queue and a request's context hold; a freed id is reused
+//! only by a member that joins later, with an empty index.
 //!
 //! The watcher ([`watch`]) writes health, addresses, model lists and
 //! the marks that reveal a restart; the proxy hooks read them, count
@@ -8,16 +15,20 @@
 //! [`crate::router`]'s pure code, called here under one mutex; nothing here
 //! does I/O.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
+use crate::config::{Config, UpstreamConfig, MAX_UPSTREAMS};
 use crate::router::{
     Candidate, Chain, Decision, Observation, Prediction, Request, RouteConfig, Router,
 };
 
+pub mod discovery;
 mod member;
+#[cfg(test)]
+mod membership_tests;
 mod probe;
 pub mod steps;
 #[cfg(test)]
@@ -51,7 +62,14 @@ pub enum NoRoute {
 /// Every upstream and the router.
 #[derive(Debug)]
 pub struct Fleet {
-    members: Vec<Member>,
+    /// Members by id; `None`: a free id.
+    table: RwLock<Vec<Option<Arc<Member>>>>,
+    /// The configured entries, in order: a static one is a member from the
+    /// start, a discovered one the template of its members.
+    entries: Vec<UpstreamConfig>,
+    /// Most members at once: the static count, or [`MAX_UPSTREAMS`] when a
+    /// name is discovered.
+    capacity: usize,
     /// Every model name the members report, sorted, each once: kept in step
     /// by [`Fleet::set_models`], so a request reads it without rebuilding it.
     models: RwLock<Vec<String>>,
@@ -63,16 +81,39 @@ pub struct Fleet {
     reads_slots: bool,
 }
 
+/// A discovered address could not join: the fleet holds its most members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
 impl Fleet {
-    /// The fleet of `config`, nothing resolved or healthy yet.
+    /// The fleet of `config`: its static members (ids in configuration
+    /// order), nothing resolved or healthy yet; discovered names join later.
     pub fn new(config: &Config) -> Self {
-        let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
+        let statics: Vec<&UpstreamConfig> =
+            config.upstreams.iter().filter(|u| !u.discover).collect();
+        let discovers = statics.len() < config.upstreams.len();
+        let capacity = if discovers {
+            MAX_UPSTREAMS
+        } else {
+            statics.len()
+        };
+        let names: Vec<&str> = statics.iter().map(|u| u.name.as_str()).collect();
         let route = RouteConfig {
             policy: config.routing.policy,
             ..RouteConfig::default()
         };
+        let table = config
+            .upstreams
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| !u.discover)
+            .enumerate()
+            .map(|(id, (entry, u))| Some(Arc::new(Member::new(u.clone(), id, entry, false))))
+            .collect();
         Fleet {
-            members: config.upstreams.iter().cloned().map(Member::new).collect(),
+            table: RwLock::new(table),
+            entries: config.upstreams.clone(),
+            capacity,
             models: RwLock::new(Vec::new()),
             router: Mutex::new(Router::new(&names, route)),
             policy: config.routing.policy.as_str(),
@@ -82,20 +123,44 @@ impl Fleet {
         }
     }
 
-    /// The members, in configuration order.
-    pub fn members(&self) -> &[Member] {
-        &self.members
+    /// The members now (draining ones included), by id.
+    pub fn members(&self) -> Vec<Arc<Member>> {
+        self.table
+            .read()
+            .map(|t| t.iter().flatten().cloned().collect())
+            .unwrap_or_default()
     }
 
-    /// One member.
-    pub fn member(&self, i: usize) -> Option<&Member> {
-        self.members.get(i)
+    /// The member of id `i`, if one holds it now.
+    pub fn member(&self, i: usize) -> Option<Arc<Member>> {
+        self.table
+            .read()
+            .ok()
+            .and_then(|t| t.get(i).cloned().flatten())
     }
 
-    /// More than one upstream: routing, body pre-reads and the merged model
-    /// list apply. With one, llamatap behaves as a plain proxy.
+    /// The members that take new requests (not draining), by id.
+    fn serving(&self) -> Vec<Arc<Member>> {
+        let mut all = self.members();
+        all.retain(|m| !m.draining());
+        all
+    }
+
+    /// The configured entries, in order.
+    pub fn entries(&self) -> &[UpstreamConfig] {
+        &self.entries
+    }
+
+    /// How many ids there are: the most members at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// More than one upstream, or a discovered name: routing, body
+    /// pre-reads and the merged model list apply. With one configured URL,
+    /// llamatap behaves as a plain proxy.
     pub fn is_fleet(&self) -> bool {
-        self.members.len() > 1
+        self.entries.len() > 1 || self.entries.iter().any(|u| u.discover)
     }
 
     /// The watcher reads `/slots` even with one upstream (the queue is on).
@@ -103,11 +168,10 @@ impl Fleet {
         self.reads_slots
     }
 
-    /// Member `i` may take requests now: healthy and not ejected.
+    /// Member `i` may take requests now: healthy, not ejected, not draining.
     pub fn usable(&self, i: usize) -> bool {
-        self.members
-            .get(i)
-            .is_some_and(|m| m.healthy() && !self.ejected(m))
+        self.member(i)
+            .is_some_and(|m| m.healthy() && !m.draining() && !self.ejected(&m))
     }
 
     /// The policy's name, for spans.
@@ -125,18 +189,83 @@ impl Fleet {
         self.models.read().map(|g| g.clone()).unwrap_or_default()
     }
 
-    /// Replaces member `i`'s model names (the watcher's job) and the fleet's list.
-    pub fn set_models(&self, i: usize, names: Vec<String>) {
-        let Some(m) = self.members.get(i) else {
+    /// Replaces `member`'s model names (the watcher's job) and the fleet's
+    /// list; nothing when it left the fleet.
+    pub fn set_models(&self, member: &Member, names: Vec<String>) {
+        if member.gone() {
             return;
-        };
-        m.set_models(names);
-        let mut all: Vec<String> = self.members.iter().flat_map(|m| m.models()).collect();
+        }
+        member.set_models(names);
+        self.refresh_models();
+    }
+
+    /// Rebuilds the fleet's model list from its members.
+    fn refresh_models(&self) {
+        let mut all: Vec<String> = self.members().iter().flat_map(|m| m.models()).collect();
         all.sort();
         all.dedup();
         if let Ok(mut g) = self.models.write() {
             *g = all;
         }
+    }
+
+    /// A discovered address joins as a new member of entry `entry`, named
+    /// by its address, with an empty index and not yet checked: it takes
+    /// requests once its first health check passes. `Err(Full)` when the
+    /// fleet holds its most members.
+    pub fn join(&self, entry: usize, address: SocketAddr) -> Result<Arc<Member>, Full> {
+        let template = self.entries.get(entry).ok_or(Full)?;
+        let mut upstream = template.clone();
+        upstream.name = address.to_string();
+        upstream.address = address.to_string();
+        upstream.host = address.ip().to_string();
+        upstream.port = address.port();
+        let mut table = self.table.write().map_err(|_| Full)?;
+        let id = match table.iter().position(Option::is_none) {
+            Some(free) => free,
+            None if table.len() < self.capacity => {
+                table.push(None);
+                table.len() - 1
+            }
+            None => return Err(Full),
+        };
+        let name = upstream.name.clone();
+        let member = Arc::new(Member::new(upstream, id, entry, true));
+        member.set_address(address);
+        if let Some(slot) = table.get_mut(id) {
+            *slot = Some(member.clone());
+        }
+        drop(table);
+        if let Ok(mut r) = self.router.lock() {
+            r.place(id, &name);
+        }
+        Ok(member)
+    }
+
+    /// Member `member` leaves: its id is freed, the router forgets it, its
+    /// models leave the fleet's list. The caller drained it first (no
+    /// request in flight).
+    pub fn leave(&self, member: &Member) {
+        member.mark_gone();
+        if let Ok(mut table) = self.table.write() {
+            if let Some(slot) = table.get_mut(member.id) {
+                if slot.as_deref().is_some_and(|m| std::ptr::eq(m, member)) {
+                    *slot = None;
+                }
+            }
+            while table.len() > self.static_count() && table.last().is_some_and(Option::is_none) {
+                table.pop();
+            }
+        }
+        if let Ok(mut r) = self.router.lock() {
+            r.vacate(member.id);
+        }
+        self.refresh_models();
+    }
+
+    /// The members configured by URL (ids `0..n`).
+    fn static_count(&self) -> usize {
+        self.entries.iter().filter(|u| !u.discover).count()
     }
 
     /// The fleet serves two or more models: requests are routed by model.
@@ -156,19 +285,25 @@ impl Fleet {
     /// and every model any upstream reported has such an upstream serving
     /// it. `Err` names what is missing, for `/readyz`.
     pub fn readiness(&self) -> Result<(), String> {
+        let members = self.serving();
+        if members.is_empty() {
+            let names: Vec<&str> = self.entries.iter().map(|u| u.address.as_str()).collect();
+            return Err(format!(
+                "no upstream: {} resolves to no address now",
+                names.join(", ")
+            ));
+        }
         let ready = |m: &Member| m.healthy() && !m.models().is_empty();
-        if !self.members.iter().any(ready) {
-            let why: Vec<String> = self
-                .members
-                .iter()
-                .map(|m| format!("{}: {}", m.upstream.name, m.not_ready_reason()))
-                .collect();
-            return Err(format!("no upstream ready ({})", why.join("; ")));
+        if !members.iter().any(|m| ready(m)) {
+            return Err(format!(
+                "no upstream ready ({})",
+                Self::down_list(members.iter().map(|m| &**m))
+            ));
         }
         let missing: Vec<String> = self
             .models()
             .into_iter()
-            .filter(|model| !self.members.iter().any(|m| ready(m) && m.serves(model)))
+            .filter(|model| !members.iter().any(|m| ready(m) && m.serves(model)))
             .collect();
         match missing.as_slice() {
             [] => Ok(()),
@@ -191,7 +326,7 @@ impl Fleet {
     /// the fleet's `GET /v1/models` lists.
     pub fn servable_models(&self) -> Vec<String> {
         let mut all: Vec<String> = self
-            .members
+            .serving()
             .iter()
             .filter(|m| !m.checked_down())
             .flat_map(|m| m.models())
@@ -206,16 +341,13 @@ impl Fleet {
     /// still counts as able).
     pub fn unavailable(&self, model: Option<&str>) -> Result<(), NoRoute> {
         let filter = self.serves_several_models();
-        let serving = || {
-            self.members
-                .iter()
-                .filter(move |m| !filter || model.is_none_or(|name| m.serves(name)))
-        };
-        if serving().next().is_none() || serving().any(|m| !m.checked_down()) {
+        let mut serving = self.serving();
+        serving.retain(|m| !filter || model.is_none_or(|name| m.serves(name)));
+        if serving.is_empty() || serving.iter().any(|m| !m.checked_down()) {
             return Ok(());
         }
         Err(NoRoute::Unavailable {
-            why: Self::down_list(serving()),
+            why: Self::down_list(serving.iter().map(|m| &**m)),
         })
     }
 
@@ -236,9 +368,9 @@ impl Fleet {
     /// request for `model`.
     pub fn can_fail_over(&self, model: Option<&str>, failed: usize, tried: &[usize]) -> bool {
         let filter = self.serves_several_models();
-        self.members.iter().enumerate().any(|(i, m)| {
-            i != failed
-                && !tried.contains(&i)
+        self.serving().iter().any(|m| {
+            m.id != failed
+                && !tried.contains(&m.id)
                 && (!filter || model.is_none_or(|name| m.serves(name)))
         })
     }
@@ -269,7 +401,8 @@ impl Fleet {
         session: Option<u64>,
         exclude: &[usize],
     ) -> Result<Decision, NoRoute> {
-        let mut serving: Vec<(usize, &Member)> = self.members.iter().enumerate().collect();
+        let mut serving: Vec<(usize, Arc<Member>)> =
+            self.serving().into_iter().map(|m| (m.id, m)).collect();
         if self.serves_several_models() {
             if let Some(name) = model {
                 serving.retain(|(_, m)| m.serves(name));
@@ -313,7 +446,7 @@ impl Fleet {
             .ok()
             .and_then(|mut r| r.route(&candidates, &request))
             .ok_or(NoRoute::Exhausted)?;
-        if let Some(m) = self.members.get(decision.upstream) {
+        if let Some((_, m)) = serving.iter().find(|(i, _)| *i == decision.upstream) {
             m.in_flight.fetch_add(1, Ordering::Relaxed);
         }
         Ok(decision)
@@ -321,7 +454,7 @@ impl Fleet {
 
     /// The request counted by [`Fleet::choose`] on member `i` is over.
     pub fn release(&self, i: usize) {
-        if let Some(m) = self.members.get(i) {
+        if let Some(m) = self.member(i) {
             let _ = m
                 .in_flight
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
@@ -333,7 +466,7 @@ impl Fleet {
     /// it for an exponentially growing time (1 s, 2 s, ... 30 s) unless an
     /// active check passes first. Never called for an error a client caused.
     pub fn eject(&self, i: usize) {
-        let Some(m) = self.members.get(i) else {
+        let Some(m) = self.member(i) else {
             return;
         };
         let n = m
@@ -350,7 +483,7 @@ impl Fleet {
     /// A response arrived from member `i` that shows it well: its failure
     /// streak ends.
     pub fn succeeded(&self, i: usize) {
-        if let Some(m) = self.members.get(i) {
+        if let Some(m) = self.member(i) {
             m.consecutive_failures.store(0, Ordering::Relaxed);
         }
     }

@@ -66,7 +66,7 @@ impl LlamaProxy {
     /// A proxy for `config`'s upstreams.
     pub fn new(config: Arc<Config>, telemetry: Arc<Telemetry>, fleet: Arc<Fleet>) -> Self {
         let spares = Arc::new(spare::Spares::new(
-            fleet.members().len(),
+            fleet.capacity(),
             config.pool_idle_timeout,
         ));
         let limiter = Arc::new(tenant::Limiter::new(
@@ -240,10 +240,10 @@ impl ProxyHttp for LlamaProxy {
             // The one line about this failed connect (Pingora's own about
             // the request is suppressed, see `suppress_error_log`).
             let _in = ctx.log_span.enter();
-            let name = self.fleet.member(i).map(|m| m.upstream.name.as_str());
+            let name = self.fleet.member(i).map(|m| m.upstream.name.clone());
             let req = session.req_header();
             tracing::warn!(
-                upstream = name.unwrap_or(""),
+                upstream = name.as_deref().unwrap_or(""),
                 "{} {}: connect failed ({e}); upstream ejected, {}",
                 req.method,
                 errors::bounded_path(req.uri.path()),
@@ -265,11 +265,10 @@ impl ProxyHttp for LlamaProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let base = ctx
-            .member
-            .and_then(|i| self.fleet.member(i))
-            .map(|m| m.upstream.base_path.as_str())
-            .unwrap_or("");
+        let member = ctx.member.and_then(|i| self.fleet.member(i));
+        let base = member
+            .as_ref()
+            .map_or("", |m| m.upstream.base_path.as_str());
         request_head::shape(upstream_request, ctx, base, &self.config)?;
         if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_deref_mut()) {
             request_head::trace(upstream_request, t, span)?;
@@ -422,8 +421,8 @@ impl ProxyHttp for LlamaProxy {
         let upstream = ctx
             .member
             .and_then(|i| self.fleet.member(i))
-            .map(|m| m.upstream.name.as_str());
-        let msg = errors::message_naming(&f, e, upstream);
+            .map(|m| m.upstream.name.clone());
+        let msg = errors::message_naming(&f, e, upstream.as_deref());
         ctx.ended.get_or_insert_with(Instant::now);
         ctx.failure = Some((f.outcome, f.code, msg.clone()));
         let mut code = f.status;

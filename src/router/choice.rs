@@ -158,6 +158,39 @@ impl Router {
         }
     }
 
+    /// Puts a new upstream named `name` at position `upstream` (a member
+    /// that joined), with an empty index and fresh counters, growing the
+    /// list as needed. Its rendezvous identity comes from its name alone, so
+    /// routers that place the same names choose alike.
+    pub fn place(&mut self, upstream: usize, name: &str) {
+        while self.upstreams.len() <= upstream {
+            self.upstreams.push(UpstreamState {
+                id: 0,
+                index: PrefixIndex::new(self.config.index_capacity),
+                accuracy: Accuracy::default(),
+            });
+        }
+        if let Some(up) = self.upstreams.get_mut(upstream) {
+            *up = UpstreamState {
+                id: upstream_id(name),
+                index: PrefixIndex::new(self.config.index_capacity),
+                accuracy: Accuracy::default(),
+            };
+        }
+    }
+
+    /// Frees position `upstream` (its member left): its index is dropped;
+    /// the position waits for the next [`Router::place`].
+    pub fn vacate(&mut self, upstream: usize) {
+        if let Some(up) = self.upstreams.get_mut(upstream) {
+            *up = UpstreamState {
+                id: 0,
+                index: PrefixIndex::new(0),
+                accuracy: Accuracy::default(),
+            };
+        }
+    }
+
     /// Chooses an upstream among `candidates` (each upstream at most once)
     /// for `request`, records the chain in its index, and returns the
     /// decision; `None` when no candidate is eligible (healthy, serving the

@@ -102,12 +102,30 @@ impl QueueMetrics {
             }
         }
         for u in upstreams {
-            let l = SlotLabels {
-                upstream: u.to_string(),
-            };
-            let _ = self.in_use.get_or_create(&l);
-            self.capacity.get_or_create(&l).set(-1);
+            self.seed_slots(u);
         }
+    }
+
+    /// Creates the slot series of upstream `name` (a member joined).
+    pub fn seed_upstream(&self, name: &str) {
+        self.seed_slots(name);
+    }
+
+    fn seed_slots(&self, name: &str) {
+        let l = SlotLabels {
+            upstream: name.to_string(),
+        };
+        let _ = self.in_use.get_or_create(&l);
+        self.capacity.get_or_create(&l).set(-1);
+    }
+
+    /// Removes the slot series of upstream `name` (a member left).
+    pub fn forget_upstream(&self, name: &str) {
+        let l = SlotLabels {
+            upstream: name.to_string(),
+        };
+        self.in_use.remove(&l);
+        self.capacity.remove(&l);
     }
 
     /// Counts a refusal of the queue, from the finished request's record.

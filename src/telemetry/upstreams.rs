@@ -169,6 +169,30 @@ impl UpstreamMetrics {
         }
     }
 
+    /// Removes every series of upstream `name` (a discovered member left):
+    /// the series stay bounded over time, not only at once.
+    pub fn forget_upstream(&self, name: &str) {
+        let upstream = UpstreamLabels {
+            upstream: name.to_string(),
+        };
+        self.up.remove(&upstream);
+        self.inflight.remove(&upstream);
+        self.ttft.remove(&upstream);
+        self.predicted_tokens.remove(&upstream);
+        for outcome in Outcome::ALL {
+            self.requests.remove(&UpstreamOutcomeLabels {
+                outcome: outcome.as_str(),
+                upstream: name.to_string(),
+            });
+        }
+        for kind in ["prompt", "cached"] {
+            self.tokens.remove(&UpstreamKindLabels {
+                kind,
+                upstream: name.to_string(),
+            });
+        }
+    }
+
     /// Sets the gauges of upstream `name`: healthy, and requests in flight.
     pub fn set_state(&self, name: &str, healthy: bool, in_flight: u32) {
         let upstream = UpstreamLabels {

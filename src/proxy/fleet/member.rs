@@ -1,6 +1,7 @@
-//! One member of the fleet: a configured llama-server with what llamatap
-//! knows of it now (address, health and why, ejection, load, slots, queue,
-//! models, the marks of its process's life). Plain state behind atomics and
+//! One member of the fleet: a llama-server (configured by URL, or one
+//! address of a discovered name) with what llamatap knows of it now
+//! (address, health and why, ejection, load, slots, queue, models, the
+//! marks of its process's life, whether it drains or left). Plain state behind atomics and
 //! locks; the watcher writes it, the hooks read it, nothing here does I/O.
 
 use std::net::SocketAddr;
@@ -33,8 +34,19 @@ pub enum Transition {
 /// One llama-server of the fleet.
 #[derive(Debug)]
 pub struct Member {
-    /// As configured.
+    /// As configured (a discovered member: its entry's, named and addressed
+    /// by its address).
     pub upstream: UpstreamConfig,
+    /// Its id in the fleet (router, queue and request contexts hold it).
+    pub id: usize,
+    /// The configured entry it comes from.
+    pub entry: usize,
+    /// One address of a discovered name: its address never changes.
+    pub discovered: bool,
+    /// Its address left the name's answer: no new request goes to it.
+    draining: AtomicBool,
+    /// It left the fleet; its loops end.
+    gone: AtomicBool,
     pub(super) resolved: RwLock<Option<SocketAddr>>,
     pub(super) healthy: AtomicBool,
     pub(super) health: Mutex<Health>,
@@ -55,9 +67,14 @@ pub struct Member {
 }
 
 impl Member {
-    pub(super) fn new(upstream: UpstreamConfig) -> Self {
+    pub(super) fn new(upstream: UpstreamConfig, id: usize, entry: usize, discovered: bool) -> Self {
         Member {
             upstream,
+            id,
+            entry,
+            discovered,
+            draining: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
             resolved: RwLock::new(None),
             healthy: AtomicBool::new(false),
             health: Mutex::new(Health::Unknown),
@@ -82,6 +99,26 @@ impl Member {
         if let Ok(mut g) = self.resolved.write() {
             *g = Some(a);
         }
+    }
+
+    /// Its address left its name's answer: it finishes what it has and
+    /// takes nothing new.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Starts (`true`) or ends (its address came back) its drain.
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::Relaxed);
+    }
+
+    /// It left the fleet.
+    pub fn gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn mark_gone(&self) {
+        self.gone.store(true, Ordering::Relaxed);
     }
 
     /// The last `/health` check passed.

@@ -217,6 +217,8 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
 /// describe the routing for telemetry.
 pub fn finish(fleet: &Fleet, ctx: &mut RequestCtx, rec: &RequestRecord) -> Option<UpstreamFacts> {
     let i = ctx.member.take()?;
+    // Read before the release: a draining member may leave once it is idle.
+    let member = fleet.member(i);
     fleet.release(i);
     // The upstream died or stopped answering under this request: passive
     // ejection, as for a refused connect (which ejected it already).
@@ -229,7 +231,7 @@ pub fn finish(fleet: &Fleet, ctx: &mut RequestCtx, rec: &RequestRecord) -> Optio
         fleet.eject(i);
     }
     let decision = ctx.routed.decision.take()?;
-    let member = fleet.member(i)?;
+    let member = member?;
     let prediction = match (rec.cached_input_tokens(), rec.input_tokens()) {
         (Some(cached), Some(prompt)) if rec.outcome == Outcome::Ok => fleet
             .observe(i, &ctx.routed.chain, &decision.prediction, cached, prompt)

@@ -23,7 +23,10 @@ fn down(f: &Fleet, i: usize, why: &str) {
 
 fn models(f: &Fleet, lists: &[&[&str]]) {
     for (i, l) in lists.iter().enumerate() {
-        f.set_models(i, l.iter().map(|s| s.to_string()).collect());
+        f.set_models(
+            &f.member(i).unwrap(),
+            l.iter().map(|s| s.to_string()).collect(),
+        );
     }
 }
 
@@ -150,7 +153,7 @@ fn ready_needs_a_model_list() {
 fn each_change_of_health_is_reported_once() {
     let f = fleet(1);
     let m = f.member(0).unwrap();
-    let fresh = Member::new(m.upstream.clone());
+    let fresh = Member::new(m.upstream.clone(), 0, 0, false);
     assert_eq!(
         fresh.set_health(Err("connection refused".into())),
         Some(Transition::Down("connection refused".into())),

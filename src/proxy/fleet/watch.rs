@@ -16,6 +16,10 @@
 //!   [`crate::llama::slots::Marks`]) means the member restarted: the
 //!   router forgets its prefixes. A failed check alone does not.
 //!
+//! A discovered name has a third loop, [`super::discovery`], which adds and
+//! drains members as its answer changes; each member it adds gets its own
+//! two loops, which end when the member leaves.
+//!
 //! Every request goes through `probe`, the proxy's own HTTP/1
 //! client. Never on a request's path: a slow DNS server or a dead upstream
 //! never holds a request up.
@@ -33,7 +37,8 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::probe::{self, ProbeError};
-use super::{Fleet, Transition};
+use super::{Fleet, Member, Transition};
+use crate::config::discovery::Discovery;
 use crate::llama::{server_metrics, slots};
 use crate::telemetry::models::parse_model_list;
 use crate::telemetry::Telemetry;
@@ -58,21 +63,30 @@ pub struct UpstreamWatch {
     fleet: Arc<Fleet>,
     telemetry: Arc<Telemetry>,
     model_refresh: Duration,
+    discovery: Discovery,
 }
 
 impl UpstreamWatch {
-    /// A watcher updating `fleet` and the model labels in `telemetry`.
-    pub fn new(fleet: Arc<Fleet>, telemetry: Arc<Telemetry>, model_refresh: Duration) -> Self {
+    /// A watcher updating `fleet` and the model labels in `telemetry`,
+    /// looking discovered names up as `discovery` says.
+    pub fn new(
+        fleet: Arc<Fleet>,
+        telemetry: Arc<Telemetry>,
+        model_refresh: Duration,
+        discovery: Discovery,
+    ) -> Self {
         UpstreamWatch {
             fleet,
             telemetry,
             model_refresh,
+            discovery,
         }
     }
 
-    /// Resolves every upstream once, before the listeners open, so that a
-    /// name that resolves is usable from the first request. `Err` names two
-    /// upstreams that are one server (the same address and base path).
+    /// Resolves every configured URL once, before the listeners open, so
+    /// that a name that resolves is usable from the first request (a
+    /// discovered name is looked up by its own loop, at once). `Err` names
+    /// two upstreams that are one server (the same address and base path).
     pub fn resolve_now(fleet: &Fleet) -> Result<(), String> {
         for m in fleet.members() {
             if let Some(a) = resolve(&m.upstream.address) {
@@ -100,7 +114,7 @@ impl UpstreamWatch {
 struct Watched {
     fleet: Arc<Fleet>,
     telemetry: Arc<Telemetry>,
-    i: usize,
+    member: Arc<Member>,
     /// Woken when the member turns healthy: read its models at once.
     healthy_again: Notify,
     /// A name lookup is running (a stuck resolver gets one thread, not one
@@ -110,18 +124,15 @@ struct Watched {
 
 impl Watched {
     fn name(&self) -> &str {
-        self.fleet
-            .member(self.i)
-            .map_or("", |m| m.upstream.name.as_str())
+        &self.member.upstream.name
     }
 
     /// Re-resolves the member's address, waiting at most [`RESOLVE_TIMEOUT`]
     /// (the last address stays in use meanwhile).
     async fn resolve(self: &Arc<Self>) {
-        let Some(m) = self.fleet.member(self.i) else {
-            return;
-        };
-        if self.resolving.swap(true, Ordering::AcqRel) {
+        let m = &self.member;
+        // A discovered member is one address: nothing to resolve.
+        if m.discovered || self.resolving.swap(true, Ordering::AcqRel) {
             return;
         }
         let me = self.clone();
@@ -139,7 +150,7 @@ impl Watched {
     /// One health check: `Err` says why the member is not usable.
     async fn check_health(self: &Arc<Self>) -> Result<(), String> {
         self.resolve().await;
-        let m = self.fleet.member(self.i).ok_or("unknown upstream")?;
+        let m = &self.member;
         let Some(target) = m.address() else {
             return Err(format!("{} does not resolve", m.upstream.address));
         };
@@ -164,10 +175,11 @@ impl Watched {
         let mut first = true;
         loop {
             tick.tick().await;
-            let result = self.check_health().await;
-            let Some(m) = self.fleet.member(self.i) else {
+            if self.member.gone() {
                 return;
-            };
+            }
+            let result = self.check_health().await;
+            let m = &self.member;
             match m.set_health(result) {
                 Some(Transition::Up) => {
                     tracing::info!(upstream = self.name(), "upstream healthy");
@@ -199,9 +211,10 @@ impl Watched {
                 _ = tick.tick() => false,
                 () = self.healthy_again.notified() => true,
             };
-            let Some(m) = self.fleet.member(self.i) else {
+            let m = &self.member;
+            if m.gone() {
                 return;
-            };
+            }
             let Some(target) = m.address().filter(|_| m.healthy()) else {
                 if published_metrics {
                     self.telemetry.metrics.llamacpp.clear(&m.upstream.name);
@@ -253,7 +266,7 @@ impl Watched {
                     evidence,
                     "upstream restarted: its cached prefixes are forgotten"
                 );
-                self.fleet.forget(self.i);
+                self.fleet.forget(m.id);
             }
             if models_due && self.read_models(target).await {
                 models_read = Some(Instant::now());
@@ -267,7 +280,7 @@ impl Watched {
             if let Some((200, body)) = self.get(target, path).await {
                 let names = parse_model_list(&body);
                 if !names.is_empty() {
-                    self.fleet.set_models(self.i, names);
+                    self.fleet.set_models(&self.member, names);
                     self.publish_models();
                     return true;
                 }
@@ -278,18 +291,12 @@ impl Watched {
 
     /// Publishes the fleet's model names as the allowed `model` labels.
     fn publish_models(&self) {
-        let served: Vec<(String, Vec<String>)> = self
-            .fleet
-            .members()
-            .iter()
-            .map(|m| (m.upstream.name.clone(), m.models()))
-            .collect();
-        self.telemetry.publish_models(&served);
+        publish_models(&self.fleet, &self.telemetry);
     }
 
     /// `GET {base}{path}` on the member, bounded by `INFO_TIMEOUT` (3 s).
     async fn get(&self, target: SocketAddr, path: &str) -> Option<(u16, Vec<u8>)> {
-        let m = self.fleet.member(self.i)?;
+        let m = &self.member;
         let path = format!("{}{path}", m.upstream.base_path);
         probe::get(target, &m.upstream.address, &path, INFO_TIMEOUT)
             .await
@@ -297,20 +304,60 @@ impl Watched {
     }
 }
 
+/// Publishes the fleet's model names as the allowed `model` labels (and
+/// the served pairs of `llamatap_upstream_models`).
+pub(super) fn publish_models(fleet: &Fleet, telemetry: &Telemetry) {
+    let served: Vec<(String, Vec<String>)> = fleet
+        .members()
+        .iter()
+        .map(|m| (m.upstream.name.clone(), m.models()))
+        .collect();
+    telemetry.publish_models(&served);
+}
+
+/// Starts the two loops of `member` in `loops`; they end when it leaves.
+pub(super) fn watch_member(
+    loops: &mut JoinSet<()>,
+    fleet: &Arc<Fleet>,
+    telemetry: &Arc<Telemetry>,
+    member: Arc<Member>,
+    model_refresh: Duration,
+) {
+    let watched = Arc::new(Watched {
+        fleet: fleet.clone(),
+        telemetry: telemetry.clone(),
+        member,
+        healthy_again: Notify::new(),
+        resolving: AtomicBool::new(false),
+    });
+    loops.spawn(watched.clone().health_loop());
+    loops.spawn(watched.info_loop(model_refresh));
+}
+
 #[async_trait]
 impl BackgroundService for UpstreamWatch {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut loops = JoinSet::new();
-        for i in 0..self.fleet.members().len() {
-            let watched = Arc::new(Watched {
-                fleet: self.fleet.clone(),
-                telemetry: self.telemetry.clone(),
-                i,
-                healthy_again: Notify::new(),
-                resolving: AtomicBool::new(false),
-            });
-            loops.spawn(watched.clone().health_loop());
-            loops.spawn(watched.info_loop(self.model_refresh));
+        for m in self.fleet.members() {
+            watch_member(
+                &mut loops,
+                &self.fleet,
+                &self.telemetry,
+                m,
+                self.model_refresh,
+            );
+        }
+        for (entry, u) in self.fleet.entries().iter().enumerate() {
+            if u.discover {
+                let found = super::discovery::Discovered::new(
+                    self.fleet.clone(),
+                    self.telemetry.clone(),
+                    entry,
+                    self.discovery.clone(),
+                    self.model_refresh,
+                );
+                loops.spawn(found.run());
+            }
         }
         let _ = shutdown.changed().await;
         loops.abort_all();
