@@ -259,3 +259,82 @@ fn upstream_ending_in_v1_and_https_are_refused_with_the_fix() {
         "{e}"
     );
 }
+
+#[test]
+fn a_discovered_name_is_a_template() {
+    let c = load(
+        "[[upstreams]]\nurl = \"http://llama-server:8080\"\ndiscover = \"dns\"\nweight = 2\n\
+         [discovery]\nresolver = \"10.96.0.10\"\nmin_refresh_ms = 500\nmax_refresh_ms = 5000\n",
+    )
+    .unwrap();
+    assert!(c.upstreams[0].discover);
+    assert_eq!(c.upstreams[0].weight, 2);
+    assert_eq!(
+        c.discovery.resolver,
+        Some("10.96.0.10:53".parse().unwrap()),
+        "a bare address means port 53"
+    );
+    assert_eq!(c.discovery.min_refresh, Duration::from_millis(500));
+    // TTLs within the bounds; none known: the lower bound.
+    let d = &c.discovery;
+    assert_eq!(d.next_refresh(None), Duration::from_millis(500));
+    assert_eq!(
+        d.next_refresh(Some(Duration::ZERO)),
+        Duration::from_millis(500)
+    );
+    assert_eq!(
+        d.next_refresh(Some(Duration::from_secs(2))),
+        Duration::from_secs(2)
+    );
+    assert_eq!(
+        d.next_refresh(Some(Duration::from_secs(3600))),
+        Duration::from_secs(5)
+    );
+    let d = load("").unwrap().discovery;
+    assert_eq!(
+        (d.resolver, d.min_refresh, d.max_refresh),
+        (None, Duration::from_secs(1), Duration::from_secs(30))
+    );
+}
+
+#[test]
+fn a_discovered_flag_uses_the_dns_prefix() {
+    let o = Overrides {
+        upstreams: vec!["dns+http://llama-server:8080".into(), "http://b:1".into()],
+        ..Overrides::default()
+    };
+    let c = Config::from_raw(RawConfig::default(), &o).unwrap();
+    assert!(c.upstreams[0].discover);
+    assert_eq!(c.upstreams[0].address, "llama-server:8080");
+    assert!(!c.upstreams[1].discover);
+}
+
+#[test]
+fn discovery_mistakes_are_named() {
+    for (toml, needle) in [
+        (
+            "[[upstreams]]\nurl = \"http://10.0.0.1:8080\"\ndiscover = \"dns\"\n",
+            "is an address, not a name to discover",
+        ),
+        (
+            "[[upstreams]]\nurl = \"http://a:8080\"\ndiscover = \"dns\"\nname = \"a\"\n",
+            "named by their addresses",
+        ),
+        (
+            "[[upstreams]]\nurl = \"http://a:8080\"\ndiscover = \"srv\"\n",
+            "is not one of dns, none",
+        ),
+        ("[discovery]\nresolver = \"dns.local\"\n", "is not ip:port"),
+        (
+            "[discovery]\nmin_refresh_ms = 10\n",
+            "between 100 and 3600000",
+        ),
+        (
+            "[discovery]\nmin_refresh_ms = 5000\nmax_refresh_ms = 1000\n",
+            "must not be below discovery.min_refresh_ms",
+        ),
+    ] {
+        let e = load(toml).unwrap_err().to_string();
+        assert!(e.contains(needle), "{toml}: {e}");
+    }
+}

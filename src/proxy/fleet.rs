@@ -342,6 +342,11 @@ impl Fleet {
     pub fn unavailable(&self, model: Option<&str>) -> Result<(), NoRoute> {
         let filter = self.serves_several_models();
         let mut serving = self.serving();
+        if serving.is_empty() && self.capacity > 0 {
+            if let Err(why) = self.readiness() {
+                return Err(NoRoute::Unavailable { why });
+            }
+        }
         serving.retain(|m| !filter || model.is_none_or(|name| m.serves(name)));
         if serving.is_empty() || serving.iter().any(|m| !m.checked_down()) {
             return Ok(());

@@ -70,13 +70,20 @@ impl LlamaServer {
     /// Panics with instructions when the binary or the model is missing, or
     /// with the server's log when it does not come up.
     pub fn start(model: &str, extra_args: &[&str]) -> LlamaServer {
-        Self::start_with(model, extra_args, None)
+        Self::start_with(model, extra_args, None, "127.0.0.1")
     }
 
     /// As [`LlamaServer::start`], on a given port (to bring a server back
     /// where a proxy expects it).
     pub fn start_on_port(model: &str, extra_args: &[&str], port: u16) -> LlamaServer {
-        Self::start_with(model, extra_args, Some(port))
+        Self::start_with(model, extra_args, Some(port), "127.0.0.1")
+    }
+
+    /// As [`LlamaServer::start`], listening on loopback address `host`
+    /// (`127.0.0.2`, ...) and `port`: several servers on one port, told
+    /// apart by address, as DNS discovery sees pods.
+    pub fn start_at(model: &str, extra_args: &[&str], host: &str, port: u16) -> LlamaServer {
+        Self::start_with(model, extra_args, Some(port), host)
     }
 
     /// Kills the process now (SIGKILL), as a crash would.
@@ -85,7 +92,12 @@ impl LlamaServer {
         let _ = self.child.wait();
     }
 
-    fn start_with(model: &str, extra_args: &[&str], fixed_port: Option<u16>) -> LlamaServer {
+    fn start_with(
+        model: &str,
+        extra_args: &[&str],
+        fixed_port: Option<u16>,
+        host: &str,
+    ) -> LlamaServer {
         let binary = llama_server_binary();
         let model = model_path(model);
         if !binary.is_file() {
@@ -117,7 +129,7 @@ impl LlamaServer {
                 "-m",
                 model.to_str().expect("model path is UTF-8"),
                 "--host",
-                "127.0.0.1",
+                host,
                 "--port",
                 &port_s,
                 "--chat-template",
@@ -138,7 +150,7 @@ impl LlamaServer {
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
             let mut server = LlamaServer {
-                base_url: format!("http://127.0.0.1:{port}"),
+                base_url: format!("http://{host}:{port}"),
                 port,
                 model: model.clone(),
                 model_id: String::new(),
@@ -229,9 +241,10 @@ impl LlamaServer {
         format!("{}{}", self.base_url, path)
     }
 
-    /// `127.0.0.1:PORT`, for raw-socket clients.
+    /// `HOST:PORT` (`127.0.0.1` unless started elsewhere), for raw-socket
+    /// clients.
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.base_url.trim_start_matches("http://").to_string()
     }
 
     /// Where stdout and stderr go.

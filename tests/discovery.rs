@@ -1,0 +1,364 @@
+//! DNS discovery through the binary: a real DNS server (dnslib, started by
+//! the test on a loopback port) serves one name for three real llama-servers
+//! listening on one port at 127.0.0.2, .3 and .4, and the test changes its
+//! answer under steady traffic: add one, remove one (a stream in flight on
+//! it), remove all, back; then 100 changes in a row for memory.
+//!
+//! Needs llama-server and the project venv's python with dnslib
+//! (`scripts/ensure-deps.sh`); fails loudly without them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::http;
+use common::llama::LlamaServer;
+use common::proxy::{metric_series, rss_kib, Llamatap};
+
+const NAME: &str = "llama.test";
+const HOSTS: [&str; 3] = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+
+/// The test's DNS server: answers from a zone file it re-reads per query.
+struct Dns {
+    child: Child,
+    port: u16,
+    zone: PathBuf,
+}
+
+impl Dns {
+    fn start(dir: &Path) -> Dns {
+        let python = std::env::var("LLAMATAP_PYTHON").unwrap_or_else(|_| {
+            panic!(
+                "LLAMATAP_PYTHON is not set: run scripts/ensure-deps.sh (it installs dnslib \
+                 into the project venv) and export what it prints"
+            )
+        });
+        let zone = dir.join("zone.json");
+        write_zone(&zone, &HOSTS);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dns_server.py");
+        let mut child = Command::new(&python)
+            .arg(&script)
+            .args(["--port", "0", "--zone"])
+            .arg(&zone)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {python} {}: {e}", script.display()));
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("READY ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("dns_server.py did not start (is dnslib installed?): {line:?}")
+            });
+        Dns { child, port, zone }
+    }
+
+    /// Makes the name resolve to `hosts` (TTL 0: llamatap's lower bound
+    /// decides), atomically.
+    fn answer(&self, hosts: &[&str]) {
+        write_zone(&self.zone, hosts);
+    }
+}
+
+/// Writes the zone file: the name resolves to `hosts`, TTL 0 (llamatap's
+/// lower bound decides); atomically, so a query never reads half a file.
+fn write_zone(zone: &Path, hosts: &[&str]) {
+    let body = serde_json::json!({"ttl": 0, "names": {format!("{NAME}."): hosts}});
+    let tmp = zone.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).unwrap();
+    f.write_all(body.to_string().as_bytes()).unwrap();
+    f.sync_all().unwrap();
+    std::fs::rename(&tmp, zone).unwrap();
+}
+
+impl Drop for Dns {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The three llama-servers, on one port (`-np 2`).
+fn servers() -> Vec<LlamaServer> {
+    for _ in 0..5 {
+        let port = common::free_port();
+        let started: Vec<LlamaServer> = HOSTS
+            .iter()
+            .filter_map(|h| {
+                std::panic::catch_unwind(|| LlamaServer::start_at("tiny", &["-np", "2"], h, port))
+                    .ok()
+            })
+            .collect();
+        if started.len() == HOSTS.len() {
+            return started;
+        }
+    }
+    panic!("could not start three llama-servers on one port");
+}
+
+fn member(host: &str, port: u16) -> String {
+    format!("{host}:{port}")
+}
+
+/// `llamatap_upstream_up{upstream=...}`, when the series exists.
+fn up(t: &Llamatap, name: &str) -> Option<f64> {
+    metric_series(
+        &t.metrics(),
+        "llamatap_upstream_up",
+        &[&format!("upstream=\"{name}\"")],
+    )
+}
+
+fn wait(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    assert!(common::wait_until(timeout, &mut done), "timed out: {what}");
+}
+
+fn readyz(t: &Llamatap) -> (u16, String) {
+    let (status, body) = http::get(&t.admin(), "/readyz").unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+const CHAT: &str =
+    r#"{"model":"tiny","messages":[{"role":"user","content":"Say hi."}],"max_tokens":8}"#;
+
+/// Clients sending one small chat after another until stopped; every
+/// answer's status, and the failures' bodies.
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    results: Arc<Mutex<Vec<(u16, String)>>>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Traffic {
+    fn start(addr: &str, clients: usize) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let results = Arc::new(Mutex::new(Vec::new()));
+        let threads = (0..clients)
+            .map(|_| {
+                let (stop, results, addr) = (stop.clone(), results.clone(), addr.to_string());
+                thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let r = match http::post(&addr, "/v1/chat/completions", CHAT) {
+                            Ok(mut reader) => {
+                                let status = reader.head.status;
+                                let body = reader.read_all().unwrap_or_default();
+                                (status, String::from_utf8_lossy(&body).into_owned())
+                            }
+                            Err(e) => (0, e.to_string()),
+                        };
+                        results.lock().unwrap().push(r);
+                    }
+                })
+            })
+            .collect();
+        Traffic {
+            stop,
+            results,
+            threads,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.results.lock().unwrap().len()
+    }
+
+    /// Stops the clients; every answer they got.
+    fn finish(self) -> Vec<(u16, String)> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        std::mem::take(&mut *self.results.lock().unwrap())
+    }
+}
+
+fn assert_all_ok(results: &[(u16, String)], phase: &str) {
+    let failed: Vec<&(u16, String)> = results.iter().filter(|(s, _)| *s != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{phase}: {} of {} requests failed, first: {:?}",
+        failed.len(),
+        results.len(),
+        failed.first()
+    );
+    assert!(!results.is_empty(), "{phase}: no request was sent");
+}
+
+#[test]
+fn a_fleet_follows_its_name_under_steady_traffic() {
+    let _serial = common::fleet::serial();
+    let servers = servers();
+    let port = servers[0].port;
+    let dir = tempdir();
+    let dns = Dns::start(&dir);
+    dns.answer(&HOSTS[..2]);
+    let config = common::temp_config(
+        "discovery",
+        &format!(
+            "[discovery]\nresolver = \"127.0.0.1:{}\"\nmin_refresh_ms = 100\nmax_refresh_ms = 1000\n",
+            dns.port
+        ),
+    );
+    let t = Llamatap::start(
+        &format!("dns+http://{NAME}:{port}"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let names: Vec<String> = HOSTS.iter().map(|h| member(h, port)).collect();
+
+    // Two members from the first answer, healthy; the third is not one.
+    wait("two members up", Duration::from_secs(30), || {
+        up(&t, &names[0]) == Some(1.0) && up(&t, &names[1]) == Some(1.0)
+    });
+    assert_eq!(
+        up(&t, &names[2]),
+        None,
+        "{} is not in the answer yet",
+        names[2]
+    );
+    wait("ready", Duration::from_secs(30), || readyz(&t).0 == 200);
+
+    // Add one under traffic: it joins, passes its check, takes requests.
+    let traffic = Traffic::start(&t.addr(), 2);
+    wait("traffic flows", Duration::from_secs(30), || {
+        traffic.count() >= 5
+    });
+    dns.answer(&HOSTS);
+    wait("the third member up", Duration::from_secs(30), || {
+        up(&t, &names[2]) == Some(1.0)
+    });
+    let routed = |name: &str| {
+        metric_series(
+            &t.metrics(),
+            "llamatap_upstream_requests_total",
+            &[&format!("upstream=\"{name}\""), "outcome=\"ok\""],
+        )
+        .unwrap_or(0.0)
+    };
+    wait("the new member serves", Duration::from_secs(60), || {
+        routed(&names[2]) >= 1.0
+    });
+
+    // A long stream in flight on the member about to be removed.
+    let long = r#"{"model":"tiny","messages":[{"role":"user","content":"Tell a long story."}],"max_tokens":300,"ignore_eos":true,"stream":true}"#;
+    let addr = t.addr();
+    let stream = thread::spawn(move || {
+        let mut r = http::post(&addr, "/v1/chat/completions", long).unwrap();
+        let status = r.head.status;
+        (status, r.read_all().unwrap_or_default())
+    });
+    let mut on = None;
+    wait("the stream holds a slot", Duration::from_secs(30), || {
+        on = servers.iter().position(|s| {
+            s.slots().as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|slot| slot["n_decoded"].as_u64().unwrap_or(0) > 30)
+            })
+        });
+        on.is_some()
+    });
+    let gone = on.unwrap();
+    let kept: Vec<&str> = (0..HOSTS.len())
+        .filter(|i| *i != gone)
+        .map(|i| HOSTS[i])
+        .collect();
+    dns.answer(&kept);
+    let (status, body) = stream.join().unwrap();
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.trim_end().ends_with("data: [DONE]"),
+        "the stream on the removed member finished whole: {}",
+        common::fleet::tail_chars(&text, 300)
+    );
+    wait(
+        "the removed member's series are gone",
+        Duration::from_secs(30),
+        || !t.metrics().contains(&format!("\"{}\"", names[gone])),
+    );
+    assert_eq!(readyz(&t).0, 200, "two members remain");
+    let served_before = routed(&names[(gone + 1) % 3]);
+    wait("traffic goes on", Duration::from_secs(30), || {
+        routed(&names[(gone + 1) % 3]) > served_before
+    });
+    let results = traffic.finish();
+    assert_all_ok(&results, "adding and removing a member");
+
+    // Remove all: not ready, a clear 503; back: ready and serving.
+    dns.answer(&[]);
+    wait("not ready with no member", Duration::from_secs(30), || {
+        let (s, b) = readyz(&t);
+        s == 503 && b.contains("resolves to no address")
+    });
+    let mut r = http::post(&t.addr(), "/v1/chat/completions", CHAT).unwrap();
+    let status = r.head.status;
+    let body = String::from_utf8_lossy(&r.read_all().unwrap()).into_owned();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("\"error\""), "an OpenAI-shaped error: {body}");
+    dns.answer(&HOSTS);
+    wait("ready again", Duration::from_secs(30), || {
+        readyz(&t).0 == 200
+    });
+    let traffic = Traffic::start(&t.addr(), 2);
+    wait("traffic flows again", Duration::from_secs(30), || {
+        traffic.count() >= 10
+    });
+    assert_all_ok(&traffic.finish(), "back after removing all");
+
+    // 100 changes: the third member joins and leaves; memory stays flat.
+    let toggle = |n: usize| {
+        for _ in 0..n {
+            dns.answer(&HOSTS[..2]);
+            wait("left", Duration::from_secs(30), || {
+                up(&t, &names[2]).is_none()
+            });
+            dns.answer(&HOSTS);
+            wait("joined", Duration::from_secs(30), || {
+                up(&t, &names[2]).is_some()
+            });
+        }
+    };
+    toggle(10);
+    let pid = t.child.id();
+    let before = rss_kib(pid);
+    // The joining member's own series come and go with its checks: count the others.
+    let series = || {
+        t.metrics()
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.contains(&names[2]))
+            .count()
+    };
+    let series_before = series();
+    toggle(40);
+    let after = rss_kib(pid);
+    let series_after = series();
+    eprintln!(
+        "discovery: RSS {before} KiB after 20 changes, {after} KiB after 100; series {series_before} -> {series_after}"
+    );
+    assert_eq!(
+        series_after, series_before,
+        "the series are bounded over time"
+    );
+    assert!(
+        after <= before + 2048,
+        "memory grew over 100 membership changes: {before} KiB -> {after} KiB"
+    );
+}
+
+fn tempdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("llamatap-discovery-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
