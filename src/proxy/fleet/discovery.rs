@@ -111,7 +111,7 @@ impl Discovered {
             let wait = match lookup(&self.settings, &host).await {
                 Ok(answer) => {
                     if self.failing.take().is_some() {
-                        tracing::info!(name = %host, "upstream name resolves again");
+                        tracing::info!(name = host.as_str(), "upstream name resolves again");
                     }
                     let addresses = answer
                         .addresses
@@ -124,7 +124,7 @@ impl Discovered {
                 Err(why) => {
                     if self.failing.as_deref() != Some(why.as_str()) {
                         tracing::warn!(
-                            name = %host,
+                            name = host.as_str(),
                             reason = %why,
                             "upstream name lookup failed: its members are kept"
                         );
@@ -148,7 +148,7 @@ impl Discovered {
                 if m.draining() {
                     m.set_draining(false);
                     *idle = false;
-                    tracing::info!(upstream = %m.upstream.name, "upstream back in its name's answer: serving again");
+                    tracing::info!(upstream = m.upstream.name.as_str(), "upstream back in its name's answer: serving again");
                 }
                 continue;
             }
@@ -163,7 +163,7 @@ impl Discovered {
             }
             match self.fleet.join(self.entry, *a) {
                 Ok(m) => {
-                    tracing::info!(upstream = %m.upstream.name, "upstream joined: its address is in its name's answer");
+                    tracing::info!(upstream = m.upstream.name.as_str(), "upstream joined: its address is in its name's answer");
                     self.telemetry.upstream_joined(&m.upstream.name);
                     watch_member(
                         loops,
@@ -180,7 +180,7 @@ impl Discovered {
         if left_out != self.left_out {
             if left_out > 0 {
                 tracing::warn!(
-                    name = %self.host().0,
+                    name = self.host().0.as_str(),
                     addresses = addresses.len(),
                     left_out,
                     "upstream name resolves to more addresses than the fleet holds (64 members): the rest are left out"
@@ -192,7 +192,7 @@ impl Discovered {
             if !m.draining() && addresses.binary_search(a).is_err() {
                 m.set_draining(true);
                 tracing::info!(
-                    upstream = %m.upstream.name,
+                    upstream = m.upstream.name.as_str(),
                     in_flight = m.in_flight(),
                     "upstream draining: its address left its name's answer"
                 );
@@ -228,7 +228,7 @@ impl Discovered {
             if let Some((m, _)) = self.members.remove(&a) {
                 self.fleet.leave(&m);
                 self.telemetry.upstream_left(&m.upstream.name);
-                tracing::info!(upstream = %m.upstream.name, "upstream left the fleet (drained)");
+                tracing::info!(upstream = m.upstream.name.as_str(), "upstream left the fleet (drained)");
             }
         }
         publish_models(&self.fleet, &self.telemetry);
