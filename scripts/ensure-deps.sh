@@ -6,7 +6,7 @@
 #   LLAMATAP_TINY_MODEL=/root/.cache/llamatap/models/tiny.gguf
 #   LLAMATAP_SLOW_MODEL=/root/.cache/llamatap/models/slow.gguf
 #   LLAMATAP_MEDIUM_MODEL=/root/.cache/llamatap/models/medium.gguf
-#   LLAMATAP_PYTHON=/root/.cache/llamatap/venv/bin/python   (with `openai`)
+#   LLAMATAP_PYTHON=/root/.cache/llamatap/venv/bin/python   (with `openai`, `kubernetes-validate`)
 #   LLAMATAP_REDIS_SERVER=/usr/bin/redis-server
 #
 # Progress goes to stderr, a few lines per step: the output of apt-get and of
@@ -17,8 +17,8 @@
 #   scripts/ensure-deps.sh            # everything the tests need
 #   scripts/ensure-deps.sh --minimal  # build tools, llama-server, tiny model
 #                                     # (no nginx/prometheus/chromium/redis,
-#                                     # no openai package, no slow or medium
-#                                     # model)
+#                                     # no openai/kubernetes-validate, no
+#                                     # slow or medium model)
 #
 # The first full run downloads a few hundred MB of Debian packages, builds
 # llama-server (about 10 minutes on 2 cores) and writes about 720 MB of models.
@@ -102,6 +102,14 @@ if [ "$minimal" = 0 ] && ! "$python" -c 'import openai' 2>/dev/null; then
   RUN_LOGGED_PREFIX=ensure-deps run_logged "$CACHE/ensure-deps-pip.log" \
     "installing the openai package into the venv" \
     "$python" -m pip install --disable-pip-version-check -q 'openai>=1.50' 9>&-
+fi
+
+# kubernetes-validate, with the Kubernetes JSON schemas bundled, for the
+# offline validation of deploy/kubernetes/ (tests/kubernetes.rs).
+if [ "$minimal" = 0 ] && ! "$python" -c 'import kubernetes_validate' 2>/dev/null; then
+  RUN_LOGGED_PREFIX=ensure-deps run_logged "$CACHE/ensure-deps-pip.log" \
+    "installing the kubernetes-validate package into the venv" \
+    "$python" -m pip install --disable-pip-version-check -q 'kubernetes-validate==1.37.0' 9>&-
 fi
 
 models=(tiny slow medium)

@@ -7,7 +7,8 @@
 #   scripts/test.sh -- some_filter   # extra arguments go to `cargo test`
 #
 # LLAMATAP_LLAMA_SERVER / LLAMATAP_TINY_MODEL / LLAMATAP_SLOW_MODEL /
-# LLAMATAP_MEDIUM_MODEL / LLAMATAP_PYTHON (the venv's python, with `openai`) /
+# LLAMATAP_MEDIUM_MODEL / LLAMATAP_PYTHON (the venv's python, with `openai` and
+# `kubernetes-validate`) /
 # LLAMATAP_REDIS_SERVER, if set, override what ensure-deps.sh reports.
 set -euo pipefail
 
