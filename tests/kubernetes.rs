@@ -846,59 +846,21 @@ fn llamatap_is_given_only_flags_and_variables_it_reads() {
     );
 }
 
-/// Keys of the ConfigMap's llamatap.toml that the loader of this build does
-/// not know yet: `[[upstreams]] discover` and the `[discovery]` table.
-// discovery keys land with the discovery change: then drop these lists and
-// `without_pending`, and require the whole file to pass --check-config.
-const PENDING_UPSTREAM_KEYS: [&str; 1] = ["discover"];
-const PENDING_TABLE: &str = "discovery";
-const PENDING_TABLE_KEYS: [&str; 2] = ["min_refresh_ms", "max_refresh_ms"];
-
-/// The config without the pending keys.
-fn without_pending(config: &toml::Value) -> toml::Value {
-    let mut c = config.clone();
-    let table = c.as_table_mut().unwrap();
-    table.remove(PENDING_TABLE);
-    for u in table
-        .get_mut("upstreams")
-        .and_then(|u| u.as_array_mut())
-        .into_iter()
-        .flatten()
-    {
-        for k in PENDING_UPSTREAM_KEYS {
-            u.as_table_mut().unwrap().remove(k);
-        }
-    }
-    c
-}
-
 #[test]
 fn config_map_loads_with_the_real_config_loader() {
     let all = objects();
     let l = Llamatap::from(&all);
 
-    // The file as shipped: it loads, or the loader refuses only a pending key.
+    // The file as shipped, through the real loader (unknown keys are refused).
     let (ok, err) = check_config("k8s-whole", &l.config_text);
     assert!(
-        ok || PENDING_UPSTREAM_KEYS
-            .iter()
-            .chain([&PENDING_TABLE])
-            .any(|k| err.contains(&format!("`{k}`"))),
+        ok,
         "the ConfigMap's llamatap.toml fails --check-config: {err}"
     );
-    // Every other key: the real loader (unknown keys are refused).
-    let rest = toml::to_string(&without_pending(&l.config)).unwrap();
-    let (ok, err) = check_config("k8s-rest", &rest);
-    assert!(
-        ok,
-        "the ConfigMap's llamatap.toml (discovery keys left out) fails --check-config: {err}"
-    );
-    // The pending keys, by hand: DNS discovery with a refresh range.
-    let discovery = l.config[PENDING_TABLE]
+    // DNS discovery with a refresh range the loader accepts.
+    let discovery = l.config["discovery"]
         .as_table()
         .expect("a [discovery] table");
-    let keys: BTreeSet<&str> = discovery.keys().map(String::as_str).collect();
-    assert_eq!(keys, PENDING_TABLE_KEYS.into_iter().collect());
     let min = discovery["min_refresh_ms"].as_integer().unwrap();
     let max = discovery["max_refresh_ms"].as_integer().unwrap();
     assert!(0 < min && min <= max, "refresh range {min}..{max} ms");

@@ -148,7 +148,10 @@ impl Discovered {
                 if m.draining() {
                     m.set_draining(false);
                     *idle = false;
-                    tracing::info!(upstream = m.upstream.name.as_str(), "upstream back in its name's answer: serving again");
+                    tracing::info!(
+                        upstream = m.upstream.name.as_str(),
+                        "upstream back in its name's answer: serving again"
+                    );
                 }
                 continue;
             }
@@ -163,7 +166,10 @@ impl Discovered {
             }
             match self.fleet.join(self.entry, *a) {
                 Ok(m) => {
-                    tracing::info!(upstream = m.upstream.name.as_str(), "upstream joined: its address is in its name's answer");
+                    tracing::info!(
+                        upstream = m.upstream.name.as_str(),
+                        "upstream joined: its address is in its name's answer"
+                    );
                     self.telemetry.upstream_joined(&m.upstream.name);
                     watch_member(
                         loops,
@@ -228,7 +234,10 @@ impl Discovered {
             if let Some((m, _)) = self.members.remove(&a) {
                 self.fleet.leave(&m);
                 self.telemetry.upstream_left(&m.upstream.name);
-                tracing::info!(upstream = m.upstream.name.as_str(), "upstream left the fleet (drained)");
+                tracing::info!(
+                    upstream = m.upstream.name.as_str(),
+                    "upstream left the fleet (drained)"
+                );
             }
         }
         publish_models(&self.fleet, &self.telemetry);
