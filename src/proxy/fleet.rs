@@ -19,6 +19,7 @@ use crate::router::{
 
 mod member;
 mod probe;
+pub mod resolver;
 pub mod steps;
 #[cfg(test)]
 mod tests;
