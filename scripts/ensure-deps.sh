@@ -104,6 +104,14 @@ if [ "$minimal" = 0 ] && ! "$python" -c 'import openai' 2>/dev/null; then
     "$python" -m pip install --disable-pip-version-check -q 'openai>=1.50' 9>&-
 fi
 
+# dnslib, for the scripted DNS server of the discovery tests
+# (tests/fixtures/dns_server.py).
+if [ "$minimal" = 0 ] && ! "$python" -c 'import dnslib' 2>/dev/null; then
+  RUN_LOGGED_PREFIX=ensure-deps run_logged "$CACHE/ensure-deps-pip.log" \
+    "installing the dnslib package into the venv" \
+    "$python" -m pip install --disable-pip-version-check -q 'dnslib>=0.9.24' 9>&-
+fi
+
 models=(tiny slow medium)
 if [ "$minimal" = 1 ]; then
   models=(tiny)
