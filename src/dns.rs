@@ -9,8 +9,9 @@
 //! - The header: id, QR bit, opcode, TC bit and RCODE.
 //! - The question, which must echo the one asked (name compared
 //!   case-insensitively, type, class `IN`). A response without a question
-//!   is accepted only with an error RCODE other than NXDOMAIN (servers
-//!   may drop the question from a FORMERR or REFUSED).
+//!   is accepted only with TC set or an error RCODE other than NXDOMAIN
+//!   (servers may drop the question from those), and then has no
+//!   addresses.
 //! - The answer section: address records of the asked type, and `CNAME`
 //!   chains from the asked name to the end of the chain. Each
 //!   address's TTL is the minimum of its own and those of the `CNAME`s

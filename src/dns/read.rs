@@ -52,7 +52,9 @@ pub(super) fn response(
     };
 
     let mut pos = match questions {
-        0 if !matches!(rcode, Rcode::NoError | Rcode::NxDomain) => return Ok(answer),
+        // Without a question nothing says which name this answers, which
+        // is fine for a failure or "ask again over TCP", not for records.
+        0 if truncated || !matches!(rcode, Rcode::NoError | Rcode::NxDomain) => return Ok(answer),
         1 => question(msg, asked, kind)?,
         _ => return Err(DnsError::QuestionMismatch),
     };

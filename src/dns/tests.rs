@@ -258,7 +258,7 @@ fn another_question_is_refused() {
 }
 
 #[test]
-fn no_question_is_accepted_only_with_an_error_other_than_nxdomain() {
+fn no_question_is_accepted_only_when_truncated_or_with_an_error_other_than_nxdomain() {
     let mut r = Response::new(7, NAME, RecordKind::A);
     r.question = false;
     for rcode in [
@@ -274,6 +274,9 @@ fn no_question_is_accepted_only_with_an_error_other_than_nxdomain() {
     for rcode in [Rcode::NoError, Rcode::NxDomain] {
         let msg = r.clone().rcode(rcode).bytes();
         assert_eq!(err(&msg, RecordKind::A), DnsError::QuestionMismatch);
+        // Truncated, it just says "ask again over TCP".
+        let got = ok(&r.clone().rcode(rcode).truncated().bytes(), RecordKind::A);
+        assert!(got.truncated && got.addresses.is_empty());
     }
 }
 

@@ -167,12 +167,32 @@ async fn a_truncated_answer_is_asked_again_over_tcp() {
                 .answer(a(NAME, 9, v4(9)))
                 .bytes(),
         ),
-        _ => Some(reply(q, &[(1, 7), (2, 7), (3, 8)], &[])),
+        // Truncated as dnslib does it: no question either.
+        (false, RecordKind::Aaaa) => {
+            let mut r = Response::new(q.id, NAME, q.kind).truncated();
+            r.question = false;
+            Some(r.bytes())
+        }
+        (true, _) => Some(reply(q, &[(1, 7), (2, 7), (3, 8)], &[(1, 9)])),
     })
     .await;
     let got = lookup(server.addr, NAME, TIMEOUT).await.unwrap();
-    assert_eq!(got.addresses, ips(&[1, 2, 3], &[]));
+    assert_eq!(got.addresses, ips(&[1, 2, 3], &[1]));
     assert_eq!(got.ttl, Some(Duration::from_secs(7)));
+    assert_eq!(server.seen(true, RecordKind::A), 1);
+    assert_eq!(server.seen(true, RecordKind::Aaaa), 1);
+}
+
+#[tokio::test]
+async fn only_a_truncated_answer_is_asked_again_over_tcp() {
+    let server = Server::start(|q| match (q.tcp, q.kind) {
+        (false, RecordKind::A) => Some(Response::new(q.id, NAME, q.kind).truncated().bytes()),
+        _ => Some(reply(q, &[(1, 7)], &[(2, 3)])),
+    })
+    .await;
+    let got = lookup(server.addr, NAME, TIMEOUT).await.unwrap();
+    assert_eq!(got.addresses, ips(&[1], &[2]));
+    assert_eq!(got.ttl, Some(Duration::from_secs(3)));
     assert_eq!(server.seen(true, RecordKind::A), 1);
     assert_eq!(server.seen(true, RecordKind::Aaaa), 0);
 }
