@@ -15,7 +15,8 @@ use super::*;
 use crate::dns::testkit::{a, aaaa, read_query, soa, Response};
 
 const NAME: &str = "llama.test";
-const TIMEOUT: Duration = Duration::from_millis(600);
+/// Long enough for a loaded machine, short enough for the tests that wait it out.
+const TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One query as the scripted server saw it.
 #[derive(Clone, Debug)]
@@ -347,7 +348,7 @@ async fn a_silent_server_times_out_in_time() {
     let took = start.elapsed();
     assert!(matches!(e, LookupError::Timeout(t) if t == TIMEOUT), "{e}");
     assert!(
-        took >= TIMEOUT && took < TIMEOUT + Duration::from_millis(500),
+        took >= TIMEOUT && took < TIMEOUT + Duration::from_secs(1),
         "{took:?}"
     );
     // Each query was sent twice: once, and again at half the timeout.
@@ -385,7 +386,7 @@ async fn a_tcp_server_that_never_answers_times_out() {
     let start = Instant::now();
     let e = lookup(server.addr, NAME, TIMEOUT).await.unwrap_err();
     assert!(matches!(e, LookupError::Timeout(_)), "{e}");
-    assert!(start.elapsed() < TIMEOUT + Duration::from_millis(500));
+    assert!(start.elapsed() < TIMEOUT + Duration::from_secs(1));
 }
 
 #[tokio::test]
