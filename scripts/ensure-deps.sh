@@ -6,7 +6,7 @@
 #   LLAMATAP_TINY_MODEL=/root/.cache/llamatap/models/tiny.gguf
 #   LLAMATAP_SLOW_MODEL=/root/.cache/llamatap/models/slow.gguf
 #   LLAMATAP_MEDIUM_MODEL=/root/.cache/llamatap/models/medium.gguf
-#   LLAMATAP_PYTHON=/root/.cache/llamatap/venv/bin/python   (with `openai`, `kubernetes-validate`)
+#   LLAMATAP_PYTHON=/root/.cache/llamatap/venv/bin/python   (with `openai`, `kubernetes-validate`, `dnslib`)
 #   LLAMATAP_REDIS_SERVER=/usr/bin/redis-server
 #
 # Progress goes to stderr, a few lines per step: the output of apt-get and of
@@ -110,6 +110,14 @@ if [ "$minimal" = 0 ] && ! "$python" -c 'import kubernetes_validate' 2>/dev/null
   RUN_LOGGED_PREFIX=ensure-deps run_logged "$CACHE/ensure-deps-pip.log" \
     "installing the kubernetes-validate package into the venv" \
     "$python" -m pip install --disable-pip-version-check -q 'kubernetes-validate==1.37.0' 9>&-
+fi
+
+# dnslib, for the scripted DNS server of the discovery tests
+# (tests/fixtures/dns_server.py).
+if [ "$minimal" = 0 ] && ! "$python" -c 'import dnslib' 2>/dev/null; then
+  RUN_LOGGED_PREFIX=ensure-deps run_logged "$CACHE/ensure-deps-pip.log" \
+    "installing the dnslib package into the venv" \
+    "$python" -m pip install --disable-pip-version-check -q 'dnslib>=0.9.24' 9>&-
 fi
 
 models=(tiny slow medium)

@@ -30,6 +30,7 @@ mod member;
 #[cfg(test)]
 mod membership_tests;
 mod probe;
+pub mod resolver;
 pub mod steps;
 #[cfg(test)]
 mod tests;

@@ -32,7 +32,7 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::watch::{publish_models, watch_member};
-use super::{Fleet, Full, Member};
+use super::{resolver, Fleet, Full, Member};
 use crate::config::discovery::Discovery;
 use crate::telemetry::Telemetry;
 
@@ -247,25 +247,45 @@ impl Discovered {
 /// Looks `host` up: through the configured resolver (its TTLs honoured),
 /// else the system's (no TTL known). `Err` says why no answer came.
 async fn lookup(settings: &Discovery, host: &str) -> Result<Answer, String> {
-    let host = host.to_string();
-    let found = tokio::task::spawn_blocking(move || {
-        use std::net::ToSocketAddrs;
-        (host.as_str(), 0)
-            .to_socket_addrs()
-            .map(|a| a.map(|s| s.ip()).collect::<Vec<_>>())
-            .map_err(|e| e.to_string())
-    });
-    let _ = settings;
+    if let Some(server) = settings.resolver {
+        return resolver::lookup(server, host, LOOKUP_TIMEOUT)
+            .await
+            .map(|l| Answer {
+                addresses: l.addresses,
+                ttl: l.ttl,
+            })
+            .map_err(|e| e.to_string());
+    }
+    let name = host.to_string();
+    let found = tokio::task::spawn_blocking(move || resolver::system_lookup(&name, 0));
     match tokio::time::timeout(LOOKUP_TIMEOUT, found).await {
         Ok(Ok(Ok(addresses))) => Ok(Answer {
             addresses,
             ttl: None,
         }),
-        Ok(Ok(Err(e))) => Err(e),
+        // The name exists no more, or has no address: no member now.
+        Ok(Ok(Err(why))) if names_nothing(&why) => Ok(Answer {
+            addresses: Vec::new(),
+            ttl: None,
+        }),
+        Ok(Ok(Err(why))) => Err(why),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!(
             "no answer within {} ms",
             LOOKUP_TIMEOUT.as_millis()
         )),
     }
+}
+
+/// The system resolver's answer says the name has no address (glibc's
+/// `EAI_NONAME` and `EAI_NODATA`, musl's wording), rather than that no
+/// answer came (`EAI_AGAIN`, a timeout).
+fn names_nothing(why: &str) -> bool {
+    [
+        "Name or service not known",
+        "No address associated with hostname",
+        "Name does not resolve",
+    ]
+    .iter()
+    .any(|m| why.contains(m))
 }

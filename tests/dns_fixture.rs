@@ -1,0 +1,180 @@
+//! DNS discovery's lookup against a real DNS server: the dnslib-based
+//! `tests/fixtures/dns_server.py` (run by the venv's python from
+//! scripts/ensure-deps.sh), answering from a zone file the test rewrites.
+//!
+//! The server reads the zone for every query and the test replaces it
+//! atomically, so each lookup sees the zone last written: no waiting.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use llamatap::dns::{self, RecordKind};
+use llamatap::proxy::fleet::resolver::{lookup, LookupError};
+
+/// Generous: the server is a Python process on a possibly busy machine.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn python() -> PathBuf {
+    std::env::var_os("LLAMATAP_PYTHON")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| common::llama::cache_dir().join("venv/bin/python"))
+}
+
+/// `tests/fixtures/dns_server.py` on a free port, killed when dropped.
+struct DnsServer {
+    addr: SocketAddr,
+    zone: PathBuf,
+    child: Child,
+}
+
+impl DnsServer {
+    fn start(name: &str, zone: &serde_json::Value) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("llamatap-test-{}-dns-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let zone_path = dir.join("zone.json");
+        write_atomically(&zone_path, zone);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dns_server.py");
+        let mut child = Command::new(python())
+            .arg(script)
+            .arg("--zone")
+            .arg(&zone_path)
+            .args(["--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run the venv's python (scripts/ensure-deps.sh)");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let Some(port) = line.trim().strip_prefix("READY ") else {
+            let _ = child.kill();
+            panic!(
+                "dns_server.py did not start (got {line:?}); is dnslib in {}? run scripts/ensure-deps.sh",
+                python().display()
+            );
+        };
+        let port: u16 = port.parse().unwrap();
+        DnsServer {
+            addr: ([127, 0, 0, 1], port).into(),
+            zone: zone_path,
+            child,
+        }
+    }
+
+    fn set_zone(&self, zone: &serde_json::Value) {
+        write_atomically(&self.zone, zone);
+    }
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(dir) = self.zone.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Writes a temporary file beside `path`, then renames it over `path`.
+fn write_atomically(path: &Path, zone: &serde_json::Value) {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, zone.to_string()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn ips(list: &[&str]) -> Vec<IpAddr> {
+    list.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+fn zone(names: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({ "ttl": 1, "names": names })
+}
+
+#[tokio::test]
+async fn lookup_follows_the_zone_as_it_is_rewritten() {
+    let three = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+    let server = DnsServer::start(
+        "rewrite",
+        &zone(serde_json::json!({ "llama.test.": three })),
+    );
+
+    let got = lookup(server.addr, "llama.test", TIMEOUT).await.unwrap();
+    assert_eq!(got.addresses, ips(&three));
+    assert_eq!(got.ttl, Some(Duration::from_secs(1)));
+
+    // Names are case-insensitive and the trailing dot is optional.
+    let got = lookup(server.addr, "LLAMA.Test.", TIMEOUT).await.unwrap();
+    assert_eq!(got.addresses, ips(&three));
+
+    server.set_zone(&zone(
+        serde_json::json!({ "llama.test": ["127.0.0.4", "127.0.0.2"] }),
+    ));
+    let got = lookup(server.addr, "llama.test", TIMEOUT).await.unwrap();
+    assert_eq!(got.addresses, ips(&["127.0.0.2", "127.0.0.4"]));
+
+    // Present with no addresses: no members now, for the SOA's TTL.
+    server.set_zone(&zone(serde_json::json!({ "llama.test": [] })));
+    let got = lookup(server.addr, "llama.test", TIMEOUT).await.unwrap();
+    assert!(got.addresses.is_empty());
+    assert_eq!(got.ttl, Some(Duration::from_secs(1)));
+
+    // Absent: NXDOMAIN, also no members (this server sends no SOA).
+    server.set_zone(&zone(serde_json::json!({ "other.test": ["127.0.0.9"] })));
+    let got = lookup(server.addr, "llama.test", TIMEOUT).await.unwrap();
+    assert!(got.addresses.is_empty());
+    assert_eq!(got.ttl, None);
+
+    // SERVFAIL: an error, so the caller keeps its members.
+    server.set_zone(&serde_json::json!({ "servfail": true, "names": { "llama.test": three } }));
+    let e = lookup(server.addr, "llama.test", TIMEOUT)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, LookupError::Server { .. }), "{e}");
+
+    server.set_zone(&zone(serde_json::json!({ "llama.test": ["127.0.0.5"] })));
+    let got = lookup(server.addr, "llama.test", TIMEOUT).await.unwrap();
+    assert_eq!(got.addresses, ips(&["127.0.0.5"]));
+}
+
+#[tokio::test]
+async fn ipv4_and_ipv6_are_merged_and_a_large_answer_comes_over_tcp() {
+    // 40 A records do not fit in 512 bytes of UDP: dnslib sets TC and the
+    // client asks again over TCP.
+    let mut many: Vec<String> = (1..=40).map(|i| format!("10.1.0.{i}")).collect();
+    many.extend([
+        "fd00::2".to_owned(),
+        "fd00::1".to_owned(),
+        "10.1.0.7".to_owned(),
+    ]);
+    let server = DnsServer::start("large", &zone(serde_json::json!({ "big.test": many })));
+
+    // Over UDP alone, the answer is truncated.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let query = dns::query(42, "big.test", RecordKind::A).unwrap();
+    udp.send_to(&query, server.addr).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = udp.recv(&mut buf).unwrap();
+    let answer = dns::parse(&buf[..n], 42, "big.test", RecordKind::A).unwrap();
+    assert!(answer.truncated);
+
+    let got = lookup(server.addr, "big.test", TIMEOUT).await.unwrap();
+    let mut want: Vec<IpAddr> = (1..=40)
+        .map(|i| format!("10.1.0.{i}").parse().unwrap())
+        .collect();
+    want.sort();
+    want.extend(ips(&["fd00::1", "fd00::2"]));
+    assert_eq!(got.addresses, want);
+    assert_eq!(got.ttl, Some(Duration::from_secs(1)));
+}
