@@ -134,6 +134,14 @@ fn readyz(t: &Llamatap) -> (u16, String) {
 const CHAT: &str =
     r#"{"model":"tiny","messages":[{"role":"user","content":"Say hi."}],"max_tokens":8}"#;
 
+/// A small chat of its own conversation (`n`), so that prefix affinity
+/// spreads the traffic over the members.
+fn chat(n: usize) -> String {
+    format!(
+        r#"{{"model":"tiny","messages":[{{"role":"user","content":"Conversation {n}: say hi."}}],"max_tokens":8}}"#
+    )
+}
+
 /// Clients sending one small chat after another until stopped; every
 /// answer's status, and the failures' bodies.
 struct Traffic {
@@ -147,11 +155,13 @@ impl Traffic {
         let stop = Arc::new(AtomicBool::new(false));
         let results = Arc::new(Mutex::new(Vec::new()));
         let threads = (0..clients)
-            .map(|_| {
+            .map(|client| {
                 let (stop, results, addr) = (stop.clone(), results.clone(), addr.to_string());
                 thread::spawn(move || {
+                    let mut n = client * 1_000_000;
                     while !stop.load(Ordering::Relaxed) {
-                        let r = match http::post(&addr, "/v1/chat/completions", CHAT) {
+                        n += 1;
+                        let r = match http::post(&addr, "/v1/chat/completions", &chat(n)) {
                             Ok(mut reader) => {
                                 let status = reader.head.status;
                                 let body = reader.read_all().unwrap_or_default();
@@ -252,7 +262,7 @@ fn a_fleet_follows_its_name_under_steady_traffic() {
     });
 
     // A long stream in flight on the member about to be removed.
-    let long = r#"{"model":"tiny","messages":[{"role":"user","content":"Tell a long story."}],"max_tokens":300,"ignore_eos":true,"stream":true}"#;
+    let long = r#"{"model":"tiny","messages":[{"role":"user","content":"Tell a long story."}],"max_tokens":1500,"ignore_eos":true,"stream":true}"#;
     let addr = t.addr();
     let stream = thread::spawn(move || {
         let mut r = http::post(&addr, "/v1/chat/completions", long).unwrap();
@@ -263,8 +273,9 @@ fn a_fleet_follows_its_name_under_steady_traffic() {
     wait("the stream holds a slot", Duration::from_secs(30), || {
         on = servers.iter().position(|s| {
             s.slots().as_array().is_some_and(|a| {
-                a.iter()
-                    .any(|slot| slot["n_decoded"].as_u64().unwrap_or(0) > 30)
+                a.iter().any(|slot| {
+                    slot["is_processing"].as_bool() == Some(true) && decoded(slot) > 30
+                })
             })
         });
         on.is_some()
@@ -355,6 +366,22 @@ fn a_fleet_follows_its_name_under_steady_traffic() {
         after <= before + 2048,
         "memory grew over 100 membership changes: {before} KiB -> {after} KiB"
     );
+}
+
+/// A slot's `n_decoded`, wherever this llama-server version nests it.
+fn decoded(v: &serde_json::Value) -> u64 {
+    match v {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| match (k.as_str(), v.as_u64()) {
+                ("n_decoded", Some(n)) => n,
+                _ => decoded(v),
+            })
+            .max()
+            .unwrap_or(0),
+        serde_json::Value::Array(a) => a.iter().map(decoded).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 fn tempdir() -> PathBuf {
