@@ -273,9 +273,8 @@ fn a_fleet_follows_its_name_under_steady_traffic() {
     wait("the stream holds a slot", Duration::from_secs(30), || {
         on = servers.iter().position(|s| {
             s.slots().as_array().is_some_and(|a| {
-                a.iter().any(|slot| {
-                    slot["is_processing"].as_bool() == Some(true) && decoded(slot) > 30
-                })
+                a.iter()
+                    .any(|slot| slot["is_processing"].as_bool() == Some(true) && decoded(slot) > 30)
             })
         });
         on.is_some()
@@ -365,6 +364,124 @@ fn a_fleet_follows_its_name_under_steady_traffic() {
     assert!(
         after <= before + 2048,
         "memory grew over 100 membership changes: {before} KiB -> {after} KiB"
+    );
+    drop(t);
+
+    two_replicas_place_alike(&dns, port, &config, &names);
+}
+
+/// Where each llamatap placed each of `bodies` (the upstream on its latency
+/// page), sent in order.
+fn placements(t: &Llamatap, bodies: &[String]) -> Vec<String> {
+    let sent: Vec<String> = bodies
+        .iter()
+        .map(|b| {
+            let ex = common::fleet::chat_stream(&t.addr(), b);
+            assert!(
+                matches!(ex.end, common::fleet::End::Done),
+                "{:?}: {}",
+                ex.end,
+                ex.body
+            );
+            ex.trace_id
+        })
+        .collect();
+    let ids: Vec<&str> = sent.iter().map(String::as_str).collect();
+    let by_id = common::fleet::latency_by_trace(&t.admin(), &ids, Duration::from_secs(10));
+    ids.iter()
+        .map(|id| by_id[*id]["upstream"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Two replicas following the same name place new conversations on the
+/// same members; when one member leaves, only its conversations move.
+fn two_replicas_place_alike(dns: &Dns, port: u16, config: &Path, names: &[String]) {
+    dns.answer(&HOSTS);
+    let (otlp_url, _spans) = common::otlp::http_receiver();
+    let start = || {
+        Llamatap::start(
+            &format!("dns+http://{NAME}:{port}"),
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "--otlp-endpoint",
+                &otlp_url,
+                "--otlp-protocol",
+                "http",
+            ],
+        )
+    };
+    let (a, b) = (start(), start());
+    for t in [&a, &b] {
+        wait("three members up", Duration::from_secs(30), || {
+            names.iter().all(|n| up(t, n) == Some(1.0))
+        });
+    }
+    const N: usize = 30;
+    let question = |c: usize| format!("Conversation {c} about the tides.");
+    let first: Vec<String> = (0..N)
+        .map(|c| {
+            format!(
+                r#"{{"model":"tiny","messages":[{{"role":"user","content":"{}"}}],"max_tokens":4,"stream":true}}"#,
+                question(c)
+            )
+        })
+        .collect();
+    let on_a = placements(&a, &first);
+    let on_b = placements(&b, &first);
+    assert_eq!(
+        on_a, on_b,
+        "two replicas place every new conversation alike"
+    );
+    let mut per: Vec<usize> = names
+        .iter()
+        .map(|n| on_a.iter().filter(|u| *u == n).count())
+        .collect();
+    eprintln!("discovery: {N} conversations per member {per:?}, placed alike by both replicas");
+    // The busiest member leaves both replicas' answer.
+    let (gone, _) = per.iter().enumerate().max_by_key(|(_, n)| **n).unwrap();
+    per.clear();
+    let kept: Vec<&str> = (0..HOSTS.len())
+        .filter(|i| *i != gone)
+        .map(|i| HOSTS[i])
+        .collect();
+    dns.answer(&kept);
+    for t in [&a, &b] {
+        wait("the member left", Duration::from_secs(30), || {
+            up(t, &names[gone]).is_none()
+        });
+    }
+    // The next turn of every conversation: those on a member that stayed
+    // stay there; those on the one that left move, alike in both replicas.
+    let next: Vec<String> = (0..N)
+        .map(|c| {
+            format!(
+                r#"{{"model":"tiny","messages":[{{"role":"user","content":"{}"}},{{"role":"assistant","content":"High and low."}},{{"role":"user","content":"And the moon?"}}],"max_tokens":4,"stream":true}}"#,
+                question(c)
+            )
+        })
+        .collect();
+    let now_a = placements(&a, &next);
+    let now_b = placements(&b, &next);
+    assert_eq!(
+        now_a, now_b,
+        "both replicas move the same conversations alike"
+    );
+    let mut moved = 0;
+    for c in 0..N {
+        if on_a[c] == names[gone] {
+            moved += 1;
+            assert_ne!(now_a[c], names[gone]);
+        } else {
+            assert_eq!(
+                now_a[c], on_a[c],
+                "conversation {c} moved off a member that stayed"
+            );
+        }
+    }
+    eprintln!(
+        "discovery: after {} left, {moved} of {N} conversations moved, all from it",
+        names[gone]
     );
 }
 
