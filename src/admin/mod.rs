@@ -45,9 +45,8 @@ impl AdminApp {
     /// Sets the per-upstream gauges from the fleet's state, at scrape time.
     fn refresh_fleet_gauges(&self) {
         let f = &self.telemetry.metrics.upstreams;
-        for m in self.fleet.members() {
-            f.set_state(&m.upstream.name, m.healthy(), m.in_flight());
-        }
+        self.fleet
+            .each_member(|m| f.set_state(&m.upstream.name, m.healthy(), m.in_flight()));
     }
 }
 

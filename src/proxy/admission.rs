@@ -185,9 +185,10 @@ impl Admission {
                     m.oldest_wait.get_or_create(&class).set(0.0);
                 }
             }
-            for member in self.fleet.members() {
-                let Some(u) = s.upstreams().get(member.id) else {
-                    continue;
+            let loads = s.upstreams();
+            self.fleet.each_member(|member| {
+                let Some(u) = loads.get(member.id) else {
+                    return;
                 };
                 let l = SlotLabels {
                     upstream: member.upstream.name.clone(),
@@ -196,7 +197,7 @@ impl Admission {
                 m.capacity
                     .get_or_create(&l)
                     .set(u.capacity.map_or(-1, i64::from));
-            }
+            });
         }
     }
 

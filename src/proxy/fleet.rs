@@ -140,6 +140,31 @@ impl Fleet {
             .and_then(|t| t.get(i).cloned().flatten())
     }
 
+    /// Runs `f` on each member, by id, while none can leave: what `f`
+    /// records under a member's name cannot outlive the member's departure
+    /// (its series are removed after it left).
+    pub fn each_member(&self, mut f: impl FnMut(&Member)) {
+        if let Ok(t) = self.table.read() {
+            t.iter().flatten().for_each(|m| f(m));
+        }
+    }
+
+    /// Runs `f` if `member` is still in the fleet, while it cannot leave;
+    /// whether it ran.
+    pub fn if_present(&self, member: &Member, f: impl FnOnce()) -> bool {
+        let Ok(t) = self.table.read() else {
+            return false;
+        };
+        let present = t
+            .get(member.id)
+            .and_then(Option::as_deref)
+            .is_some_and(|m| std::ptr::eq(m, member));
+        if present {
+            f();
+        }
+        present
+    }
+
     /// The members that take new requests (not draining), by id.
     fn serving(&self) -> Vec<Arc<Member>> {
         let mut all = self.members();

@@ -250,8 +250,10 @@ impl Watched {
                 marks.decodes = value("llamacpp:n_decode_total").map(|v| v.min(1e18) as u64);
                 match families {
                     Some(f) => {
-                        self.telemetry.metrics.llamacpp.set(&m.upstream.name, f);
-                        published_metrics = true;
+                        // Not for a member that left meanwhile: its series are gone.
+                        published_metrics = self.fleet.if_present(m, || {
+                            self.telemetry.metrics.llamacpp.set(&m.upstream.name, f);
+                        });
                     }
                     None if published_metrics => {
                         self.telemetry.metrics.llamacpp.clear(&m.upstream.name);
