@@ -69,6 +69,10 @@ pub struct ClassRules {
 pub enum Refusal {
     /// The class's queue holds `max_depth` requests.
     Full,
+    /// The class's queue holds `max_depth` requests, other tenants wait in
+    /// it too, and this tenant already holds at least its weighted share of
+    /// it: the cause is its own share (a `429`, not a `503`).
+    TenantShare,
 }
 
 /// What [`Scheduler::enqueue`] asks for.
@@ -87,6 +91,7 @@ pub struct Arrival {
 #[derive(Debug)]
 struct Entry<T> {
     class: usize,
+    tenant: usize,
     at: Instant,
     waker: T,
 }
@@ -100,6 +105,8 @@ struct Slot<T> {
 #[derive(Debug, Default)]
 struct TenantQueue {
     queue: VecDeque<Handle>,
+    /// Its entries still queued (its queue may hold stale handles too).
+    live: usize,
     weight: u32,
     credit: u32,
     /// In the class's ring.
@@ -241,11 +248,17 @@ impl<T> Scheduler<T> {
         let Some(c) = self.classes.get(a.class) else {
             return Err((Refusal::Full, waker));
         };
-        if c.rules.max_depth.is_some_and(|m| c.depth >= m) {
-            return Err((Refusal::Full, waker));
+        if let Some(m) = c.rules.max_depth.filter(|m| c.depth >= *m) {
+            let refusal = if over_share(c, a.tenant, a.weight, m) {
+                Refusal::TenantShare
+            } else {
+                Refusal::Full
+            };
+            return Err((refusal, waker));
         }
         let entry = Entry {
             class: a.class,
+            tenant: a.tenant,
             at: a.at,
             waker,
         };
@@ -283,6 +296,7 @@ impl<T> Scheduler<T> {
         let weight = a.weight.max(1);
         let t = c.tenants.entry(a.tenant).or_default();
         t.weight = weight;
+        t.live += 1;
         t.queue.push_back(handle);
         if !t.active {
             t.active = true;
@@ -298,6 +312,9 @@ impl<T> Scheduler<T> {
         let e = self.take(h)?;
         if let Some(c) = self.classes.get_mut(e.class) {
             c.depth = c.depth.saturating_sub(1);
+            if let Some(t) = c.tenants.get_mut(&e.tenant) {
+                t.live = t.live.saturating_sub(1);
+            }
             // Two stale handles: one in the arrivals, one in the tenant's queue.
             c.stale += 2;
             if c.stale > COMPACT_MIN && c.stale > 2 * c.depth {
@@ -414,6 +431,7 @@ impl<T> Scheduler<T> {
                 continue;
             };
             t.credit = t.credit.saturating_sub(1);
+            t.live = t.live.saturating_sub(1);
             if t.queue.is_empty() {
                 t.active = false;
                 c.ring.pop_front();
@@ -437,6 +455,26 @@ impl<T> Scheduler<T> {
         self.free_slots.push(h.index);
         Some(e)
     }
+}
+
+/// With the class full (`max_depth` queued), whether `tenant` (of
+/// `weight`) holds at least its weighted share of the queue while another
+/// tenant waits in it too: `max_depth × weight / Σ weights` of the tenants
+/// queued, itself included. A lone tenant never is: a full queue is then
+/// nobody's share.
+fn over_share(c: &Class, tenant: usize, weight: u32, max_depth: usize) -> bool {
+    let others = c
+        .tenants
+        .iter()
+        .filter(|(id, t)| **id != tenant && t.live > 0)
+        .fold(0u64, |sum, (_, t)| sum + u64::from(t.weight.max(1)));
+    if others == 0 {
+        return false;
+    }
+    let mine = c.tenants.get(&tenant).map_or(0, |t| t.live);
+    let weight = u64::from(weight.max(1));
+    let share = (max_depth as u64).saturating_mul(weight) / (weight + others);
+    mine as u64 >= share.max(1)
 }
 
 fn live<T>(slots: &[Slot<T>], h: Handle) -> Option<&Entry<T>> {

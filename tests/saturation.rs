@@ -292,6 +292,76 @@ fn two_hundred_clients_that_hang_up_while_queued_leave_the_queue_and_reach_no_up
 }
 
 #[test]
+fn a_tenant_over_its_share_of_a_full_queue_gets_429_and_another_503() {
+    let _serial = serial();
+    let llama = LlamaServer::start("tiny", &NP2);
+    let cfg = config(
+        "share",
+        &format!(
+            "{}[queue]\nenabled = true\nmax_inflight = 1\n[queue.classes.batch]\nmax_depth = 4\n",
+            keys()
+        ),
+    );
+    let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
+    let p = proxy.addr();
+    let admin = format!("127.0.0.1:{}", proxy.admin_port);
+    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
+    const OTHER_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-other-0123456789")];
+    let send = |headers: &'static [(&'static str, &'static str)], i: usize, tokens: u32| {
+        let p = p.clone();
+        std::thread::spawn(move || chat(&p, headers, &format!("Share request {i}."), tokens))
+    };
+    // The slot: one long answer of `bulk`.
+    let long = send(BULK_H, 0, 1500);
+    assert!(wait_until_busy(&llama), "the long answer never started");
+    let depth = |m: &str| series(m, "llamatap_queue_depth", "class=\"batch\"").unwrap_or(0.0);
+    // The queue fills: three of `bulk`, one of `other`.
+    let mut queued: Vec<_> = (1..4).map(|i| send(BULK_H, i, 8)).collect();
+    assert!(wait_for(Duration::from_secs(20), || depth(&metrics(&admin)) >= 3.0).is_some());
+    queued.push(send(OTHER_H, 4, 8));
+    assert!(wait_for(Duration::from_secs(20), || depth(&metrics(&admin)) >= 4.0).is_some());
+    let prompts_before = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    // Full: `bulk` holds 3 of 4 (its share: 2), its own cause; `other`
+    // holds 1, the queue's.
+    let own = chat(&p, BULK_H, "One more of bulk.", 8);
+    let theirs = chat(&p, OTHER_H, "One more of other.", 8);
+    eprintln!(
+        "full batch queue (max_depth 4: bulk 3, other 1): bulk gets {} {:?}, other gets {} {:?}",
+        own.status, own.retry_after, theirs.status, theirs.retry_after
+    );
+    assert_eq!(own.status, 429, "{}", own.body);
+    assert!(own.body.contains("\"tenant_queue_full\""), "{}", own.body);
+    assert!(own.body.contains("\"rate_limit_error\""), "{}", own.body);
+    assert_eq!(own.retry_after.as_deref(), Some("1"));
+    assert_eq!(theirs.status, 503, "{}", theirs.body);
+    assert!(theirs.body.contains("\"queue_full\""), "{}", theirs.body);
+    assert_eq!(theirs.retry_after.as_deref(), Some("1"));
+    assert_eq!(
+        llama_metric(&llama, "llamacpp:prompt_tokens_total"),
+        prompts_before,
+        "a refused request reached llama-server"
+    );
+    let m = metrics(&admin);
+    for reason in ["tenant_queue_full", "queue_full"] {
+        assert_eq!(
+            series(
+                &m,
+                "llamatap_queue_refused_total",
+                &format!("reason=\"{reason}\"")
+            ),
+            Some(1.0),
+            "{reason}"
+        );
+    }
+    // Nothing queued is lost: every one is answered once the slot frees.
+    assert_eq!(long.join().unwrap().status, 200);
+    for q in queued {
+        let a = q.join().unwrap();
+        assert_eq!((a.status, a.tokens), (200, 8), "{}", a.body);
+    }
+}
+
+#[test]
 fn a_killed_upstream_leaves_the_pool_and_its_queued_requests_go_to_the_other() {
     let _serial = serial();
     let mut a = LlamaServer::start("tiny", &NP2);

@@ -32,7 +32,7 @@ use super::fleet::Fleet;
 use super::reply::{write_error_with, ErrorReply};
 use crate::config::queue::Queue;
 use crate::config::Config;
-use crate::queue::{Arrival, Scheduler};
+use crate::queue::{Arrival, Refusal, Scheduler};
 use crate::record::Outcome;
 use crate::telemetry::queue::{ClassLabels, QueueMetrics, SlotLabels};
 use crate::tenant::{Priority, TenantId, Tenants};
@@ -333,7 +333,16 @@ pub async fn wait(
     let queued = admission.with(|s| s.enqueue(arrival, tx));
     let handle = match queued {
         Some(Ok(h)) => h,
-        Some(Err(_)) | None => {
+        Some(Err((refusal, _))) => {
+            ctx.admission = Some(held);
+            let code = match refusal {
+                Refusal::Full => "queue_full",
+                Refusal::TenantShare => "tenant_queue_full",
+            };
+            refuse(session, ctx, class, code, rules.max_depth).await;
+            return Ok(true);
+        }
+        None => {
             ctx.admission = Some(held);
             refuse(session, ctx, class, "queue_full", rules.max_depth).await;
             return Ok(true);
@@ -408,8 +417,10 @@ fn mark_left(ctx: &mut RequestCtx) {
     }
 }
 
-/// Answers a refusal of the queue: 503 in the OpenAI shape, with
-/// `Retry-After` (seconds: the class's wait when it has one, else 1).
+/// Answers a refusal of the queue in the OpenAI shape, with
+/// `Retry-After: 1`: `503` when the queue is the cause (full, or the wait
+/// passed), `429` when it is the tenant's own share of a full queue (its
+/// client's retries then back off as from a rate limit).
 async fn refuse(
     session: &mut Session,
     ctx: &mut RequestCtx,
@@ -417,15 +428,18 @@ async fn refuse(
     code: &'static str,
     depth: Option<usize>,
 ) {
+    let class = class.as_str();
     let message = match (code, depth) {
-        ("queue_full", Some(d)) => format!(
-            "the {} queue is full ({d} requests wait); retry later",
-            class.as_str()
+        ("queue_full", Some(d)) => {
+            format!("the {class} queue is full ({d} requests wait); retry later")
+        }
+        ("queue_full", None) => format!("the {class} queue is full; retry later"),
+        ("tenant_queue_full", _) => format!(
+            "the {class} queue is full and this key holds more than its share of it; \
+             retry later"
         ),
-        ("queue_full", None) => format!("the {} queue is full; retry later", class.as_str()),
         _ => format!(
-            "no upstream slot came free within the {} class's max_wait_ms; retry later",
-            class.as_str()
+            "no upstream slot came free within the {class} class's max_wait_ms; retry later"
         ),
     };
     ctx.ended = Some(Instant::now());
@@ -433,9 +447,14 @@ async fn refuse(
         h.queued_now = false;
     }
     ctx.failure = Some((Outcome::Rejected, code, message.clone()));
+    let own_share = code == "tenant_queue_full";
     let reply = ErrorReply {
-        status: 503,
-        kind: "server_error",
+        status: if own_share { 429 } else { 503 },
+        kind: if own_share {
+            "rate_limit_error"
+        } else {
+            "server_error"
+        },
         code,
         message: &message,
     };

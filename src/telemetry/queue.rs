@@ -19,7 +19,7 @@ use crate::record::{Outcome, RequestRecord};
 use crate::tenant::Priority;
 
 /// The refusal reasons: `error.type` values of a request the queue refused.
-pub const REFUSAL_REASONS: [&str; 2] = ["queue_timeout", "queue_full"];
+pub const REFUSAL_REASONS: [&str; 3] = ["queue_timeout", "queue_full", "tenant_queue_full"];
 
 /// `{class}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -75,7 +75,7 @@ impl QueueMetrics {
         );
         r.register(
             "llamatap_queue_refused",
-            "Requests refused by the queue before reaching an upstream, by class and reason (queue_timeout: waited max_wait_ms; queue_full: max_depth reached)",
+            "Requests refused by the queue before reaching an upstream, by class and reason (queue_timeout: waited max_wait_ms, 503; queue_full: max_depth reached, 503; tenant_queue_full: max_depth reached and the tenant held more than its share, 429)",
             m.refused.clone(),
         );
         r.register(
