@@ -134,6 +134,9 @@ pub struct UpstreamLoad {
     pub in_flight: u32,
     /// Whether it may take requests.
     pub up: bool,
+    /// Granted requests waiting for a slot here (their prompt's prefix is
+    /// here): its free slots go to them first.
+    pub awaited: u32,
 }
 
 impl UpstreamLoad {
@@ -179,6 +182,7 @@ impl<T> Scheduler<T> {
                     capacity: None,
                     in_flight: 0,
                     up: true,
+                    awaited: 0,
                 };
                 upstreams
             ],
@@ -369,13 +373,30 @@ impl<T> Scheduler<T> {
         false
     }
 
-    /// The upstreams with a free slot: where a pending request may be bound.
+    /// The upstreams with a free slot that no request awaits: where a
+    /// pending request may be bound.
     pub fn open_upstreams(&self) -> impl Iterator<Item = usize> + '_ {
         self.upstreams
             .iter()
             .enumerate()
-            .filter(|(_, u)| u.free() > 0)
+            .filter(|(_, u)| u.free() > u.awaited)
             .map(|(i, _)| i)
+    }
+
+    /// A pending request waits for a slot on upstream `i`: the next one
+    /// that frees there is left to it ([`Scheduler::open_upstreams`]).
+    pub fn await_slot(&mut self, i: usize) {
+        if let Some(u) = self.upstreams.get_mut(i) {
+            u.awaited += 1;
+        }
+    }
+
+    /// A request stopped waiting for a slot on `i` (it is routed now, or
+    /// gave up).
+    pub fn unawait(&mut self, i: usize) {
+        if let Some(u) = self.upstreams.get_mut(i) {
+            u.awaited = u.awaited.saturating_sub(1);
+        }
     }
 
     /// A pending request was routed to upstream `i`.

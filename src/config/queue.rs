@@ -35,6 +35,9 @@ pub struct RawQueue {
     pub trust_priority_header: Option<bool>,
     /// Slots this replica uses on each upstream; default: its slot count.
     pub max_inflight: Option<u32>,
+    /// Longest a dispatched request waits for its prefix's upstream when
+    /// that one is full, ms; default 0 (it goes to a free one at once).
+    pub affinity_wait_ms: Option<u64>,
     /// Per-class rules, by class name.
     #[serde(default)]
     pub classes: BTreeMap<String, RawClass>,
@@ -63,6 +66,9 @@ pub struct Queue {
     pub trust_priority_header: bool,
     /// Slots used on each upstream without its own `max_inflight`.
     pub max_inflight: Option<u32>,
+    /// Longest a dispatched request waits for the upstream holding its
+    /// prompt's prefix when that one is full; `None`: it does not wait.
+    pub affinity_wait: Option<Duration>,
     /// Rules per class, in [`Priority::ALL`] order.
     pub classes: [ClassRules; 3],
 }
@@ -83,6 +89,12 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
         return Err(invalid(
             "queue.max_inflight",
             &format!("must be between 1 and {MAX_SLOTS}"),
+        ));
+    }
+    if raw.affinity_wait_ms.is_some_and(|ms| ms > MAX_WAIT_MS) {
+        return Err(invalid(
+            "queue.affinity_wait_ms",
+            &format!("must be between 0 and {MAX_WAIT_MS}"),
         ));
     }
     let mut classes = [ClassRules::default(); 3];
@@ -124,6 +136,10 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
         priority_header,
         trust_priority_header: raw.trust_priority_header.unwrap_or(false),
         max_inflight: raw.max_inflight,
+        affinity_wait: raw
+            .affinity_wait_ms
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis),
         classes,
     })
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 use pingora::Result;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use super::context::RequestCtx;
 use super::fleet::Fleet;
@@ -51,6 +51,8 @@ pub struct Admission {
     fleet: Arc<Fleet>,
     metrics: Option<QueueMetrics>,
     scheduler: Mutex<Scheduler<Waker>>,
+    /// Woken whenever a slot is released (waits for one upstream).
+    freed: Notify,
 }
 
 /// A request's passage through the queue, kept in its context.
@@ -72,6 +74,8 @@ pub struct Held {
 pub struct Ticket {
     admission: Arc<Admission>,
     bound: Option<usize>,
+    /// The upstream whose next free slot it awaits (`queue.affinity_wait_ms`).
+    awaiting: Option<usize>,
 }
 
 /// Takes a still-queued entry out when the waiting future ends for any
@@ -111,6 +115,7 @@ impl Admission {
             fleet,
             metrics,
             scheduler: Mutex::new(scheduler),
+            freed: Notify::new(),
         })
     }
 
@@ -233,6 +238,10 @@ impl Ticket {
         if let Some(previous) = self.bound.take() {
             s.unbind(previous);
         }
+        // The slot it awaited is its own now.
+        if let Some(awaited) = self.awaiting.take() {
+            s.unawait(awaited);
+        }
         adm.refresh(&mut s);
         let open: Vec<usize> = s.open_upstreams().collect();
         let full: Vec<usize> = (0..s.upstreams().len())
@@ -255,10 +264,108 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let bound = self.bound.take();
-        self.admission.with(|s| match bound {
-            Some(i) => s.release(i),
-            None => s.abandon(),
+        let awaiting = self.awaiting.take();
+        self.admission.with(|s| {
+            if let Some(i) = awaiting {
+                s.unawait(i);
+            }
+            match bound {
+                Some(i) => s.release(i),
+                None => s.abandon(),
+            }
         });
+        if bound.is_some() {
+            self.admission.freed.notify_waiters();
+        }
+    }
+}
+
+/// Before a dispatched request is routed: when `queue.affinity_wait_ms` is
+/// set and the upstream holding the longest prefix of its prompt is full,
+/// waits (at most that long) for a slot there, so that its prefill is
+/// reused rather than recomputed elsewhere. Only the first routing of a
+/// request waits, and only under `prefix_affinity` without a session key.
+/// The wait counts in the request's `queued` moment; while it lasts, the
+/// request's grant keeps one slot of the fleet unused (the cost).
+pub async fn wait_for_affine(admission: &Admission, fleet: &Fleet, ctx: &mut RequestCtx) {
+    let Some(limit) = admission.config.affinity_wait else {
+        return;
+    };
+    let pending = ctx
+        .admission
+        .as_deref()
+        .and_then(|h| h.ticket.as_ref())
+        .is_some_and(|t| t.bound.is_none() && t.awaiting.is_none());
+    if !pending || ctx.session.is_some() || !ctx.routed.tried.is_empty() {
+        return;
+    }
+    let Some(target) = fleet.affine(ctx.request.model.as_deref(), &ctx.routed.chain) else {
+        return;
+    };
+    // Free there now: routing takes it. Else its next free slot is kept
+    // for this request while it waits.
+    let free_now = admission.with(|s| {
+        admission.refresh(s);
+        let free = s
+            .upstreams()
+            .get(target)
+            .is_none_or(|u| u.free() > u.awaited);
+        if !free {
+            s.await_slot(target);
+        }
+        free
+    });
+    if free_now.unwrap_or(true) {
+        return;
+    }
+    if let Some(t) = ctx.admission.as_deref_mut().and_then(|h| h.ticket.as_mut()) {
+        t.awaiting = Some(target);
+    }
+    let freed_there = || {
+        admission
+            .with(|s| {
+                admission.refresh(s);
+                s.upstreams().get(target).is_some_and(|u| u.free() > 0)
+            })
+            .unwrap_or(false)
+    };
+    let deadline = tokio::time::Instant::now() + limit;
+    let result = loop {
+        let freed = admission.freed.notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        if freed_there() {
+            break "freed";
+        }
+        if !fleet.usable(target) {
+            break "expired";
+        }
+        tokio::select! {
+            () = &mut freed => {}
+            () = tokio::time::sleep_until(deadline) => {
+                break if freed_there() { "freed" } else { "expired" };
+            }
+        }
+    };
+    if result == "expired" {
+        // It goes elsewhere: the slot it awaited is nobody's any more.
+        let awaited = ctx
+            .admission
+            .as_deref_mut()
+            .and_then(|h| h.ticket.as_mut())
+            .and_then(|t| t.awaiting.take());
+        if let Some(i) = awaited {
+            admission.with(|s| s.unawait(i));
+        }
+    }
+    if let Some(m) = &admission.metrics {
+        m.affinity_waits
+            .get_or_create(&crate::telemetry::queue::AffinityLabels { result })
+            .inc();
+    }
+    let since = ctx.received.elapsed();
+    if let Some(h) = ctx.admission.as_deref_mut() {
+        h.wait = Some(since);
     }
 }
 
@@ -301,6 +408,7 @@ pub async fn wait(
         held.ticket = Some(Ticket {
             admission: Arc::clone(admission),
             bound: None,
+            awaiting: None,
         });
         ctx.admission = Some(held);
         return Ok(false);
@@ -397,6 +505,7 @@ pub async fn wait(
         h.ticket = Some(Ticket {
             admission: Arc::clone(admission),
             bound: None,
+            awaiting: None,
         });
     }
     Ok(false)

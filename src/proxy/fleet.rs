@@ -432,6 +432,35 @@ impl Fleet {
         session: Option<u64>,
         exclude: &[usize],
     ) -> Result<Decision, NoRoute> {
+        let (serving, candidates) = self.candidates(model, exclude)?;
+        let request = Request {
+            chain,
+            session,
+            exclude,
+        };
+        let decision = self
+            .router
+            .lock()
+            .ok()
+            .and_then(|mut r| r.route(&candidates, &request))
+            .ok_or(NoRoute::Exhausted)?;
+        if let Some((_, m)) = serving.iter().find(|(i, _)| *i == decision.upstream) {
+            m.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(decision)
+    }
+
+    /// The members serving `model` (every one when the fleet serves one
+    /// model) and their candidates for the router. Health filter: members
+    /// that are healthy and not ejected; when none is (outside `exclude`),
+    /// every one is tried anyway (a failed check is no proof that the next
+    /// connect fails).
+    #[allow(clippy::type_complexity)]
+    fn candidates(
+        &self,
+        model: Option<&str>,
+        exclude: &[usize],
+    ) -> Result<(Vec<(usize, Arc<Member>)>, Vec<Candidate>), NoRoute> {
         let mut serving: Vec<(usize, Arc<Member>)> =
             self.serving().into_iter().map(|m| (m.id, m)).collect();
         if self.serves_several_models() {
@@ -466,21 +495,15 @@ impl Fleet {
                 },
             })
             .collect();
-        let request = Request {
-            chain,
-            session,
-            exclude,
-        };
-        let decision = self
-            .router
-            .lock()
-            .ok()
-            .and_then(|mut r| r.route(&candidates, &request))
-            .ok_or(NoRoute::Exhausted)?;
-        if let Some((_, m)) = serving.iter().find(|(i, _)| *i == decision.upstream) {
-            m.in_flight.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(decision)
+        Ok((serving, candidates))
+    }
+
+    /// The member holding the longest prefix of `chain` (for a request
+    /// naming `model`), whatever its load: where `prefix_affinity` would
+    /// send it if it had a free slot. Nothing is recorded.
+    pub fn affine(&self, model: Option<&str>, chain: &Chain) -> Option<usize> {
+        let (_, candidates) = self.candidates(model, &[]).ok()?;
+        self.router.lock().ok()?.affine(&candidates, chain)
     }
 
     /// The request counted by [`Fleet::choose`] on member `i` is over.

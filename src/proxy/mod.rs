@@ -212,6 +212,9 @@ impl ProxyHttp for LlamaProxy {
         ctx.body.clear();
         ctx.body_truncated = false;
         ctx.request_bytes = 0;
+        if ctx.upstream_attempts == 1 {
+            admission::wait_for_affine(&self.admission, &self.fleet, ctx).await;
+        }
         let address = fleet::steps::choose(&self.fleet, ctx)?;
         Ok(Box::new(self.peer(address)))
     }

@@ -327,3 +327,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_slot_awaited_on_an_upstream_is_left_to_its_waiter() {
+    let mut s: Scheduler<u32> = Scheduler::new(&rules(1), 2);
+    s.set_upstream(0, Some(1), true);
+    s.set_upstream(1, Some(1), true);
+    assert!(s.admit_now(0));
+    s.bind(0);
+    // A granted request waits for upstream 0 (its prefix is there).
+    assert!(s.admit_now(0));
+    s.await_slot(0);
+    assert_eq!(s.free(), 0, "its grant holds the fleet's last slot");
+    s.release(0);
+    // Upstream 0's slot is its waiter's: another request goes to 1.
+    assert_eq!(s.free(), 1);
+    assert_eq!(s.open_upstreams().collect::<Vec<_>>(), vec![1]);
+    assert!(s.admit_now(0));
+    s.bind(1);
+    // The waiter takes its slot.
+    s.unawait(0);
+    assert_eq!(s.open_upstreams().collect::<Vec<_>>(), vec![0]);
+    s.bind(0);
+    assert_eq!(s.free(), 0);
+    assert_eq!(s.pending(), 0);
+}

@@ -276,6 +276,23 @@ impl Router {
         }
     }
 
+    /// The upstream among `candidates` (healthy, serving the model, not
+    /// excluded) that holds the longest prefix of `chain` beyond its anchor,
+    /// as [`Router::route`] would prefer it under `prefix_affinity` with no
+    /// load bound; nothing is recorded. `None`: no such prefix anywhere, or
+    /// another policy.
+    pub fn affine(&self, candidates: &[Candidate], chain: &Chain) -> Option<usize> {
+        if self.config.policy != Policy::PrefixAffinity {
+            return None;
+        }
+        let eligible: Vec<Candidate> = candidates
+            .iter()
+            .filter(|c| c.healthy && c.serves_model && c.weight > 0)
+            .copied()
+            .collect();
+        self.best_hit(&eligible, chain).map(|c| c.upstream)
+    }
+
     /// The candidate holding the longest prefix of `chain` beyond its
     /// anchor; ties go to the lower load, then the higher rendezvous draw
     /// for the chain's cold key. `None` when no match passes the anchor.

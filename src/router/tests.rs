@@ -454,3 +454,28 @@ fn the_prediction_states_links_bytes_and_tokens() {
         Some(bytes * tokens / second.total_bytes())
     );
 }
+
+#[test]
+fn affine_names_the_prefix_holder_whatever_its_load_and_records_nothing() {
+    let mut router = router(Policy::PrefixAffinity);
+    let first = conversation(Some(SYSTEM), 3, 0);
+    assert_eq!(router.affine(&idle(3), &first), None, "nothing sent yet");
+    let home = send(&mut router, &idle(3), &first).upstream;
+    let next = conversation(Some(SYSTEM), 3, 1);
+    // Far beyond the load bound, it is still where the prefix is.
+    assert_eq!(router.affine(&loads(home, 50, 0), &next), Some(home));
+    let before = router.index(home).unwrap().len();
+    assert_eq!(router.affine(&idle(3), &next), Some(home));
+    assert_eq!(
+        router.index(home).unwrap().len(),
+        before,
+        "a preview records nothing"
+    );
+    // Not eligible (down), or another policy: none.
+    let mut down = idle(3);
+    down[home].healthy = false;
+    assert_eq!(router.affine(&down, &next), None);
+    let mut balanced = self::router(Policy::LeastBusy);
+    send(&mut balanced, &idle(3), &first);
+    assert_eq!(balanced.affine(&idle(3), &next), None);
+}

@@ -57,6 +57,19 @@ pub struct QueueMetrics {
     pub in_use: Family<SlotLabels, Gauge>,
     /// `llamatap_queue_slots{upstream}`: capacity (-1 when unknown).
     pub capacity: Family<SlotLabels, Gauge>,
+    /// `llamatap_queue_affinity_waits_total{result}`.
+    pub affinity_waits: Family<AffinityLabels, Counter>,
+}
+
+/// Results of a wait for the upstream holding a request's prefix.
+pub const AFFINITY_RESULTS: [&str; 2] = ["freed", "expired"];
+
+/// `{result}`: `freed` (a slot came free there in time) or `expired` (the
+/// request went to another upstream).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AffinityLabels {
+    /// One of [`AFFINITY_RESULTS`].
+    pub result: &'static str,
 }
 
 impl QueueMetrics {
@@ -73,6 +86,14 @@ impl QueueMetrics {
             "How long the oldest request of each class has waited in the queue",
             m.oldest_wait.clone(),
         );
+        r.register(
+            "llamatap_queue_affinity_waits",
+            "Dispatched requests that waited for the full upstream holding their prompt's prefix (queue.affinity_wait_ms), by result: freed (a slot came free there in time), expired (sent to another upstream)",
+            m.affinity_waits.clone(),
+        );
+        for result in AFFINITY_RESULTS {
+            let _ = m.affinity_waits.get_or_create(&AffinityLabels { result });
+        }
         r.register(
             "llamatap_queue_refused",
             "Requests refused by the queue before reaching an upstream, by class and reason (queue_timeout: waited max_wait_ms, 503; queue_full: max_depth reached, 503; tenant_queue_full: max_depth reached and the tenant held more than its share, 429)",
