@@ -62,6 +62,25 @@ pub struct ClassRules {
     pub max_depth: Option<usize>,
     /// Free slots of the fleet this class may not take.
     pub reserve: u32,
+    /// Free slots (beyond `reserve`) that a tenant of this class with a
+    /// request already granted may not take: kept for a tenant of the class
+    /// that has none, so that one tenant's flood cannot make another's turn
+    /// wait for a slot to free.
+    pub tenant_reserve: u32,
+}
+
+/// A dispatched request: its handle and waker, and whose it is (the caller
+/// reports its end with [`Scheduler::tenant_done`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Dispatched<T> {
+    /// Its address in the queue (stale now).
+    pub handle: Handle,
+    /// What wakes its waiter.
+    pub waker: T,
+    /// Its class index.
+    pub class: usize,
+    /// Its tenant key.
+    pub tenant: usize,
 }
 
 /// Why an entry was not queued.
@@ -123,6 +142,9 @@ struct Class {
     arrivals: VecDeque<Handle>,
     depth: usize,
     stale: usize,
+    /// Requests granted and not yet ended, per tenant (only tenants with
+    /// some).
+    running: HashMap<usize, u32>,
 }
 
 /// Capacity and load of one upstream.
@@ -332,7 +354,7 @@ impl<T> Scheduler<T> {
     /// urgent class with a queued request that its reserve lets through,
     /// the tenant whose turn it is, its oldest request. The request is then
     /// pending until [`Scheduler::bind`] (or [`Scheduler::abandon`]).
-    pub fn dispatch(&mut self) -> Option<(Handle, T)> {
+    pub fn dispatch(&mut self) -> Option<Dispatched<T>> {
         let free = self.free();
         if free == 0 {
             return None;
@@ -345,32 +367,55 @@ impl<T> Scheduler<T> {
             if depth == 0 || free <= reserve {
                 continue;
             }
-            if let Some(h) = self.next_of(ci) {
+            if let Some(h) = self.next_of(ci, free) {
                 if let Some(e) = self.take(h) {
                     if let Some(c) = self.classes.get_mut(ci) {
                         c.depth = c.depth.saturating_sub(1);
                         // Its handle stays in the arrivals until met.
                         c.stale += 1;
+                        *c.running.entry(e.tenant).or_default() += 1;
                     }
                     self.pending += 1;
-                    return Some((h, e.waker));
+                    return Some(Dispatched {
+                        handle: h,
+                        waker: e.waker,
+                        class: ci,
+                        tenant: e.tenant,
+                    });
                 }
             }
         }
         None
     }
 
-    /// Admits a request at once, without queueing, when the queue is empty
-    /// and a slot is free for `class`: it is then pending, as if dispatched.
-    pub fn admit_now(&mut self, class: usize) -> bool {
-        let Some(c) = self.classes.get(class) else {
+    /// Admits a request of `tenant` at once, without queueing, when the
+    /// queue is empty and a slot is free for it in `class`: it is then
+    /// pending, as if dispatched.
+    pub fn admit_now(&mut self, class: usize, tenant: usize) -> bool {
+        let free = self.free();
+        let empty = self.total_depth() == 0;
+        let Some(c) = self.classes.get_mut(class) else {
             return false;
         };
-        if self.total_depth() == 0 && self.free() > c.rules.reserve {
+        if empty && free > c.rules.reserve && !holds_back(c, tenant, free) {
+            *c.running.entry(tenant).or_default() += 1;
             self.pending += 1;
             return true;
         }
         false
+    }
+
+    /// A granted request of `tenant` in `class` ended (answered, failed,
+    /// or given back).
+    pub fn tenant_done(&mut self, class: usize, tenant: usize) {
+        if let Some(c) = self.classes.get_mut(class) {
+            if let Some(n) = c.running.get_mut(&tenant) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    c.running.remove(&tenant);
+                }
+            }
+        }
     }
 
     /// The upstreams with a free slot that no request awaits: where a
@@ -428,11 +473,22 @@ impl<T> Scheduler<T> {
         }
     }
 
-    /// The live handle at the head of the class's tenant whose turn it is.
-    fn next_of(&mut self, ci: usize) -> Option<Handle> {
+    /// The live handle at the head of the class's tenant whose turn it is,
+    /// with `free` slots in the fleet: a tenant the class's
+    /// `tenant_reserve` holds back loses its turn.
+    fn next_of(&mut self, ci: usize, free: u32) -> Option<Handle> {
         let slots = &self.slots;
         let c = self.classes.get_mut(ci)?;
+        let mut passed = 0;
         while let Some(&tenant) = c.ring.front() {
+            if holds_back(c, tenant, free) {
+                passed += 1;
+                if passed >= c.ring.len() {
+                    return None;
+                }
+                c.ring.rotate_left(1);
+                continue;
+            }
             let Some(t) = c.tenants.get_mut(&tenant) else {
                 c.ring.pop_front();
                 continue;
@@ -476,6 +532,16 @@ impl<T> Scheduler<T> {
         self.free_slots.push(h.index);
         Some(e)
     }
+}
+
+/// The class's `tenant_reserve` keeps `tenant` from the fleet's last free
+/// slots: it has a request granted already, and `free` is within the
+/// class's reserve plus its tenant reserve.
+fn holds_back(c: &Class, tenant: usize, free: u32) -> bool {
+    let r = c.rules;
+    r.tenant_reserve > 0
+        && free <= r.reserve.saturating_add(r.tenant_reserve)
+        && c.running.get(&tenant).is_some_and(|n| *n > 0)
 }
 
 /// With the class full (`max_depth` queued), whether `tenant` (of

@@ -677,6 +677,10 @@ fn a_flooding_tenant_does_not_starve_another_in_its_class() {
     for (name, toml) in [
         ("queue off", k.clone()),
         ("queue on", format!("[queue]\nenabled = true\n{k}")),
+        (
+            "queue on, tenant reserve 1",
+            format!("[queue]\nenabled = true\n[queue.classes.batch]\ntenant_reserve = 1\n{k}"),
+        ),
     ] {
         let cfg = config(&format!("fair-{}", name.replace(' ', "-")), &toml);
         let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
@@ -708,6 +712,16 @@ fn a_flooding_tenant_does_not_starve_another_in_its_class() {
     assert!(
         p95s[1] < p95s[0],
         "turns between tenants did not help the other tenant"
+    );
+    // The tenant reserve keeps a slot for the tenant with none running:
+    // the other's turn no longer waits for one of the flood's answers.
+    let (_, alone, reserved) = &rows[2];
+    let ratio = p95s[2] / ms(percentile(alone, 95.0));
+    assert!(
+        p95s[2] < p95s[1] && ratio < 3.0,
+        "the tenant reserve did not keep the other tenant's turn fast: p95 {:.1} ms ({ratio:.2}x alone), {} probes",
+        p95s[2],
+        reserved.probe_ttft.len()
     );
 }
 

@@ -53,6 +53,9 @@ pub struct RawClass {
     pub max_depth: Option<usize>,
     /// Free slots of the fleet this class may not take; default 0.
     pub reserve: Option<u32>,
+    /// Free slots (beyond `reserve`) a tenant of this class that already
+    /// has a request granted may not take; default 0.
+    pub tenant_reserve: Option<u32>,
 }
 
 /// Validated `[queue]`.
@@ -123,11 +126,18 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
                 &format!("{name}: at most {MAX_SLOTS}"),
             ));
         }
+        if c.tenant_reserve.is_some_and(|r| r > MAX_SLOTS) {
+            return Err(invalid(
+                "queue.classes.tenant_reserve",
+                &format!("{name}: at most {MAX_SLOTS}"),
+            ));
+        }
         if let Some(slot) = classes.get_mut(p as usize) {
             *slot = ClassRules {
                 max_wait: c.max_wait_ms.map(Duration::from_millis),
                 max_depth: c.max_depth,
                 reserve: c.reserve.unwrap_or(0),
+                tenant_reserve: c.tenant_reserve.unwrap_or(0),
             };
         }
     }
@@ -184,7 +194,8 @@ mod tests {
             ClassRules {
                 max_wait: Some(Duration::from_millis(500)),
                 max_depth: Some(10),
-                reserve: 1
+                reserve: 1,
+                tenant_reserve: 0,
             }
         );
     }

@@ -73,6 +73,9 @@ pub struct Held {
 /// Dropping it frees the slot and dispatches the next request.
 pub struct Ticket {
     admission: Arc<Admission>,
+    /// Its class index and tenant key, for the scheduler's count of each
+    /// tenant's granted requests.
+    who: (usize, usize),
     bound: Option<usize>,
     /// The upstream whose next free slot it awaits (`queue.affinity_wait_ms`).
     awaiting: Option<usize>,
@@ -84,6 +87,8 @@ pub struct Ticket {
 /// is given back, so the slot goes to the next request.
 struct Waiting<'a> {
     admission: &'a Admission,
+    /// Its class index and tenant key.
+    who: (usize, usize),
     handle: Option<crate::queue::Handle>,
     granted: oneshot::Receiver<()>,
 }
@@ -92,9 +97,11 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         if let Some(h) = self.handle.take() {
             let granted = &mut self.granted;
+            let (class, tenant) = self.who;
             self.admission.with(|s| {
                 if s.remove(h).is_none() && granted.try_recv().is_ok() {
                     s.abandon();
+                    s.tenant_done(class, tenant);
                 }
             });
         }
@@ -173,10 +180,11 @@ impl Admission {
 
     /// Grants slots while some are free and requests wait.
     fn pump(&self, s: &mut Scheduler<Waker>) {
-        while let Some((_, waker)) = s.dispatch() {
-            if waker.send(()).is_err() {
+        while let Some(d) = s.dispatch() {
+            if d.waker.send(()).is_err() {
                 // Its waiter is gone: the slot goes to the next one.
                 s.abandon();
+                s.tenant_done(d.class, d.tenant);
             }
         }
         if let Some(m) = &self.metrics {
@@ -265,7 +273,9 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let bound = self.bound.take();
         let awaiting = self.awaiting.take();
+        let (class, tenant) = self.who;
         self.admission.with(|s| {
+            s.tenant_done(class, tenant);
             if let Some(i) = awaiting {
                 s.unawait(i);
             }
@@ -399,14 +409,19 @@ pub async fn wait(
         queued_now: false,
         ticket: None,
     });
+    let tenant = match ctx.tenant {
+        TenantId::Named(i) => i,
+        TenantId::Anonymous => SHARED_TENANT,
+    };
     let now = admission.with(|s| {
         admission.refresh(s);
-        s.admit_now(ci)
+        s.admit_now(ci, tenant)
     });
     if now.unwrap_or(true) {
         held.wait = Some(arrived.elapsed());
         held.ticket = Some(Ticket {
             admission: Arc::clone(admission),
+            who: (ci, tenant),
             bound: None,
             awaiting: None,
         });
@@ -427,10 +442,6 @@ pub async fn wait(
             session.is_body_done()
         });
     let (tx, rx) = oneshot::channel();
-    let tenant = match ctx.tenant {
-        TenantId::Named(i) => i,
-        TenantId::Anonymous => SHARED_TENANT,
-    };
     let weight = admission.tenants.get(ctx.tenant).map_or(1, |t| t.weight);
     let arrival = Arrival {
         class: ci,
@@ -459,6 +470,7 @@ pub async fn wait(
     ctx.admission = Some(held);
     let mut waiting = Waiting {
         admission,
+        who: (ci, tenant),
         handle: Some(handle),
         granted: rx,
     };
@@ -504,6 +516,7 @@ pub async fn wait(
         h.wait = Some(arrived.elapsed());
         h.ticket = Some(Ticket {
             admission: Arc::clone(admission),
+            who: (ci, tenant),
             bound: None,
             awaiting: None,
         });

@@ -27,7 +27,7 @@ fn one(slots: u32, classes: usize) -> Scheduler<u32> {
 /// Dispatches everything a full fleet lets through, binding each to 0.
 fn drain(s: &mut Scheduler<u32>) -> Vec<u32> {
     let mut out = Vec::new();
-    while let Some((_, w)) = s.dispatch() {
+    while let Some(crate::queue::Dispatched { waker: w, .. }) = s.dispatch() {
         s.bind(0);
         out.push(w);
     }
@@ -162,7 +162,7 @@ fn a_full_queue_refuses_the_tenant_over_its_share_with_its_own_reason() {
     // tenant 2's leaves; tenant 1 alone fills the queue again, and a full
     // queue with one tenant is nobody's share.
     s.set_upstream(0, Some(1), true);
-    assert_eq!(s.dispatch().map(|(_, w)| w), Some(0));
+    assert_eq!(s.dispatch().map(|d| d.waker), Some(0));
     s.bind(0);
     assert_eq!(s.remove(theirs), Some(10));
     assert_eq!(s.depth(0), 4);
@@ -178,20 +178,20 @@ fn capacity_is_counted_per_upstream_and_a_down_upstream_has_none() {
     s.set_upstream(0, Some(1), true);
     s.set_upstream(1, Some(2), true);
     assert_eq!(s.free(), 3);
-    assert!(s.admit_now(0));
+    assert!(s.admit_now(0, 0));
     assert_eq!(s.free(), 2, "pending counts");
     s.bind(1);
     assert_eq!(s.open_upstreams().collect::<Vec<_>>(), vec![0, 1]);
-    assert!(s.admit_now(0));
+    assert!(s.admit_now(0, 0));
     s.bind(1);
     assert_eq!(s.open_upstreams().collect::<Vec<_>>(), vec![0]);
     s.set_upstream(0, Some(1), false);
     assert_eq!(s.free(), 0);
-    assert!(!s.admit_now(0));
+    assert!(!s.admit_now(0, 0));
     s.enqueue(arrive(0, 0, 1, t0), 7).unwrap();
-    assert!(!s.admit_now(0), "never ahead of a queued request");
+    assert!(!s.admit_now(0, 0), "never ahead of a queued request");
     s.release(1);
-    assert_eq!(s.dispatch().map(|d| d.1), Some(7));
+    assert_eq!(s.dispatch().map(|d| d.waker), Some(7));
     s.unbind(1);
     assert_eq!(s.pending(), 2);
     s.abandon();
@@ -293,7 +293,7 @@ proptest! {
                 Op::Dispatch => {
                     let free = s.free();
                     match s.dispatch() {
-                        Some((h, w)) => {
+                        Some(crate::queue::Dispatched { handle: h, waker: w, .. }) => {
                             let pos = queued.iter().position(|q| q.0 == h).unwrap();
                             let (_, qw, class, tenant) = queued.remove(pos);
                             prop_assert_eq!(qw, w);
@@ -333,17 +333,17 @@ fn a_slot_awaited_on_an_upstream_is_left_to_its_waiter() {
     let mut s: Scheduler<u32> = Scheduler::new(&rules(1), 2);
     s.set_upstream(0, Some(1), true);
     s.set_upstream(1, Some(1), true);
-    assert!(s.admit_now(0));
+    assert!(s.admit_now(0, 0));
     s.bind(0);
     // A granted request waits for upstream 0 (its prefix is there).
-    assert!(s.admit_now(0));
+    assert!(s.admit_now(0, 0));
     s.await_slot(0);
     assert_eq!(s.free(), 0, "its grant holds the fleet's last slot");
     s.release(0);
     // Upstream 0's slot is its waiter's: another request goes to 1.
     assert_eq!(s.free(), 1);
     assert_eq!(s.open_upstreams().collect::<Vec<_>>(), vec![1]);
-    assert!(s.admit_now(0));
+    assert!(s.admit_now(0, 0));
     s.bind(1);
     // The waiter takes its slot.
     s.unawait(0);
@@ -351,4 +351,60 @@ fn a_slot_awaited_on_an_upstream_is_left_to_its_waiter() {
     s.bind(0);
     assert_eq!(s.free(), 0);
     assert_eq!(s.pending(), 0);
+}
+
+#[test]
+fn a_tenant_reserve_keeps_the_last_slots_for_a_tenant_with_none() {
+    let t0 = Instant::now();
+    let mut r = rules(1);
+    r[0].tenant_reserve = 1;
+    let mut s: Scheduler<u32> = Scheduler::new(&r, 1);
+    s.set_upstream(0, Some(0), true);
+    for n in 0..5 {
+        s.enqueue(arrive(0, 1, 1, t0), n).unwrap();
+    }
+    s.set_upstream(0, Some(3), true);
+    // Tenant 1 takes two of three slots; the last is kept.
+    let mut granted = Vec::new();
+    while let Some(d) = s.dispatch() {
+        assert_eq!((d.class, d.tenant), (0, 1));
+        s.bind(0);
+        granted.push(d.waker);
+    }
+    assert_eq!(granted, vec![0, 1]);
+    assert_eq!(s.free(), 1);
+    // Tenant 2, with nothing running, gets it at once despite the backlog.
+    s.enqueue(arrive(0, 2, 1, t0), 10).unwrap();
+    let d = s.dispatch().unwrap();
+    assert_eq!((d.waker, d.tenant), (10, 2));
+    s.bind(0);
+    // One of tenant 1's ends: it still runs one, so the freed slot waits
+    // for a tenant with none.
+    s.release(0);
+    s.tenant_done(0, 1);
+    assert_eq!(s.dispatch(), None);
+    assert!(!s.admit_now(0, 3), "a queued backlog goes first");
+    // Both of tenant 1's end: nothing of it runs, it takes the slot.
+    s.release(0);
+    s.tenant_done(0, 1);
+    assert_eq!(s.dispatch().map(|d| d.waker), Some(2));
+}
+
+#[test]
+fn a_tenant_reserve_applies_to_admission_without_queueing() {
+    let mut r = rules(1);
+    r[0].tenant_reserve = 1;
+    let mut s: Scheduler<u32> = Scheduler::new(&r, 1);
+    s.set_upstream(0, Some(2), true);
+    assert!(s.admit_now(0, 1));
+    assert!(
+        !s.admit_now(0, 1),
+        "the last slot is kept from a running tenant"
+    );
+    assert!(s.admit_now(0, 2), "a tenant with none takes it");
+    s.tenant_done(0, 1);
+    s.tenant_done(0, 2);
+    s.abandon();
+    s.abandon();
+    assert!(s.admit_now(0, 1));
 }
