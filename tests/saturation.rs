@@ -666,6 +666,101 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
     );
 }
 
+/// The same flood on a fleet of two llama-servers (4 slots): the reserve
+/// keeps back one slot of four, not one of two.
+#[test]
+fn a_batch_flood_on_a_fleet_of_two_with_the_reserve() {
+    let _serial = serial();
+    let servers = [
+        LlamaServer::start("tiny", &NP2),
+        LlamaServer::start("tiny", &NP2),
+    ];
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let k = keys();
+    let off = config("fleet-flood-off", &k);
+    let reserve = config(
+        "fleet-flood-reserve",
+        &format!("[queue]\nenabled = true\n[queue.classes.batch]\nreserve = 1\n{k}"),
+    );
+    const VOICE_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-voice-0123456789")];
+    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
+    let probes = 16;
+    let flooders = 8; // twice the 4 slots
+    let mut rows = Vec::new();
+    for (name, cfg) in [
+        ("llamatap, queue off", &off),
+        ("llamatap, queue on, batch reserve 1", &reserve),
+    ] {
+        let proxy = Llamatap::start_fleet(&urls, &["--config", cfg]);
+        let a = proxy.addr();
+        let admin = format!("127.0.0.1:{}", proxy.admin_port);
+        if !name.contains("off") {
+            assert!(wait_for(Duration::from_secs(10), || {
+                chat(&a, VOICE_H, "Warm up.", 1);
+                let m = metrics(&admin);
+                urls.iter().all(|u| {
+                    let needle = format!("upstream=\"{}\"", u.trim_start_matches("http://"));
+                    series(&m, "llamatap_queue_slots", &needle) == Some(2.0)
+                })
+            })
+            .is_some());
+        }
+        let idle = idle_ttft(&a, VOICE_H, probes);
+        let f = flood(&a, BULK_H, VOICE_H, flooders, WINDOW);
+        rows.push((name, idle, f));
+    }
+    eprintln!(
+        "\nbatch flood on a fleet of two ({flooders} clients x 160 tokens, 4 slots) for {:?}, interactive probes every 300 ms; tiny model, -np 2 -t 1 each\n\
+         | path | idle TTFT p50 / p95 ms | flood TTFT p50 / p95 ms | p95 flood / idle | batch tokens/s | errors |\n\
+         | --- | --- | --- | --- | --- | --- |",
+        WINDOW
+    );
+    let mut figures = Vec::new();
+    for (name, idle, f) in &rows {
+        let (i50, i95) = (percentile(idle, 50.0), percentile(idle, 95.0));
+        let (f50, f95) = (
+            percentile(&f.probe_ttft, 50.0),
+            percentile(&f.probe_ttft, 95.0),
+        );
+        let tps = f.batch_tokens as f64 / f.wall.as_secs_f64();
+        eprintln!(
+            "| {name} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2}x | {:.0} | {} |",
+            ms(i50),
+            ms(i95),
+            ms(f50),
+            ms(f95),
+            ms(f95) / ms(i95),
+            tps,
+            f.errors
+        );
+        figures.push((ms(f95), ms(i95), tps, f.errors));
+    }
+    let (off95, _, off_tps, _) = figures[0];
+    let (res95, res_idle95, res_tps, _) = figures[1];
+    let met = |ok: bool| if ok { "met" } else { "NOT met" };
+    eprintln!(
+        "issue's targets on the fleet, queue on with the reserve: interactive p95 <= 1.5x idle: {:.2}x ({}); batch tokens/s >= 90% of the queue-off flood: {:.0}% ({})",
+        res95 / res_idle95,
+        met(res95 <= 1.5 * res_idle95),
+        100.0 * res_tps / off_tps,
+        met(res_tps >= 0.9 * off_tps),
+    );
+    assert!(figures.iter().all(|f| f.3 == 0), "errors in a run");
+    assert!(
+        res95 < off95,
+        "the reserve did not shorten the interactive p95"
+    );
+    assert!(
+        res95 < 100.0,
+        "an interactive turn waited for a batch answer"
+    );
+    // One slot of four kept back: three quarters of the concurrency.
+    assert!(
+        res_tps >= 0.6 * off_tps,
+        "the reserve cost batch more than the slot it keeps back"
+    );
+}
+
 #[test]
 fn a_flooding_tenant_does_not_starve_another_in_its_class() {
     let _serial = serial();

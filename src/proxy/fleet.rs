@@ -82,6 +82,9 @@ pub struct Fleet {
     reads_slots: bool,
 }
 
+/// Members able to serve a request, with their ids.
+type Serving = Vec<(usize, Arc<Member>)>;
+
 /// A discovered address could not join: the fleet holds its most members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
@@ -455,13 +458,12 @@ impl Fleet {
     /// that are healthy and not ejected; when none is (outside `exclude`),
     /// every one is tried anyway (a failed check is no proof that the next
     /// connect fails).
-    #[allow(clippy::type_complexity)]
     fn candidates(
         &self,
         model: Option<&str>,
         exclude: &[usize],
-    ) -> Result<(Vec<(usize, Arc<Member>)>, Vec<Candidate>), NoRoute> {
-        let mut serving: Vec<(usize, Arc<Member>)> =
+    ) -> Result<(Serving, Vec<Candidate>), NoRoute> {
+        let mut serving: Serving =
             self.serving().into_iter().map(|m| (m.id, m)).collect();
         if self.serves_several_models() {
             if let Some(name) = model {
