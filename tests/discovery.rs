@@ -506,3 +506,53 @@ fn tempdir() -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// A name that suddenly resolves to 300 addresses: 64 members at most, the
+/// rest left out with one warning; back to two, the others drain and leave.
+/// (Nothing listens on these addresses: membership is what is tested.)
+#[test]
+fn a_name_resolving_to_hundreds_of_addresses_is_capped_and_logged() {
+    let dir = tempdir().join("capped");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dns = Dns::start(&dir);
+    let many: Vec<String> = (0..300)
+        .map(|i| format!("127.0.{}.{}", 10 + i / 200, 1 + i % 200))
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    dns.answer(&many[..2]);
+    let config = common::temp_config(
+        "discovery-capped",
+        &format!(
+            "[discovery]\nresolver = \"127.0.0.1:{}\"\nmin_refresh_ms = 100\nmax_refresh_ms = 1000\n",
+            dns.port
+        ),
+    );
+    let port = common::free_port();
+    let t = Llamatap::start(
+        &format!("dns+http://{NAME}:{port}"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let members = |t: &Llamatap| {
+        t.metrics()
+            .lines()
+            .filter(|l| l.starts_with("llamatap_upstream_up{"))
+            .count()
+    };
+    wait("two members", Duration::from_secs(30), || members(&t) == 2);
+    dns.answer(&many);
+    wait("64 members", Duration::from_secs(30), || members(&t) == 64);
+    wait("the warning", Duration::from_secs(30), || {
+        t.stderr().contains("left_out=236")
+    });
+    assert_eq!(
+        t.stderr().matches("more addresses than the fleet holds").count(),
+        1,
+        "logged once, not at every lookup"
+    );
+    assert_eq!(members(&t), 64);
+    // Back to the first two: the other 62 drain (nothing in flight) and leave.
+    dns.answer(&many[..2]);
+    wait("two members again", Duration::from_secs(30), || members(&t) == 2);
+    let (status, body) = readyz(&t);
+    assert_eq!(status, 503, "nothing listens there: {body}");
+}
