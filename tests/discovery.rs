@@ -545,14 +545,18 @@ fn a_name_resolving_to_hundreds_of_addresses_is_capped_and_logged() {
         t.stderr().contains("left_out=236")
     });
     assert_eq!(
-        t.stderr().matches("more addresses than the fleet holds").count(),
+        t.stderr()
+            .matches("more addresses than the fleet holds")
+            .count(),
         1,
         "logged once, not at every lookup"
     );
     assert_eq!(members(&t), 64);
     // Back to the first two: the other 62 drain (nothing in flight) and leave.
     dns.answer(&many[..2]);
-    wait("two members again", Duration::from_secs(30), || members(&t) == 2);
+    wait("two members again", Duration::from_secs(30), || {
+        members(&t) == 2
+    });
     let (status, body) = readyz(&t);
     assert_eq!(status, 503, "nothing listens there: {body}");
 }

@@ -361,6 +361,33 @@ fn a_tenant_over_its_share_of_a_full_queue_gets_429_and_another_503() {
     }
 }
 
+/// With `/slots` disabled (`--no-slots`), the capacity comes from `/props`.
+#[test]
+fn the_capacity_comes_from_props_when_slots_are_disabled() {
+    let _serial = serial();
+    let llama = LlamaServer::start("tiny", &["-np", "3", "--no-slots"]);
+    let (status, _) = llama
+        .request("GET", "/slots", None, Duration::from_secs(10))
+        .unwrap();
+    assert_ne!(
+        status, 200,
+        "this llama-server serves /slots despite --no-slots"
+    );
+    let cfg = config("props", "[queue]\nenabled = true\n");
+    let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
+    let p = proxy.addr();
+    let admin = format!("127.0.0.1:{}", proxy.admin_port);
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            chat(&p, &[], "Warm up.", 1);
+            series(&metrics(&admin), "llamatap_queue_slots", "upstream=") == Some(3.0)
+        })
+        .is_some(),
+        "capacity not read from /props: {}",
+        metrics(&admin)
+    );
+}
+
 #[test]
 fn a_killed_upstream_leaves_the_pool_and_its_queued_requests_go_to_the_other() {
     let _serial = serial();

@@ -46,6 +46,14 @@ pub fn parse_slots(body: &[u8]) -> Option<SlotState> {
     })
 }
 
+/// Reads `total_slots` from a `/props` answer (where the slot count is
+/// when `/slots` is disabled with `--no-slots`); `None` when absent.
+pub fn parse_props_slots(body: &[u8]) -> Option<usize> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let n = v.get("total_slots")?.as_u64()?;
+    usize::try_from(n).ok().filter(|n| *n > 0)
+}
+
 /// Marks of one llama-server process's life, as last read. Each is `None`
 /// when its source was not read (slots disabled, no `--metrics`, a check
 /// that failed); an unread mark proves nothing.
@@ -95,6 +103,16 @@ mod tests {
 
     fn slots(json: &str) -> SlotState {
         parse_slots(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn props_give_the_slot_count_when_slots_are_disabled() {
+        let props = br#"{"default_generation_settings":{"n_ctx":2048},"total_slots":4,"model_path":"m.gguf"}"#;
+        assert_eq!(parse_props_slots(props), Some(4));
+        assert_eq!(parse_props_slots(br#"{"total_slots":0}"#), None);
+        assert_eq!(parse_props_slots(br#"{"total_slots":-1}"#), None);
+        assert_eq!(parse_props_slots(br#"{"model_path":"m.gguf"}"#), None);
+        assert_eq!(parse_props_slots(b"not json"), None);
     }
 
     #[test]

@@ -463,8 +463,7 @@ impl Fleet {
         model: Option<&str>,
         exclude: &[usize],
     ) -> Result<(Serving, Vec<Candidate>), NoRoute> {
-        let mut serving: Serving =
-            self.serving().into_iter().map(|m| (m.id, m)).collect();
+        let mut serving: Serving = self.serving().into_iter().map(|m| (m.id, m)).collect();
         if self.serves_several_models() {
             if let Some(name) = model {
                 serving.retain(|(_, m)| m.serves(name));

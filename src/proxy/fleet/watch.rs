@@ -232,7 +232,19 @@ impl Watched {
                     _ => None,
                 };
                 m.set_idle_slots(state.map(|s| u32::try_from(s.idle).unwrap_or(u32::MAX)));
-                m.set_total_slots(state.map(|s| u32::try_from(s.slots).unwrap_or(u32::MAX)));
+                let total = match state {
+                    Some(s) => Some(s.slots),
+                    // `--no-slots`: the count is in /props, read with the
+                    // model list (it changes only with a restart).
+                    None if self.fleet.reads_slots() && models_due => {
+                        match self.get(target, "/props").await {
+                            Some((200, body)) => slots::parse_props_slots(&body),
+                            _ => None,
+                        }
+                    }
+                    None => m.total_slots().map(|n| n as usize),
+                };
+                m.set_total_slots(total.map(|n| u32::try_from(n).unwrap_or(u32::MAX)));
                 marks.slots = state;
             }
             if serves_metrics || models_due {
