@@ -581,6 +581,35 @@ fn idle_ttft(
 /// How long each flood is measured.
 const WINDOW: Duration = Duration::from_secs(6);
 
+/// Prints one table row per path (idle and flood TTFT, batch tokens/s,
+/// errors); each path's flood p95 and idle p95 (ms), batch tokens/s and
+/// errors.
+fn print_rows<S: std::fmt::Display>(
+    rows: &[(S, Vec<Duration>, Flood)],
+) -> Vec<(f64, f64, f64, usize)> {
+    let mut figures = Vec::new();
+    for (name, idle, f) in rows {
+        let (i50, i95) = (percentile(idle, 50.0), percentile(idle, 95.0));
+        let (f50, f95) = (
+            percentile(&f.probe_ttft, 50.0),
+            percentile(&f.probe_ttft, 95.0),
+        );
+        let tps = f.batch_tokens as f64 / f.wall.as_secs_f64();
+        eprintln!(
+            "| {name} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2}x | {:.0} | {} |",
+            ms(i50),
+            ms(i95),
+            ms(f50),
+            ms(f95),
+            ms(f95) / ms(i95),
+            tps,
+            f.errors
+        );
+        figures.push((ms(f95), ms(i95), tps, f.errors));
+    }
+    figures
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -636,26 +665,7 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
          | --- | --- | --- | --- | --- | --- |",
         WINDOW
     );
-    let mut figures = Vec::new();
-    for (name, idle, f) in &rows {
-        let (i50, i95) = (percentile(idle, 50.0), percentile(idle, 95.0));
-        let (f50, f95) = (
-            percentile(&f.probe_ttft, 50.0),
-            percentile(&f.probe_ttft, 95.0),
-        );
-        let tps = f.batch_tokens as f64 / f.wall.as_secs_f64();
-        eprintln!(
-            "| {name} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2}x | {:.0} | {} |",
-            ms(i50),
-            ms(i95),
-            ms(f50),
-            ms(f95),
-            ms(f95) / ms(i95),
-            tps,
-            f.errors
-        );
-        figures.push((ms(f95), ms(i95), tps, f.errors));
-    }
+    let figures = print_rows(&rows);
     let (off95, _, off_tps, _) = figures[1];
     let (on95, _, on_tps, _) = figures[2];
     let (res95, res_idle95, res_tps, _) = figures[3];
@@ -742,26 +752,7 @@ fn a_batch_flood_on_a_fleet_of_two_with_the_reserve() {
          | --- | --- | --- | --- | --- | --- |",
         WINDOW
     );
-    let mut figures = Vec::new();
-    for (name, idle, f) in &rows {
-        let (i50, i95) = (percentile(idle, 50.0), percentile(idle, 95.0));
-        let (f50, f95) = (
-            percentile(&f.probe_ttft, 50.0),
-            percentile(&f.probe_ttft, 95.0),
-        );
-        let tps = f.batch_tokens as f64 / f.wall.as_secs_f64();
-        eprintln!(
-            "| {name} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2}x | {:.0} | {} |",
-            ms(i50),
-            ms(i95),
-            ms(f50),
-            ms(f95),
-            ms(f95) / ms(i95),
-            tps,
-            f.errors
-        );
-        figures.push((ms(f95), ms(i95), tps, f.errors));
-    }
+    let figures = print_rows(&rows);
     let (off95, _, off_tps, _) = figures[0];
     let (res95, res_idle95, res_tps, _) = figures[1];
     let met = |ok: bool| if ok { "met" } else { "NOT met" };
