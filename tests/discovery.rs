@@ -560,3 +560,155 @@ fn a_name_resolving_to_hundreds_of_addresses_is_capped_and_logged() {
     let (status, body) = readyz(&t);
     assert_eq!(status, 503, "nothing listens there: {body}");
 }
+
+/// Five scripted llama-servers on one port at 127.0.0.2 to .6, each naming
+/// itself in its answers; the port.
+fn named_upstreams() -> (Vec<common::upstream::Scripted>, u16) {
+    'ports: for _ in 0..10 {
+        let port = common::free_port();
+        let mut listeners = Vec::new();
+        for last in 2..=6 {
+            match std::net::TcpListener::bind((format!("127.0.0.{last}"), port)) {
+                Ok(l) => listeners.push((last, l)),
+                Err(_) => continue 'ports,
+            }
+        }
+        let ups = listeners
+            .into_iter()
+            .map(|(last, l)| {
+                common::upstream::Scripted::start_at(l, move |s, req| {
+                    if req.path == "/v1/chat/completions" {
+                        let body = format!(
+                            r#"{{"object":"chat.completion","choices":[{{"index":0,"message":{{"role":"assistant","content":"served by 127.0.0.{last}"}},"finish_reason":"stop"}}],"usage":{{"prompt_tokens":8,"completion_tokens":1,"total_tokens":9}}}}"#
+                        );
+                        common::upstream::json(s, 200, &body);
+                    } else {
+                        common::upstream::json(s, 404, r#"{"error":"not here"}"#);
+                    }
+                })
+            })
+            .collect();
+        return (ups, port);
+    }
+    panic!("no port free on 127.0.0.2 to .6");
+}
+
+/// Which member answered each of `bodies`, through `t`, two at a time (two
+/// in flight never trip the load bound, `max(2, ...)` over the least loaded,
+/// so the placement is the rendezvous draw's alone).
+fn served_by(t: &Llamatap, bodies: &[String]) -> Vec<String> {
+    let addr = t.addr();
+    let mut out = vec![String::new(); bodies.len()];
+    thread::scope(|scope| {
+        for (part, chunk) in out.chunks_mut(bodies.len().div_ceil(2)).enumerate() {
+            let addr = &addr;
+            let start = part * bodies.len().div_ceil(2);
+            scope.spawn(move || {
+                for (k, slot) in chunk.iter_mut().enumerate() {
+                    let mut r =
+                        http::post(addr, "/v1/chat/completions", &bodies[start + k]).unwrap();
+                    let body = String::from_utf8(r.read_all().unwrap()).unwrap();
+                    assert_eq!(r.head.status, 200, "{body}");
+                    let at = body
+                        .find("served by ")
+                        .expect("an answer naming its server")
+                        + 10;
+                    *slot = body[at..].split('"').next().unwrap().to_string();
+                }
+            });
+        }
+    });
+    out
+}
+
+/// Two replicas following one name of five members place 2,000 new
+/// conversations alike; when one member leaves, exactly its conversations
+/// move, alike in both, and every other stays where it was.
+#[test]
+fn replicas_place_thousands_of_conversations_alike_and_a_departure_moves_only_its_own() {
+    let dir = tempdir().join("thousands");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_ups, port) = named_upstreams();
+    let hosts: Vec<String> = (2..=6).map(|last| format!("127.0.0.{last}")).collect();
+    let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let dns = Dns::start(&dir);
+    dns.answer(&hosts);
+    let config = common::temp_config(
+        "discovery-thousands",
+        &format!(
+            "[discovery]\nresolver = \"127.0.0.1:{}\"\nmin_refresh_ms = 100\nmax_refresh_ms = 1000\n",
+            dns.port
+        ),
+    );
+    let start = || {
+        Llamatap::start(
+            &format!("dns+http://{NAME}:{port}"),
+            &["--config", config.to_str().unwrap()],
+        )
+    };
+    let (a, b) = (start(), start());
+    for t in [&a, &b] {
+        wait("five members ready", Duration::from_secs(30), || {
+            hosts.iter().all(|h| up(t, &member(h, port)) == Some(1.0)) && readyz(t).0 == 200
+        });
+    }
+    const N: usize = 2000;
+    let first: Vec<String> = (0..N)
+        .map(|c| format!(r#"{{"model":"tiny","messages":[{{"role":"user","content":"Conversation {c}: plan a trip."}}]}}"#))
+        .collect();
+    let on_a = served_by(&a, &first);
+    let on_b = served_by(&b, &first);
+    let agree = (0..N).filter(|c| on_a[*c] == on_b[*c]).count();
+    let per: Vec<usize> = hosts
+        .iter()
+        .map(|h| on_a.iter().filter(|s| s == h).count())
+        .collect();
+    eprintln!(
+        "discovery: {N} conversations over five members {per:?}; the two replicas agree on {agree}"
+    );
+    assert_eq!(agree, N, "two replicas place every new conversation alike");
+    assert!(
+        per.iter().all(|n| *n > N / 10),
+        "every member takes a share: {per:?}"
+    );
+    // The busiest member leaves both replicas' answer.
+    let gone = (0..hosts.len()).max_by_key(|i| per[*i]).unwrap();
+    let kept: Vec<&str> = hosts
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != gone)
+        .map(|(_, h)| *h)
+        .collect();
+    dns.answer(&kept);
+    for t in [&a, &b] {
+        wait("the member left", Duration::from_secs(30), || {
+            up(t, &member(hosts[gone], port)).is_none()
+        });
+    }
+    let next: Vec<String> = (0..N)
+        .map(|c| format!(r#"{{"model":"tiny","messages":[{{"role":"user","content":"Conversation {c}: plan a trip."}},{{"role":"assistant","content":"Where to?"}},{{"role":"user","content":"Somewhere warm."}}]}}"#))
+        .collect();
+    let now_a = served_by(&a, &next);
+    let now_b = served_by(&b, &next);
+    let mut moved = 0;
+    for c in 0..N {
+        assert_eq!(
+            now_a[c], now_b[c],
+            "conversation {c}: the replicas disagree after the change"
+        );
+        if on_a[c] == hosts[gone] {
+            moved += 1;
+            assert_ne!(now_a[c], hosts[gone]);
+        } else {
+            assert_eq!(
+                now_a[c], on_a[c],
+                "conversation {c} moved off a member that stayed"
+            );
+        }
+    }
+    eprintln!(
+        "discovery: after {} left, {moved} of {N} conversations moved ({} were on it), none other",
+        hosts[gone], per[gone]
+    );
+    assert_eq!(moved, per[gone]);
+}

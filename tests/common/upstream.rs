@@ -57,7 +57,33 @@ impl Scripted {
     /// with [`next_request`] and decides how the connection ends (kept,
     /// closed, reset).
     pub fn start_conn(handler: impl Fn(TcpStream, &Log) + Send + Sync + 'static) -> Scripted {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::start_conn_at(TcpListener::bind("127.0.0.1:0").unwrap(), handler)
+    }
+
+    /// As [`Scripted::start`], on a listener of the caller's (another
+    /// loopback address, a given port).
+    pub fn start_at(
+        listener: TcpListener,
+        handler: impl Fn(&mut TcpStream, &ReqInfo) + Send + Sync + 'static,
+    ) -> Scripted {
+        Self::start_conn_at(listener, move |mut s, log| {
+            while let Some(req) = next_request(&mut s, log) {
+                handler(&mut s, &req);
+                if req
+                    .header("connection")
+                    .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+                {
+                    break;
+                }
+            }
+        })
+    }
+
+    /// As [`Scripted::start_conn`], on a listener of the caller's.
+    pub fn start_conn_at(
+        listener: TcpListener,
+        handler: impl Fn(TcpStream, &Log) + Send + Sync + 'static,
+    ) -> Scripted {
         let addr = listener.local_addr().unwrap().to_string();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let handler: Arc<ConnHandler> = Arc::new(handler);
