@@ -1,5 +1,6 @@
 //! Per-upstream and routing metrics: the families that carry an `upstream`
-//! label (bounded by the configuration: at most 64 names) and the routing
+//! label (at most 64 names at once: configured ones, and discovered
+//! members, whose series are removed when they leave) and the routing
 //! decisions and prediction results (fixed label lists).
 //!
 //! Request-level series are recorded in the proxy's `logging` through
