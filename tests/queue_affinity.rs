@@ -170,9 +170,9 @@ fn a_bounded_wait_for_the_prefix_upstream_reuses_the_prefix_and_gives_up_in_time
     ];
     let runs = [
         run(&servers, "alpha", 0, 400),
-        run(&servers, "bravo", 5000, 400),
+        run(&servers, "bravo", 10000, 400),
         run(&servers, "charlie", 300, 2000),
-        run(&servers, "delta", 5000, 40),
+        run(&servers, "delta", 10000, 40),
     ];
     eprintln!(
         "\nnext turn of a 1,500-token conversation whose upstream is busy (max_inflight 1 each)\n\
