@@ -40,17 +40,7 @@ impl Scripted {
     /// Serves every request with `handler`; a connection is kept until the
     /// client closes it or sends `Connection: close`.
     pub fn start(handler: impl Fn(&mut TcpStream, &ReqInfo) + Send + Sync + 'static) -> Scripted {
-        Self::start_conn(move |mut s, log| {
-            while let Some(req) = next_request(&mut s, log) {
-                handler(&mut s, &req);
-                if req
-                    .header("connection")
-                    .is_some_and(|c| c.eq_ignore_ascii_case("close"))
-                {
-                    break;
-                }
-            }
-        })
+        Self::start_at(TcpListener::bind("127.0.0.1:0").unwrap(), handler)
     }
 
     /// Hands every connection to `handler`, which owns it: it reads requests
