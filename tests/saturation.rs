@@ -249,10 +249,13 @@ fn two_hundred_clients_that_hang_up_while_queued_leave_the_queue_and_reach_no_up
     let prompts_before = llama_metric(&llama, "llamacpp:prompt_tokens_total");
     let b = body("A request whose client will hang up.", 8);
     let depth = |m: &str| series(m, "llamatap_queue_depth", "class=\"default\"").unwrap_or(-1.0);
-    // Two rounds: the first one grows the allocator's and the runtime's
-    // pools to their working size; the second must not grow them further.
+    // Five rounds: the first ones grow the allocator's and the runtime's
+    // pools to their working size. How far depends on how many of the 200
+    // are in flight at once, which varies, and a round's peak can stay in
+    // RSS for a while (jemalloc returns pages after a decay time), so one
+    // round may stand higher than the next. A leak raises every round.
     let mut after_round = Vec::new();
-    for round in 1..=2 {
+    for round in 1..=5 {
         let mut clients: Vec<TcpStream> = (0..200)
             .map(|_| http::send_only(&p, "POST", "/v1/chat/completions", b.as_bytes()).unwrap())
             .collect();
@@ -284,9 +287,12 @@ fn two_hundred_clients_that_hang_up_while_queued_leave_the_queue_and_reach_no_up
         prompts_before, prompts_after,
         "an upstream saw a hung-up request"
     );
+    // The lowest of rounds 3 to 5 against round 2: a leak of 5 KiB per
+    // hang-up would raise each of them by 1 MiB at least.
+    let later = after_round[2..].iter().min().copied().unwrap_or(u64::MAX);
     assert!(
-        after_round[1] <= after_round[0] + 1024,
-        "memory grew with the second round: {after_round:?} KiB"
+        later <= after_round[1] + 1024,
+        "memory grew round after round: {after_round:?} KiB"
     );
     assert_eq!(long.join().unwrap().status, 200);
 }
