@@ -23,6 +23,7 @@ use common::temp_config;
 use serde_json::Value;
 
 const NP2: [&str; 4] = ["-np", "2", "-c", "8192"];
+const PROMPT_TOKENS: &str = "llamacpp:prompt_tokens_total";
 
 /// A streamed answer: status, time to the first content, `cache_n`.
 struct Turn {
@@ -61,17 +62,6 @@ fn send(addr: &str, messages: &Value, max_tokens: u32) -> Turn {
         cache_n,
         body: String::from_utf8_lossy(&raw).into_owned(),
     }
-}
-
-fn prompt_tokens(llama: &LlamaServer) -> f64 {
-    let (_, text) = llama
-        .request("GET", "/metrics", None, Duration::from_secs(10))
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with("llamacpp:prompt_tokens_total "))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
 }
 
 fn busy(llama: &LlamaServer) -> bool {
@@ -113,11 +103,11 @@ fn run(servers: &[LlamaServer], stem: &str, wait_ms: u64, occupier_tokens: u32) 
     assert!(wait_for(Duration::from_secs(30), || both_up(&t.metrics())).is_some());
     let question = servers[0].prompt_of_tokens_from(stem, 1500);
     let turn1 = serde_json::json!([{"role": "user", "content": question}]);
-    let before: Vec<f64> = servers.iter().map(prompt_tokens).collect();
+    let before: Vec<f64> = servers.iter().map(|s| s.metric(PROMPT_TOKENS)).collect();
     let first = send(&t.addr(), &turn1, 1);
     assert_eq!(first.status, 200, "{}", first.body);
     let home = (0..servers.len())
-        .find(|i| prompt_tokens(&servers[*i]) > before[*i] + 1000.0)
+        .find(|i| servers[*i].metric(PROMPT_TOKENS) > before[*i] + 1000.0)
         .expect("turn 1 reached one llama-server");
     // The same conversation again, with a long answer: affinity sends it
     // home, where it holds llamatap's one slot.
@@ -131,11 +121,11 @@ fn run(servers: &[LlamaServer], stem: &str, wait_ms: u64, occupier_tokens: u32) 
         {"role": "assistant", "content": "Understood."},
         {"role": "user", "content": "Now summarise it in one line."}
     ]);
-    let before: Vec<f64> = servers.iter().map(prompt_tokens).collect();
+    let before: Vec<f64> = servers.iter().map(|s| s.metric(PROMPT_TOKENS)).collect();
     let next = send(&t.addr(), &turn2, 4);
     assert_eq!(next.status, 200, "{}", next.body);
     assert_eq!(occupier.join().unwrap().status, 200);
-    let on_home = prompt_tokens(&servers[home]) > before[home];
+    let on_home = servers[home].metric(PROMPT_TOKENS) > before[home];
     let m = t.metrics();
     let count = |r: &str| {
         metric_series(

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::fleet::{percentile, serial, series, wait_for};
 use common::http;
 use common::llama::LlamaServer;
-use common::proxy::Llamatap;
+use common::proxy::{rss_kib, Llamatap};
 use common::temp_config;
 use serde_json::Value;
 
@@ -24,6 +24,10 @@ const NP2: [&str; 4] = ["-np", "2", "-c", "4096"];
 const VOICE: &str = "sk-voice-0123456789";
 const BULK: &str = "sk-bulk-0123456789";
 const OTHER: &str = "sk-other-0123456789";
+const VOICE_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-voice-0123456789")];
+const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
+const OTHER_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-other-0123456789")];
+const NONE: &[(&str, &str)] = &[];
 
 /// One streamed chat answer as the client saw it.
 #[derive(Debug, Clone)]
@@ -125,29 +129,6 @@ fn metrics(admin: &str) -> String {
         .unwrap_or_default()
 }
 
-fn llama_metric(llama: &LlamaServer, name: &str) -> f64 {
-    let (_, text) = llama
-        .request("GET", "/metrics", None, Duration::from_secs(10))
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn config(name: &str, toml: &str) -> String {
     temp_config(name, toml).to_str().unwrap().to_string()
 }
@@ -180,7 +161,7 @@ fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_
     let admin = format!("127.0.0.1:{}", proxy.admin_port);
     let long = occupy(&p, 1500);
     assert!(wait_until_busy(&llama), "the long answer never started");
-    let prompts_before = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    let prompts_before = llama.metric("llamacpp:prompt_tokens_total");
     let refused: Vec<Answer> = (0..6)
         .map(|i| {
             let p = p.clone();
@@ -190,7 +171,7 @@ fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_
         .into_iter()
         .map(|h| h.join().unwrap())
         .collect();
-    let prompts_after = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    let prompts_after = llama.metric("llamacpp:prompt_tokens_total");
     eprintln!("deadline 400 ms: refusals answered after (ms):");
     for a in &refused {
         eprintln!(
@@ -228,8 +209,8 @@ fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_
 
 fn wait_until_busy(llama: &LlamaServer) -> bool {
     wait_for(Duration::from_secs(30), || {
-        llama_metric(llama, "llamacpp:requests_processing") >= 1.0
-            && llama_metric(llama, "llamacpp:tokens_predicted_total") >= 0.0
+        llama.metric("llamacpp:requests_processing") >= 1.0
+            && llama.metric("llamacpp:tokens_predicted_total") >= 0.0
     })
     .is_some()
 }
@@ -246,7 +227,7 @@ fn two_hundred_clients_that_hang_up_while_queued_leave_the_queue_and_reach_no_up
     let long = occupy(&p, 2000);
     assert!(wait_until_busy(&llama));
     let start_rss = rss_kib(pid);
-    let prompts_before = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    let prompts_before = llama.metric("llamacpp:prompt_tokens_total");
     let b = body("A request whose client will hang up.", 8);
     let depth = |m: &str| series(m, "llamatap_queue_depth", "class=\"default\"").unwrap_or(-1.0);
     // Five rounds: the first ones grow the allocator's and the runtime's
@@ -282,7 +263,7 @@ fn two_hundred_clients_that_hang_up_while_queued_leave_the_queue_and_reach_no_up
         );
         after_round.push(after);
     }
-    let prompts_after = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    let prompts_after = llama.metric("llamacpp:prompt_tokens_total");
     assert_eq!(
         prompts_before, prompts_after,
         "an upstream saw a hung-up request"
@@ -311,8 +292,6 @@ fn a_tenant_over_its_share_of_a_full_queue_gets_429_and_another_503() {
     let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
     let p = proxy.addr();
     let admin = format!("127.0.0.1:{}", proxy.admin_port);
-    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
-    const OTHER_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-other-0123456789")];
     let send = |headers: &'static [(&'static str, &'static str)], i: usize, tokens: u32| {
         let p = p.clone();
         std::thread::spawn(move || chat(&p, headers, &format!("Share request {i}."), tokens))
@@ -326,7 +305,7 @@ fn a_tenant_over_its_share_of_a_full_queue_gets_429_and_another_503() {
     assert!(wait_for(Duration::from_secs(20), || depth(&metrics(&admin)) >= 3.0).is_some());
     queued.push(send(OTHER_H, 4, 8));
     assert!(wait_for(Duration::from_secs(20), || depth(&metrics(&admin)) >= 4.0).is_some());
-    let prompts_before = llama_metric(&llama, "llamacpp:prompt_tokens_total");
+    let prompts_before = llama.metric("llamacpp:prompt_tokens_total");
     // Full: `bulk` holds 3 of 4 (its share: 2), its own cause; `other`
     // holds 1, the queue's.
     let own = chat(&p, BULK_H, "One more of bulk.", 8);
@@ -343,7 +322,7 @@ fn a_tenant_over_its_share_of_a_full_queue_gets_429_and_another_503() {
     assert!(theirs.body.contains("\"queue_full\""), "{}", theirs.body);
     assert_eq!(theirs.retry_after.as_deref(), Some("1"));
     assert_eq!(
-        llama_metric(&llama, "llamacpp:prompt_tokens_total"),
+        llama.metric("llamacpp:prompt_tokens_total"),
         prompts_before,
         "a refused request reached llama-server"
     );
@@ -631,9 +610,6 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
         "flood-reserve",
         &format!("[queue]\nenabled = true\n[queue.classes.batch]\nreserve = 1\n{k}"),
     );
-    const VOICE_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-voice-0123456789")];
-    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
-    const NONE: &[(&str, &str)] = &[];
     let probes = 16;
     let flooders = 4; // twice the 2 slots
     let mut rows: Vec<(String, Vec<Duration>, Flood)> = Vec::new();
@@ -725,8 +701,6 @@ fn a_batch_flood_on_a_fleet_of_two_with_the_reserve() {
         "fleet-flood-reserve",
         &format!("[queue]\nenabled = true\n[queue.classes.batch]\nreserve = 1\n{k}"),
     );
-    const VOICE_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-voice-0123456789")];
-    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
     let probes = 16;
     let flooders = 8; // twice the 4 slots
     let mut rows = Vec::new();
@@ -792,8 +766,6 @@ fn a_flooding_tenant_does_not_starve_another_in_its_class() {
     let _serial = serial();
     let llama = LlamaServer::start("tiny", &NP2);
     let k = keys();
-    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
-    const OTHER_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-other-0123456789")];
     let mut rows = Vec::new();
     for (name, toml) in [
         ("queue off", k.clone()),
@@ -877,8 +849,6 @@ fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
         ],
     );
     let p = proxy.addr();
-    const BULK_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-bulk-0123456789")];
-    const VOICE_H: &[(&str, &str)] = &[("Authorization", "Bearer sk-voice-0123456789")];
     let a = p.clone();
     let long = std::thread::spawn(move || chat(&a, BULK_H, "A long batch answer.", 800));
     assert!(wait_until_busy(&llama));

@@ -236,6 +236,19 @@ impl LlamaServer {
             .unwrap_or_else(|e| panic!("{method} {path}: bad JSON ({e}): {body}"))
     }
 
+    /// The value of its own unlabelled metric `name` (`llamacpp:...`, with
+    /// `--metrics`), NaN when absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self
+            .request("GET", "/metrics", None, Duration::from_secs(10))
+            .unwrap();
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    }
+
     /// `base_url` + `path` (which starts with `/`).
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base_url, path)
