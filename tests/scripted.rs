@@ -601,9 +601,16 @@ fn random_model_names_do_not_add_series() {
 
 #[test]
 fn sigterm_drains_an_inflight_stream_then_exits() {
-    let up = Scripted::start(|s, _req| {
+    // The stream holds after its first event until the test lets it go on.
+    let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let g = go.clone();
+    let up = Scripted::start(move |s, _req| {
         upstream::sse_head(s);
-        for i in 0..10 {
+        upstream::chunk(s, upstream::chat_event("t0 ").as_bytes());
+        wait_until(Duration::from_secs(20), || {
+            g.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        for i in 1..10 {
             upstream::chunk(s, upstream::chat_event(&format!("t{i} ")).as_bytes());
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -613,8 +620,24 @@ fn sigterm_drains_an_inflight_stream_then_exits() {
     let mut proxy = Llamatap::start(&up.url(), &["--grace-period-seconds", "30"]);
     let mut r = http::post(&proxy.addr(), "/v1/chat/completions", CHAT).unwrap();
     r.read_until(b"t0").unwrap();
+    let admin = format!("127.0.0.1:{}", proxy.admin_port);
+    assert!(wait_until(Duration::from_secs(5), || {
+        http::get(&admin, "/readyz").is_ok_and(|(status, _)| status == 200)
+    }));
     let start = Instant::now();
     proxy.term();
+    // The admin listener stops accepting too: a readiness probe fails while
+    // the stream drains.
+    assert!(
+        wait_until(Duration::from_secs(5), || http::get(&admin, "/readyz")
+            .is_err()),
+        "/readyz still answered after SIGTERM"
+    );
+    assert!(
+        proxy.child.try_wait().unwrap().is_none(),
+        "exited with a stream in flight"
+    );
+    go.store(true, std::sync::atomic::Ordering::SeqCst);
     let rest = r.read_all().unwrap();
     assert!(r.clean_end);
     assert!(String::from_utf8_lossy(&rest).contains("[DONE]"));
