@@ -561,6 +561,61 @@ fn a_name_resolving_to_hundreds_of_addresses_is_capped_and_logged() {
     assert_eq!(status, 503, "nothing listens there: {body}");
 }
 
+/// A name whose lookups fail (the resolver never answers) gives no member:
+/// `/readyz` and requests say the lookup failed and why, rather than that
+/// the name resolves to nothing; the failure is logged once, not at every
+/// lookup.
+#[test]
+fn a_name_whose_lookups_fail_is_reported_as_failing_not_empty() {
+    // A resolver that takes every query and answers none; when each came.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let resolver = silent.local_addr().unwrap();
+    let queries: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let q = queries.clone();
+    thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while silent.recv_from(&mut buf).is_ok() {
+            q.lock().unwrap().push(std::time::Instant::now());
+        }
+    });
+    let config = common::temp_config(
+        "discovery-failing",
+        &format!("[discovery]\nresolver = \"{resolver}\"\nmin_refresh_ms = 100\n"),
+    );
+    let t = Llamatap::start(
+        &format!("dns+http://{NAME}:{}", common::free_port()),
+        &["--config", config.to_str().unwrap()],
+    );
+    let (status, body) = readyz(&t);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("is not resolved yet") || body.contains("its lookup failed"),
+        "{body}"
+    );
+    let mut last = (0, String::new());
+    wait("readyz naming the failure", Duration::from_secs(30), || {
+        last = readyz(&t);
+        last.1.contains("its lookup failed")
+    });
+    assert_eq!(last.0, 503, "{}", last.1);
+    assert!(last.1.contains(NAME), "{}", last.1);
+    let mut r = http::post(&t.addr(), "/v1/chat/completions", &chat(0)).unwrap();
+    assert_eq!(r.head.status, 503);
+    let answer = String::from_utf8_lossy(&r.read_all().unwrap()).into_owned();
+    assert!(answer.contains("its lookup failed"), "{answer}");
+    // Each lookup gives up after 2 s; queries spread over more than 4.5 s
+    // are three lookups at least.
+    wait("three lookups", Duration::from_secs(30), || {
+        let q = queries.lock().unwrap();
+        q.len() >= 2 && q[q.len() - 1] - q[0] > Duration::from_millis(4500)
+    });
+    assert_eq!(
+        t.stderr().matches("upstream name lookup failed").count(),
+        1,
+        "logged once, not at every lookup"
+    );
+}
+
 /// Five scripted llama-servers on one port at 127.0.0.2 to .6, each naming
 /// itself in its answers; the port.
 fn named_upstreams() -> (Vec<common::upstream::Scripted>, u16) {

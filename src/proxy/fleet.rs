@@ -80,6 +80,20 @@ pub struct Fleet {
     epoch: Instant,
     /// The admission queue is on: the watcher reads every member's `/slots`.
     reads_slots: bool,
+    /// Per entry, how its name's last lookup went (discovered entries only).
+    lookups: Vec<Mutex<Lookup>>,
+}
+
+/// How the last lookup of a discovered name went, for `/readyz`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Lookup {
+    /// None has ended yet.
+    #[default]
+    Pending,
+    /// It answered (with addresses or none).
+    Answered,
+    /// It failed, and why (timeout, `SERVFAIL`, no resolver, ...).
+    Failed(String),
 }
 
 /// Members able to serve a request, with their ids.
@@ -124,6 +138,7 @@ impl Fleet {
             session_header: config.routing.session_header.clone(),
             epoch: Instant::now(),
             reads_slots: config.queue.enabled,
+            lookups: config.upstreams.iter().map(|_| Mutex::default()).collect(),
         }
     }
 
@@ -232,11 +247,7 @@ impl Fleet {
     pub fn readiness(&self) -> Result<(), String> {
         let members = self.serving();
         if members.is_empty() {
-            let names: Vec<&str> = self.entries.iter().map(|u| u.address.as_str()).collect();
-            return Err(format!(
-                "no upstream: {} resolves to no address now",
-                names.join(", ")
-            ));
+            return Err(format!("no upstream: {}", self.lookup_list()));
         }
         let ready = |m: &Member| m.healthy() && !m.models().is_empty();
         if !members.iter().any(|m| ready(m)) {

@@ -32,7 +32,7 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::watch::{publish_models, watch_member};
-use super::{resolver, Fleet, Full, Member};
+use super::{resolver, Fleet, Full, Lookup, Member};
 use crate::config::discovery::Discovery;
 use crate::telemetry::Telemetry;
 
@@ -110,6 +110,7 @@ impl Discovered {
             let (host, port) = self.host();
             let wait = match lookup(&self.settings, &host).await {
                 Ok(answer) => {
+                    self.fleet.note_lookup(self.entry, Lookup::Answered);
                     if self.failing.take().is_some() {
                         tracing::info!(name = host.as_str(), "upstream name resolves again");
                     }
@@ -122,10 +123,13 @@ impl Discovered {
                     self.settings.next_refresh(answer.ttl)
                 }
                 Err(why) => {
+                    self.fleet
+                        .note_lookup(self.entry, Lookup::Failed(why.clone()));
                     if self.failing.as_deref() != Some(why.as_str()) {
                         tracing::warn!(
                             name = host.as_str(),
                             reason = %why,
+                            members = self.members.len(),
                             "upstream name lookup failed: its members are kept"
                         );
                         self.failing = Some(why);

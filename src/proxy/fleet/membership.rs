@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::{Fleet, Full, Member};
+use super::{Fleet, Full, Lookup, Member};
 
 impl Fleet {
     /// A discovered address joins as a new member of entry `entry`, named
@@ -91,5 +91,31 @@ impl Fleet {
             f();
         }
         present
+    }
+
+    /// Records how the last lookup of entry `entry`'s name went.
+    pub fn note_lookup(&self, entry: usize, lookup: Lookup) {
+        if let Some(Ok(mut g)) = self.lookups.get(entry).map(|l| l.lock()) {
+            *g = lookup;
+        }
+    }
+
+    /// Each discovered name and why it gives no member now, `; `-separated:
+    /// not looked up yet, its lookup failed, or it resolves to nothing.
+    pub(super) fn lookup_list(&self) -> String {
+        self.entries
+            .iter()
+            .zip(&self.lookups)
+            .filter(|(u, _)| u.discover)
+            .map(|(u, l)| {
+                let last = l.lock().map(|g| g.clone()).unwrap_or_default();
+                match last {
+                    Lookup::Pending => format!("{} is not resolved yet", u.address),
+                    Lookup::Answered => format!("{} resolves to no address now", u.address),
+                    Lookup::Failed(why) => format!("{}: its lookup failed ({why})", u.address),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }

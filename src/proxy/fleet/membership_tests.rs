@@ -55,10 +55,27 @@ fn a_discovered_name_starts_empty_and_says_so() {
     );
     assert_eq!(f.capacity(), MAX_UPSTREAMS);
     let why = f.readiness().unwrap_err();
-    assert!(
-        why.contains("llama.test:8080 resolves to no address"),
-        "{why}"
+    assert_eq!(why, "no upstream: llama.test:8080 is not resolved yet");
+}
+
+#[test]
+fn readiness_tells_a_failed_lookup_from_an_empty_answer() {
+    let f = discovered();
+    f.note_lookup(0, Lookup::Failed("DNS timeout".into()));
+    assert_eq!(
+        f.readiness().unwrap_err(),
+        "no upstream: llama.test:8080: its lookup failed (DNS timeout)"
     );
+    f.note_lookup(0, Lookup::Answered);
+    assert_eq!(
+        f.readiness().unwrap_err(),
+        "no upstream: llama.test:8080 resolves to no address now"
+    );
+    // A failed lookup keeps members: readiness then follows them.
+    let m = f.join(0, addr(7)).unwrap();
+    f.note_lookup(0, Lookup::Failed("DNS timeout".into()));
+    assert!(f.readiness().unwrap_err().contains("10.0.0.7:8080"));
+    drop(m);
 }
 
 #[test]
