@@ -1,7 +1,8 @@
 //! Membership: members of discovered names joining and leaving the table
 //! of ids, and telemetry written under a member's name only while it is
 //! there (so that a departed member's series cannot come back after they
-//! were removed).
+//! were removed), and how each name's last lookup went (what `/readyz`
+//! says when a name gives no member).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
