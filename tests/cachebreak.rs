@@ -57,13 +57,6 @@ for line in sys.stdin:
     print(json.dumps({"answer": text, "sent": req["messages"]}), flush=True)
 "#;
 
-fn python() -> PathBuf {
-    std::env::var_os("LLAMATAP_PYTHON")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| common::llama::cache_dir().join("venv/bin/python"))
-}
-
 /// One long-lived Python process driving the SDK.
 struct Sdk {
     child: Child,
@@ -73,7 +66,7 @@ struct Sdk {
 
 impl Sdk {
     fn start(proxy: &Llamatap) -> Sdk {
-        let mut child = Command::new(python())
+        let mut child = Command::new(common::python())
             .args(["-c", SDK_SCRIPT, &format!("http://{}/v1", proxy.addr())])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

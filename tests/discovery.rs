@@ -11,14 +11,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use common::dns::DnsServer;
 use common::http;
 use common::llama::LlamaServer;
 use common::proxy::{metric_series, rss_kib, Llamatap};
@@ -26,69 +25,27 @@ use common::proxy::{metric_series, rss_kib, Llamatap};
 const NAME: &str = "llama.test";
 const HOSTS: [&str; 3] = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
 
-/// The test's DNS server: answers from a zone file it re-reads per query.
-struct Dns {
-    child: Child,
-    port: u16,
-    zone: PathBuf,
-}
+/// The test's DNS server, serving `NAME` (TTL 0: llamatap's lower bound
+/// decides).
+struct Dns(DnsServer);
 
 impl Dns {
-    fn start(dir: &Path) -> Dns {
-        let python = std::env::var("LLAMATAP_PYTHON").unwrap_or_else(|_| {
-            panic!(
-                "LLAMATAP_PYTHON is not set: run scripts/ensure-deps.sh (it installs dnslib \
-                 into the project venv) and export what it prints"
-            )
-        });
-        let zone = dir.join("zone.json");
-        write_zone(&zone, &HOSTS);
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dns_server.py");
-        let mut child = Command::new(&python)
-            .arg(&script)
-            .args(["--port", "0", "--zone"])
-            .arg(&zone)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {python} {}: {e}", script.display()));
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("READY ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| {
-                panic!("dns_server.py did not start (is dnslib installed?): {line:?}")
-            });
-        Dns { child, port, zone }
+    fn start(label: &str) -> Dns {
+        Dns(DnsServer::start(label, &zone(&HOSTS)))
     }
 
-    /// Makes the name resolve to `hosts` (TTL 0: llamatap's lower bound
-    /// decides), atomically.
+    fn port(&self) -> u16 {
+        self.0.port()
+    }
+
+    /// Makes the name resolve to `hosts`, atomically.
     fn answer(&self, hosts: &[&str]) {
-        write_zone(&self.zone, hosts);
+        self.0.set_zone(&zone(hosts));
     }
 }
 
-/// Writes the zone file: the name resolves to `hosts`, TTL 0 (llamatap's
-/// lower bound decides); atomically, so a query never reads half a file.
-fn write_zone(zone: &Path, hosts: &[&str]) {
-    let body = serde_json::json!({"ttl": 0, "names": {format!("{NAME}."): hosts}});
-    let tmp = zone.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).unwrap();
-    f.write_all(body.to_string().as_bytes()).unwrap();
-    f.sync_all().unwrap();
-    std::fs::rename(&tmp, zone).unwrap();
-}
-
-impl Drop for Dns {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn zone(hosts: &[&str]) -> serde_json::Value {
+    serde_json::json!({"ttl": 0, "names": {format!("{NAME}."): hosts}})
 }
 
 /// The three llama-servers, on one port (`-np 2`).
@@ -212,14 +169,13 @@ fn a_fleet_follows_its_name_under_steady_traffic() {
     let _serial = common::fleet::serial();
     let servers = servers();
     let port = servers[0].port;
-    let dir = tempdir();
-    let dns = Dns::start(&dir);
+    let dns = Dns::start("discovery");
     dns.answer(&HOSTS[..2]);
     let config = common::temp_config(
         "discovery",
         &format!(
             "[discovery]\nresolver = \"127.0.0.1:{}\"\nmin_refresh_ms = 100\nmax_refresh_ms = 1000\n",
-            dns.port
+            dns.port()
         ),
     );
     let t = Llamatap::start(
@@ -501,20 +457,12 @@ fn decoded(v: &serde_json::Value) -> u64 {
     }
 }
 
-fn tempdir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("llamatap-discovery-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// A name that suddenly resolves to 300 addresses: 64 members at most, the
 /// rest left out with one warning; back to two, the others drain and leave.
 /// (Nothing listens on these addresses: membership is what is tested.)
 #[test]
 fn a_name_resolving_to_hundreds_of_addresses_is_capped_and_logged() {
-    let dir = tempdir().join("capped");
-    std::fs::create_dir_all(&dir).unwrap();
-    let dns = Dns::start(&dir);
+    let dns = Dns::start("capped");
     let many: Vec<String> = (0..300)
         .map(|i| format!("127.0.{}.{}", 10 + i / 200, 1 + i % 200))
         .collect();
@@ -524,7 +472,7 @@ fn a_name_resolving_to_hundreds_of_addresses_is_capped_and_logged() {
         "discovery-capped",
         &format!(
             "[discovery]\nresolver = \"127.0.0.1:{}\"\nmin_refresh_ms = 100\nmax_refresh_ms = 1000\n",
-            dns.port
+            dns.port()
         ),
     );
     let port = common::free_port();
@@ -681,18 +629,16 @@ fn served_by(t: &Llamatap, bodies: &[String]) -> Vec<String> {
 /// move, alike in both, and every other stays where it was.
 #[test]
 fn replicas_place_thousands_of_conversations_alike_and_a_departure_moves_only_its_own() {
-    let dir = tempdir().join("thousands");
-    std::fs::create_dir_all(&dir).unwrap();
     let (_ups, port) = named_upstreams();
     let hosts: Vec<String> = (2..=6).map(|last| format!("127.0.0.{last}")).collect();
     let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
-    let dns = Dns::start(&dir);
+    let dns = Dns::start("thousands");
     dns.answer(&hosts);
     let config = common::temp_config(
         "discovery-thousands",
         &format!(
             "[discovery]\nresolver = \"127.0.0.1:{}\"\nmin_refresh_ms = 100\nmax_refresh_ms = 1000\n",
-            dns.port
+            dns.port()
         ),
     );
     let start = || {

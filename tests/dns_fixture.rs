@@ -1,97 +1,22 @@
 //! DNS discovery's lookup against a real DNS server: the dnslib-based
 //! `tests/fixtures/dns_server.py` (run by the venv's python from
-//! scripts/ensure-deps.sh), answering from a zone file the test rewrites.
-//!
-//! The server reads the zone for every query and the test replaces it
-//! atomically, so each lookup sees the zone last written: no waiting.
+//! scripts/ensure-deps.sh, see `common::dns`), answering from a zone file
+//! the test rewrites.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::IpAddr;
 use std::time::Duration;
+
+use common::dns::DnsServer;
 
 use llamatap::dns::{self, RecordKind};
 use llamatap::proxy::fleet::resolver::{lookup, LookupError};
 
 /// Generous: the server is a Python process on a possibly busy machine.
 const TIMEOUT: Duration = Duration::from_secs(5);
-
-fn python() -> PathBuf {
-    std::env::var_os("LLAMATAP_PYTHON")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| common::llama::cache_dir().join("venv/bin/python"))
-}
-
-/// `tests/fixtures/dns_server.py` on a free port, killed when dropped.
-struct DnsServer {
-    addr: SocketAddr,
-    zone: PathBuf,
-    child: Child,
-}
-
-impl DnsServer {
-    fn start(name: &str, zone: &serde_json::Value) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("llamatap-test-{}-dns-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let zone_path = dir.join("zone.json");
-        write_atomically(&zone_path, zone);
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dns_server.py");
-        let mut child = Command::new(python())
-            .arg(script)
-            .arg("--zone")
-            .arg(&zone_path)
-            .args(["--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("run the venv's python (scripts/ensure-deps.sh)");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let Some(port) = line.trim().strip_prefix("READY ") else {
-            let _ = child.kill();
-            panic!(
-                "dns_server.py did not start (got {line:?}); is dnslib in {}? run scripts/ensure-deps.sh",
-                python().display()
-            );
-        };
-        let port: u16 = port.parse().unwrap();
-        DnsServer {
-            addr: ([127, 0, 0, 1], port).into(),
-            zone: zone_path,
-            child,
-        }
-    }
-
-    fn set_zone(&self, zone: &serde_json::Value) {
-        write_atomically(&self.zone, zone);
-    }
-}
-
-impl Drop for DnsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(dir) = self.zone.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-/// Writes a temporary file beside `path`, then renames it over `path`.
-fn write_atomically(path: &Path, zone: &serde_json::Value) {
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, zone.to_string()).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
 
 fn ips(list: &[&str]) -> Vec<IpAddr> {
     list.iter().map(|s| s.parse().unwrap()).collect()

@@ -223,17 +223,6 @@ fn http_probe(c: &Yaml, probe: &str) -> (String, u16) {
     (get["path"].as_str().unwrap().to_string(), port)
 }
 
-/// The value after `flag` in a command line (or of `flag=value`).
-fn flag(args: &[String], flag: &str) -> Option<String> {
-    args.iter().enumerate().find_map(|(i, a)| {
-        if a == flag {
-            args.get(i + 1).cloned()
-        } else {
-            a.strip_prefix(&format!("{flag}=")).map(str::to_string)
-        }
-    })
-}
-
 /// A container's environment: name to its entry (`value` or `valueFrom`), in order.
 fn env(c: &Yaml) -> Vec<(String, Yaml)> {
     c["env"]
@@ -371,7 +360,7 @@ impl Llamatap {
         let args = strings(&container["args"]);
         // The config file: --config (or LLAMATAP_CONFIG), a key of the
         // ConfigMap mounted on its folder.
-        let path = flag(&args, "--config")
+        let path = common::flag(&args, "--config")
             .or_else(|| env_value(&container, "LLAMATAP_CONFIG"))
             .expect("llamatap is given its config file");
         let (dir, file) = path.rsplit_once('/').unwrap();
@@ -413,7 +402,7 @@ impl Llamatap {
     /// the variable in the pod, else in the image, else the config file's
     /// top-level key; `None` when none sets it (the built-in default).
     fn setting(&self, flag_name: &str, var: &str, key: &str) -> Option<String> {
-        flag(&self.args, flag_name)
+        common::flag(&self.args, flag_name)
             .or_else(|| env_value(&self.container, var))
             .or_else(|| image_env().get(var).cloned())
             .or_else(|| {
@@ -526,10 +515,7 @@ fn kustomizations_list_every_manifest_once_and_nothing_else() {
 /// The interpreter with kubernetes-validate: `LLAMATAP_PYTHON`, else the
 /// venv scripts/ensure-deps.sh makes. Fails loudly without it.
 fn python() -> PathBuf {
-    let py = std::env::var_os("LLAMATAP_PYTHON")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| common::llama::cache_dir().join("venv/bin/python"));
+    let py = common::python();
     let probe = Command::new(&py)
         .args([
             "-c",
@@ -821,7 +807,7 @@ fn llamatap_is_given_only_flags_and_variables_it_reads() {
     let endpoint = env_value(&l.container, "OTEL_EXPORTER_OTLP_ENDPOINT")
         .expect("OTEL_EXPORTER_OTLP_ENDPOINT");
     assert!(
-        flag(&l.args, "--otlp-endpoint").is_none(),
+        common::flag(&l.args, "--otlp-endpoint").is_none(),
         "the OTLP endpoint comes from OTEL_EXPORTER_OTLP_ENDPOINT"
     );
     let protocol = env_value(&l.container, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_or("grpc".into());
@@ -876,7 +862,7 @@ fn llamatap_upstream_is_the_headless_llama_server_service() {
     let all = objects();
     let l = Llamatap::from(&all);
     // The file's upstream, not one from a flag or variable.
-    assert!(flag(&l.args, "--upstream").is_none());
+    assert!(common::flag(&l.args, "--upstream").is_none());
     assert!(env_value(&l.container, "LLAMATAP_UPSTREAM").is_none());
     assert!(!image_env().contains_key("LLAMATAP_UPSTREAM"));
     assert!(l.config.get("upstream").is_none());
@@ -913,7 +899,7 @@ fn llamatap_upstream_is_the_headless_llama_server_service() {
     let c = container(&sts["spec"]["template"], "llama-server");
     let target = resolve_port(&container_ports(c), &svc_port["targetPort"]).unwrap();
     assert_eq!(target, port, "a headless Service does not remap ports");
-    let server_port: u16 = flag(&strings(&c["args"]), "--port")
+    let server_port: u16 = common::flag(&strings(&c["args"]), "--port")
         .unwrap()
         .parse()
         .unwrap();
@@ -1033,14 +1019,18 @@ fn llama_server_runs_as_in_compose_with_metrics_and_health_probes() {
         "--parallel",
         "--cache-ram",
     ] {
-        assert_eq!(flag(&args, f), flag(&compose_args, f), "llama-server {f}");
+        assert_eq!(
+            common::flag(&args, f),
+            common::flag(&compose_args, f),
+            "llama-server {f}"
+        );
     }
     for f in ["--metrics", "--jinja"] {
         assert!(args.iter().any(|a| a == f), "llama-server needs {f}");
     }
-    assert_eq!(flag(&args, "--host").as_deref(), Some("0.0.0.0"));
+    assert_eq!(common::flag(&args, "--host").as_deref(), Some("0.0.0.0"));
     let ports = container_ports(c);
-    let port: u16 = flag(&args, "--port").unwrap().parse().unwrap();
+    let port: u16 = common::flag(&args, "--port").unwrap().parse().unwrap();
     assert_eq!(
         ports.get("http"),
         Some(&port),

@@ -51,17 +51,6 @@ fn command(s: &Yaml) -> Vec<String> {
         .collect()
 }
 
-/// The value after `flag` in a command (or of `flag=value`).
-fn flag(cmd: &[String], flag: &str) -> Option<String> {
-    cmd.iter().enumerate().find_map(|(i, a)| {
-        if a == flag {
-            cmd.get(i + 1).cloned()
-        } else {
-            a.strip_prefix(&format!("{flag}=")).map(str::to_string)
-        }
-    })
-}
-
 /// Every value of a repeatable `flag` in a command.
 fn flags(cmd: &[String], flag: &str) -> Vec<String> {
     let prefix = format!("{flag}=");
@@ -90,7 +79,7 @@ fn replicas(c: &Yaml) -> Vec<String> {
 
 /// A replica's container port, from its `--port` flag.
 fn replica_port(c: &Yaml, name: &str) -> u16 {
-    flag(&command(service(c, name)), "--port")
+    common::flag(&command(service(c, name)), "--port")
         .unwrap()
         .parse()
         .unwrap()
@@ -261,12 +250,12 @@ fn llama_server_replicas_are_the_official_image_with_one_small_model_it_download
         let cmd = command(s);
         // Replicas: the same model and flags.
         assert_eq!(cmd, first, "{name} differs from {}", names[0]);
-        assert_eq!(flag(&cmd, "--cache-ram").as_deref(), Some("0"));
-        let repo = flag(&cmd, "--hf-repo")
-            .or_else(|| flag(&cmd, "-hf"))
+        assert_eq!(common::flag(&cmd, "--cache-ram").as_deref(), Some("0"));
+        let repo = common::flag(&cmd, "--hf-repo")
+            .or_else(|| common::flag(&cmd, "-hf"))
             .unwrap();
         assert!(repo.contains("Instruct") && repo.contains("GGUF"), "{repo}");
-        assert!(flag(&cmd, "--host").as_deref() == Some("0.0.0.0"));
+        assert!(common::flag(&cmd, "--host").as_deref() == Some("0.0.0.0"));
         assert!(
             cmd.iter().any(|a| a == "--metrics"),
             "--metrics for Prometheus"
@@ -334,7 +323,7 @@ fn llamatap_service_matches_its_image_upstream_and_jaeger() {
     // Listeners on all interfaces, on the published container ports.
     let published: BTreeSet<u16> = ports(s).into_iter().map(|(_, c)| c).collect();
     for f in ["--listen", "--admin-listen"] {
-        let addr = flag(&cmd, f).unwrap_or_else(|| panic!("llamatap needs {f}"));
+        let addr = common::flag(&cmd, f).unwrap_or_else(|| panic!("llamatap needs {f}"));
         let (host, port) = addr.rsplit_once(':').unwrap();
         assert_eq!(
             host, "0.0.0.0",
@@ -347,10 +336,10 @@ fn llamatap_service_matches_its_image_upstream_and_jaeger() {
     }
 
     // OTLP to the jaeger service, protocol matching the port.
-    let otlp = flag(&cmd, "--otlp-endpoint").unwrap();
+    let otlp = common::flag(&cmd, "--otlp-endpoint").unwrap();
     let (host, port) = host_port(&otlp);
     assert_eq!(host, "jaeger");
-    let protocol = flag(&cmd, "--otlp-protocol").unwrap_or_else(|| "grpc".into());
+    let protocol = common::flag(&cmd, "--otlp-protocol").unwrap_or_else(|| "grpc".into());
     assert_eq!(
         (protocol.as_str(), port),
         if protocol == "grpc" {
@@ -362,7 +351,7 @@ fn llamatap_service_matches_its_image_upstream_and_jaeger() {
 
     // Its config file comes from the compose `configs:` and passes --check-config;
     // its Jaeger URL is the Jaeger UI as the browser reaches it.
-    let config_path = flag(&cmd, "--config").unwrap();
+    let config_path = common::flag(&cmd, "--config").unwrap();
     let attached = s["configs"]
         .as_sequence()
         .unwrap()
@@ -539,7 +528,7 @@ fn included(ignore: &str, path: &str) -> bool {
 fn prometheus_config_scrapes_llamatap_and_loads_the_rules_in_compose() {
     let c = compose();
     let prom = service(&c, "prometheus");
-    let config_in_container = flag(&command(prom), "--config.file").unwrap();
+    let config_in_container = common::flag(&command(prom), "--config.file").unwrap();
     assert_eq!(
         host_path(prom, &config_in_container).as_deref(),
         Some("conf/prometheus.yml"),
@@ -561,7 +550,7 @@ fn prometheus_config_scrapes_llamatap_and_loads_the_rules_in_compose() {
     }
     // The llamatap job scrapes the llamatap service's admin port; the other
     // targets are services too.
-    let admin_port: u16 = flag(&command(service(&c, "llamatap")), "--admin-listen")
+    let admin_port: u16 = common::flag(&command(service(&c, "llamatap")), "--admin-listen")
         .unwrap()
         .rsplit_once(':')
         .unwrap()

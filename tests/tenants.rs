@@ -14,7 +14,6 @@ mod common;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -86,13 +85,6 @@ fn left_in_minute() -> u64 {
 /// Waits (on the clock) until at least `ms` of the current minute is left.
 fn wait_for_window_with(ms: u64) {
     assert!(wait_until(Duration::from_secs(61), || left_in_minute() >= ms));
-}
-
-fn python() -> PathBuf {
-    std::env::var_os("LLAMATAP_PYTHON")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| common::llama::cache_dir().join("venv/bin/python"))
 }
 
 /// A `redis-server` on a free loopback port, killed when dropped.
@@ -224,7 +216,7 @@ fn the_openai_sdk_backs_off_as_told_and_every_call_succeeds() {
     // for the next window, and it and the fifth go through there. Start with
     // enough of the minute left that the first three share one window.
     wait_for_window_with(15_000);
-    let out = Command::new(python())
+    let out = Command::new(common::python())
         .args([
             "-c",
             SDK_SCRIPT,

@@ -1,8 +1,9 @@
 //! Test helpers: the real llamatap binary, a raw HTTP client, a scripted
-//! upstream, the real llama-server, a fleet of them with a chat workload, and
-//! an OTLP receiver.
+//! upstream, the real llama-server, a fleet of them with a chat workload, an
+//! OTLP receiver and a DNS server.
 #![allow(dead_code)]
 
+pub mod dns;
 pub mod fleet;
 pub mod http;
 pub mod llama;
@@ -41,4 +42,25 @@ pub fn wait_until(timeout: std::time::Duration, mut done: impl FnMut() -> bool) 
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// The project venv's python (with the openai, dnslib and
+/// kubernetes-validate packages): `LLAMATAP_PYTHON`, else the venv
+/// scripts/ensure-deps.sh makes in the cache.
+pub fn python() -> std::path::PathBuf {
+    std::env::var_os("LLAMATAP_PYTHON")
+        .filter(|p| !p.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| llama::cache_dir().join("venv/bin/python"))
+}
+
+/// The value after `flag` in a command line (or of `flag=value`).
+pub fn flag(args: &[String], flag: &str) -> Option<String> {
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a == flag {
+            args.get(i + 1).cloned()
+        } else {
+            a.strip_prefix(&format!("{flag}=")).map(str::to_string)
+        }
+    })
 }

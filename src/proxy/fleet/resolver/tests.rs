@@ -141,6 +141,11 @@ fn reply(q: &Asked, v4s: &[(u8, u32)], v6s: &[(u16, u32)]) -> Vec<u8> {
     r.bytes()
 }
 
+/// An answer to `q` with no record and the error code `rcode`.
+fn refusal(q: &Asked, rcode: Rcode) -> Vec<u8> {
+    Response::new(q.id, NAME, q.kind).rcode(rcode).bytes()
+}
+
 fn ips(v4s: &[u8], v6s: &[u16]) -> Vec<IpAddr> {
     let mut out: Vec<IpAddr> = v4s.iter().map(|l| IpAddr::V4(v4(*l))).collect();
     out.extend(v6s.iter().map(|l| IpAddr::V6(v6(*l))));
@@ -229,14 +234,7 @@ async fn no_records_of_either_type_is_no_addresses() {
 
 #[tokio::test]
 async fn servfail_is_an_error() {
-    let server = Server::start(|q| {
-        Some(
-            Response::new(q.id, NAME, q.kind)
-                .rcode(Rcode::ServFail)
-                .bytes(),
-        )
-    })
-    .await;
+    let server = Server::start(|q| Some(refusal(q, Rcode::ServFail))).await;
     let e = lookup(server.addr, NAME, TIMEOUT).await.unwrap_err();
     assert!(
         matches!(
@@ -255,11 +253,7 @@ async fn servfail_is_an_error() {
 async fn one_type_failing_leaves_the_others_addresses() {
     let server = Server::start(|q| match q.kind {
         RecordKind::A => Some(reply(q, &[(4, 3)], &[])),
-        RecordKind::Aaaa => Some(
-            Response::new(q.id, NAME, q.kind)
-                .rcode(Rcode::Refused)
-                .bytes(),
-        ),
+        RecordKind::Aaaa => Some(refusal(q, Rcode::Refused)),
     })
     .await;
     let got = lookup(server.addr, NAME, TIMEOUT).await.unwrap();
@@ -271,11 +265,7 @@ async fn one_type_failing_leaves_the_others_addresses() {
 async fn one_type_failing_while_the_other_is_empty_is_an_error() {
     let server = Server::start(|q| match q.kind {
         RecordKind::A => Some(reply(q, &[], &[])),
-        RecordKind::Aaaa => Some(
-            Response::new(q.id, NAME, q.kind)
-                .rcode(Rcode::Refused)
-                .bytes(),
-        ),
+        RecordKind::Aaaa => Some(refusal(q, Rcode::Refused)),
     })
     .await;
     let e = lookup(server.addr, NAME, TIMEOUT).await.unwrap_err();
