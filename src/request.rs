@@ -11,9 +11,16 @@
 //! [`crate::cachebreak`].
 //!
 //! Decisions:
-//! - [`Route::from_path`] matches llama-server's own paths exactly, as its
-//!   router does: a trailing slash (`/v1/models/`), other casing or a prefix
-//!   is [`Route::Other`], since llama-server answers 404 to it.
+//! - [`Route::from_path`] reads the path as llama-server's HTTP library does
+//!   (percent-decoded, [`path`]), then matches llama-server's own paths
+//!   exactly, as its router does: `/v1/chat/%63ompletions` is
+//!   [`Route::ChatCompletions`], while a trailing slash (`/v1/models/`),
+//!   other casing or a prefix is [`Route::Other`], since llama-server
+//!   answers 404 to it.
+//! - A route that runs a task on a llama-server slot
+//!   ([`Route::uses_slot`]) waits in the admission queue, whether or not it
+//!   has a GenAI operation name: reranking, transcriptions and decisions
+//!   do, tokenizing and template rendering do not.
 //! - A route names the handler llama-server runs, so the label also tells
 //!   the response format: `/completions` runs the native completion handler
 //!   (like `/completion`, not the OpenAI one at `/v1/completions`), so it is
@@ -21,7 +28,9 @@
 //! - `/v1/messages/count_tokens` counts tokens and generates nothing: it is
 //!   [`Route::Other`]. Ollama's `/api/chat` and `/api/tags`, which
 //!   llama-server serves, are [`Route::ChatCompletions`] and [`Route::Models`].
-//! - Reranking has no GenAI operation name, so none is reported.
+//! - Reranking, transcriptions (`/v1/audio/transcriptions`, run as a chat
+//!   completion on an audio model) and decisions (`/v1/systemone`) have no
+//!   GenAI operation name, so none is reported.
 //! - [`inspect_body`] keeps each field it can read: a wrongly typed field is
 //!   `None` alone, a duplicated key takes its last value (as llama-server's
 //!   JSON parser does), and a body cut short keeps the top-level fields
@@ -33,6 +42,7 @@
 //!   `max_tokens`; a body normally carries only one).
 
 mod lenient;
+mod path;
 #[cfg(test)]
 mod tests;
 
@@ -70,11 +80,17 @@ pub enum Route {
     Embedding,
     /// `/rerank`, `/reranking`, `/v1/rerank`, `/v1/reranking`.
     Reranking,
+    /// `/v1/audio/transcriptions`, `/audio/transcriptions`: OpenAI
+    /// transcription (a chat completion on an audio model).
+    Transcriptions,
+    /// `/v1/systemone`: a decision model's answers.
+    Decision,
     /// `/health`, `/v1/health`.
     Health,
     /// `/props`.
     Props,
-    /// `/slots`, `/slots/<id>`.
+    /// `/slots`, `/slots/<id>` (and `/slots/<id>/`, `/slots/`, which
+    /// llama-server's router also matches).
     Slots,
     /// `/metrics`: llama-server's own Prometheus metrics.
     Metrics,
@@ -100,6 +116,8 @@ const ROUTES: &[Route] = &[
     Route::ApplyTemplate,
     Route::Embedding,
     Route::Reranking,
+    Route::Transcriptions,
+    Route::Decision,
     Route::Health,
     Route::Props,
     Route::Slots,
@@ -120,9 +138,12 @@ struct RouteInfo {
     operation: Option<&'static str>,
     /// Format of its streamed (and whole) LLM answers.
     format: Option<StreamFormat>,
+    /// It runs a task on a llama-server slot (so it waits in the queue).
+    slot: bool,
 }
 
-/// A row of the route table.
+/// A row of the route table. Every route with an operation name runs on a
+/// slot.
 const fn row(
     label: &'static str,
     paths: &'static [&'static str],
@@ -134,6 +155,18 @@ const fn row(
         paths,
         operation,
         format,
+        slot: operation.is_some(),
+    }
+}
+
+/// A row of a route that runs on a slot with no GenAI operation name.
+const fn slot_row(label: &'static str, paths: &'static [&'static str]) -> RouteInfo {
+    RouteInfo {
+        label,
+        paths,
+        operation: None,
+        format: None,
+        slot: true,
     }
 }
 
@@ -184,12 +217,15 @@ impl Route {
                 EMBEDDINGS,
                 None,
             ),
-            Route::Reranking => row(
+            Route::Reranking => slot_row(
                 "reranking",
                 &["/rerank", "/reranking", "/v1/rerank", "/v1/reranking"],
-                None,
-                None,
             ),
+            Route::Transcriptions => slot_row(
+                "transcriptions",
+                &["/v1/audio/transcriptions", "/audio/transcriptions"],
+            ),
+            Route::Decision => slot_row("decision", &["/v1/systemone"]),
             Route::Health => row("health", &["/health", "/v1/health"], None, None),
             Route::Props => row("props", &["/props"], None, None),
             // Also `/slots/<id>`, matched in `from_path`.
@@ -207,16 +243,35 @@ impl Route {
         }
     }
 
-    /// The route of a request path (without its query string; anything from
-    /// `?` or `#` on is ignored all the same).
-    pub fn from_path(path: &str) -> Route {
-        let path = path.split(['?', '#']).next().unwrap_or_default();
-        if let Some(route) = ROUTES.iter().find(|r| r.info().paths.contains(&path)) {
+    /// The route of a request target: its path (anything from `?` or `#`
+    /// on is ignored), percent-decoded as llama-server decodes it
+    /// ([`path::decoded`]), matched exactly.
+    pub fn from_path(target: &str) -> Route {
+        Route::from_target(target.as_bytes())
+    }
+
+    /// [`Route::from_path`] of the request target's bytes as they go on the
+    /// wire (Pingora's `raw_path`): whatever its form, since llama-server
+    /// decodes even a target that does not start with `/`
+    /// (`%2Fv1%2Fchat%2Fcompletions` is a chat), while `http::Uri` roots
+    /// such a target at `/`.
+    pub fn from_target(target: &[u8]) -> Route {
+        let path = path::decoded(target);
+        let path = path.as_ref();
+        if let Some(route) = ROUTES
+            .iter()
+            .find(|r| r.info().paths.iter().any(|p| p.as_bytes() == path))
+        {
             return *route;
         }
-        match path.strip_prefix("/slots/") {
-            Some(id) if !id.is_empty() && !id.contains('/') => Route::Slots,
-            _ => Route::Other,
+        // llama-server's `/slots/:id_slot`: one segment, then at most a `/`.
+        match path.strip_prefix(b"/slots/") {
+            Some(id) => match memchr::memchr(b'/', id) {
+                None => Route::Slots,
+                Some(at) if at + 1 == id.len() => Route::Slots,
+                Some(_) => Route::Other,
+            },
+            None => Route::Other,
         }
     }
 
@@ -236,6 +291,12 @@ impl Route {
     /// reranking included.
     pub fn operation_name(&self) -> Option<&'static str> {
         self.info().operation
+    }
+
+    /// It runs a task on a llama-server slot: it generates, embeds, reranks,
+    /// transcribes or decides. Such a request waits in the admission queue.
+    pub fn uses_slot(&self) -> bool {
+        self.info().slot
     }
 
     /// The format of the route's LLM answers, streamed or whole; `None` for

@@ -381,6 +381,24 @@ fn check_request(data: &[u8]) {
     let bare = path.split(['?', '#']).next().unwrap_or_default();
     assert_eq!(Route::from_path(bare), route, "query changed the route");
     assert_eq!(Route::from_path(&format!("{bare}?stream=true")), route);
+    // llama-server decodes the path before it routes: a path spelled all in
+    // `%XX` (or `%u00XX`) is the route of the path it decodes to.
+    if !bare.contains('%') {
+        let hex: String = bare.bytes().map(|b| format!("%{b:02X}")).collect();
+        assert_eq!(
+            Route::from_path(&hex),
+            route,
+            "{bare:?} encoded changed the route"
+        );
+        if bare.is_ascii() {
+            let wide: String = bare.bytes().map(|b| format!("%u00{b:02x}")).collect();
+            assert_eq!(
+                Route::from_path(&wide),
+                route,
+                "{bare:?} %u-encoded changed the route"
+            );
+        }
+    }
     if route.stream_format().is_some() {
         assert!(
             route.operation_name().is_some(),

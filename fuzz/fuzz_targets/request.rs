@@ -6,7 +6,8 @@
 //! - `model` is `None` or a non-empty string of at most `MAX_MODEL_BYTES`
 //!   (256) bytes;
 //! - a leading UTF-8 BOM changes nothing;
-//! - a query string or fragment does not change the route;
+//! - a query string or fragment does not change the route, and neither
+//!   does spelling a path without `%` all in `%XX` (or, if ASCII, `%u00XX`);
 //! - `Route::from_path` returns one of `Route::all()`, and a route that has
 //!   a stream format generates (has an operation name).
 #![no_main]
@@ -40,6 +41,16 @@ fuzz_target!(|data: &[u8]| {
     let bare = path.split(['?', '#']).next().unwrap_or_default();
     assert_eq!(Route::from_path(bare), route, "query changed the route");
     assert_eq!(Route::from_path(&format!("{bare}?stream=true")), route);
+    // llama-server decodes the path before it routes: a path spelled all in
+    // `%XX` (or `%u00XX`) is the route of the path it decodes to.
+    if !bare.contains('%') {
+        let hex: String = bare.bytes().map(|b| format!("%{b:02X}")).collect();
+        assert_eq!(Route::from_path(&hex), route, "{bare:?} encoded changed the route");
+        if bare.is_ascii() {
+            let wide: String = bare.bytes().map(|b| format!("%u00{b:02x}")).collect();
+            assert_eq!(Route::from_path(&wide), route, "{bare:?} %u-encoded changed the route");
+        }
+    }
     if route.stream_format().is_some() {
         assert!(
             route.operation_name().is_some(),

@@ -73,6 +73,14 @@ bodies = {
     "path-slots": "/slots/0#frag",
     "path-models": "/v1/models/",
     "path-messages": "/v1/messages/count_tokens",
+    "path-encoded-chat": "/v1/chat/%63ompletions",
+    "path-encoded-unicode": "/v1/c%u0068at/completions?stream=true",
+    "path-encoded-rerank": "/v1/%72erank",
+    "path-encoded-slash": "%2Fv1%2Fchat%2Fcompletions",
+    "path-encoded-query": "/v1/chat/completions%3Fx=1",
+    "path-encoded-twice": "/v1/chat/%2563ompletions",
+    "path-encoded-broken": "/v1/chat/completions%u00%g0%",
+    "path-transcriptions": "/v1/audio/transcriptions",
 }
 for name, body in bodies.items():
     put("request", name, body)

@@ -303,7 +303,7 @@ pub async fn wait(
     admission: &Arc<Admission>,
 ) -> Result<bool> {
     if !admission.enabled()
-        || ctx.route.operation_name().is_none()
+        || !ctx.route.uses_slot()
         || session.req_header().method != http::Method::POST
     {
         return Ok(false);

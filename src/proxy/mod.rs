@@ -103,6 +103,15 @@ impl LlamaProxy {
     }
 }
 
+/// The path of the request target as it came (Pingora's `raw_path`, up to
+/// any `?`), for the record: the URI roots a target that is not
+/// origin-form at `/`, which would hide what was asked for.
+fn logged_path(req: &RequestHeader) -> String {
+    let raw = req.raw_path();
+    let end = memchr::memchr2(b'?', b'#', raw).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
 fn header<'a>(h: &'a RequestHeader, name: &str) -> Option<&'a [u8]> {
     h.headers.get(name).map(|v| v.as_bytes())
 }
@@ -143,7 +152,10 @@ impl ProxyHttp for LlamaProxy {
     /// every other request goes on to Pingora's proxy loop.
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let req = session.req_header();
-        ctx.route = Route::from_path(req.uri.path());
+        // The target as it goes upstream, not `uri.path()`: a target that
+        // is not origin-form is rooted at `/` in the URI but forwarded, and
+        // routed by llama-server, as it came.
+        ctx.route = Route::from_target(req.raw_path());
         let direct = forward::eligible(session, ctx);
         if !direct || self.fleet.is_fleet() || self.admission.enabled() {
             // Keep (up to Pingora's 64 KiB) the body as it is forwarded, so
@@ -523,7 +535,7 @@ impl ProxyHttp for LlamaProxy {
         let (outcome, error) = outcome::outcome(e, ctx);
         let req = session.req_header();
         let method = req.method.as_str().to_string();
-        let path = req.uri.path().to_string();
+        let path = logged_path(req);
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
         rec.upstream = fleet::steps::finish(&self.fleet, ctx, &rec);

@@ -42,6 +42,12 @@ fn routes_llama_server_paths() {
         ("/index.html", Route::Ui),
         ("/v1/chat/completions?x=1", Route::ChatCompletions),
         ("/health#top", Route::Health),
+        ("/v1/audio/transcriptions", Route::Transcriptions),
+        ("/audio/transcriptions", Route::Transcriptions),
+        ("/v1/systemone", Route::Decision),
+        // llama-server's `/slots/:id_slot` also matches these two.
+        ("/slots/", Route::Slots),
+        ("/slots/0/", Route::Slots),
     ];
     for (path, route) in cases {
         assert_eq!(Route::from_path(path), route, "{path}");
@@ -107,11 +113,13 @@ fn other_paths_are_other() {
         "/V1/CHAT/COMPLETIONS",
         "//v1/chat/completions",
         "/proxy/v1/chat/completions",
-        "/slots/",
         "/slots/0/extra",
+        "/slots/0//",
         "/api/show",
         "/lora-adapters",
-        "/v1/audio/transcriptions",
+        "/v1/chat/completions/control",
+        "/v1/chat/completions/input_tokens",
+        "/v1/stream",
         "/index.htm",
         "v1/models",
         "/metrics/",
@@ -123,7 +131,7 @@ fn other_paths_are_other() {
 #[test]
 fn labels_are_unique_snake_case() {
     let labels: Vec<&str> = Route::all().iter().map(Route::as_str).collect();
-    assert_eq!(labels.len(), 19);
+    assert_eq!(labels.len(), 21);
     let mut unique = labels.clone();
     unique.sort_unstable();
     unique.dedup();
@@ -148,6 +156,130 @@ fn operation_names_follow_genai_conventions() {
         assert_eq!(route.operation_name(), want, "{route:?}");
     }
     assert_eq!(Route::Reranking.operation_name(), None);
+}
+
+#[test]
+fn routes_that_run_on_a_slot_are_those_that_generate_embed_rerank_transcribe_or_decide() {
+    for route in Route::all() {
+        let want = route.operation_name().is_some()
+            || matches!(
+                route,
+                Route::Reranking | Route::Transcriptions | Route::Decision
+            );
+        assert_eq!(route.uses_slot(), want, "{route:?}");
+    }
+}
+
+// === percent-decoding, as llama-server's HTTP library does ===
+
+#[test]
+fn a_percent_encoded_path_is_the_route_llama_server_runs() {
+    let cases = [
+        ("/v1/chat/%63ompletions", Route::ChatCompletions),
+        ("/v1/chat/%63OMPLETIONS", Route::Other),
+        ("%2Fv1%2Fchat%2Fcompletions", Route::ChatCompletions),
+        ("/v1/chat/completion%73?stream=true", Route::ChatCompletions),
+        ("/v1/%43hat/completions", Route::Other),
+        ("/v1/c%68at/completions", Route::ChatCompletions),
+        ("/v1/c%u0068at/completions", Route::ChatCompletions),
+        ("/v1/c%U0068at/completions", Route::Other),
+        ("/v1/chat/%6a", Route::Other),
+        ("/v1/%72erank", Route::Reranking),
+        ("/v1/%65mbeddings", Route::Embeddings),
+        ("/%63ompletion", Route::Completion),
+        ("/v1/messages%2Fcount_tokens", Route::Other),
+        ("/v1/audio%2Ftranscriptions", Route::Transcriptions),
+        ("/slots/%30", Route::Slots),
+        ("/slots/0%2Fx", Route::Other),
+        // Decoding happens after the query is cut off, once.
+        ("/v1/chat/completions%3Fx=1", Route::Other),
+        ("/v1/chat/completions%253F", Route::Other),
+        ("/v1/chat/%2563ompletions", Route::Other),
+        // A `%` without two hex digits stays as it is.
+        ("/v1/chat/completions%", Route::Other),
+        ("/v1/chat/completions%g0", Route::Other),
+        ("/v1/chat/completions%u00", Route::Other),
+        // A surrogate decodes to nothing.
+        ("/v1/chat/com%uD800pletions", Route::ChatCompletions),
+        ("/health%00", Route::Other),
+    ];
+    for (path, route) in cases {
+        assert_eq!(Route::from_path(path), route, "{path}");
+    }
+}
+
+#[test]
+fn decoding_follows_the_http_library_byte_for_byte() {
+    use std::borrow::Cow;
+    let d = |s: &str| path::decoded(s.as_bytes()).into_owned();
+    assert!(matches!(
+        path::decoded(b"/v1/models?x=%41"),
+        Cow::Borrowed(b"/v1/models")
+    ));
+    assert_eq!(d("/a%41%4a%4A"), b"/aAJJ");
+    assert_eq!(d("/%ff%00"), b"/\xff\x00");
+    assert_eq!(d("/%u00e9"), "/\u{e9}".as_bytes());
+    assert_eq!(d("/%u20AC"), "/\u{20ac}".as_bytes());
+    assert_eq!(d("/%uDFFF!"), b"/!");
+    assert_eq!(d("/%u12"), b"/%u12");
+    assert_eq!(d("/%1"), b"/%1");
+    assert_eq!(d("/%"), b"/%");
+    assert_eq!(d("/%%41"), b"/%A");
+    assert_eq!(d("/x#%41?y"), b"/x");
+}
+
+/// `%XX` of one byte, in either case of hex digit.
+fn encode_byte(b: u8, upper: bool) -> String {
+    if upper {
+        format!("%{b:02X}")
+    } else {
+        format!("%{b:02x}")
+    }
+}
+
+proptest! {
+    /// Any spelling of a slot route's path that llama-server decodes to it
+    /// (any bytes as `%XX`, in either case, or as `%u00XX`, with any query)
+    /// is that route: nothing that runs on a slot reaches it as `other`.
+    #[test]
+    fn every_encoding_of_a_slot_route_is_that_route(
+        pick in any::<prop::sample::Index>(),
+        how in prop::collection::vec(0u8..4, 32),
+        query in "[a-z=&%0-9]{0,12}",
+    ) {
+        let slot_paths: Vec<(Route, &str)> = Route::all()
+            .iter()
+            .filter(|r| r.uses_slot())
+            .flat_map(|r| r.info().paths.iter().map(move |p| (*r, *p)))
+            .collect();
+        let (route, plain) = slot_paths[pick.index(slot_paths.len())];
+        let mut encoded = String::new();
+        for (i, b) in plain.bytes().enumerate() {
+            match how[i % how.len()] {
+                0 => encoded.push(char::from(b)),
+                1 => encoded.push_str(&encode_byte(b, true)),
+                2 => encoded.push_str(&encode_byte(b, false)),
+                _ => encoded.push_str(&format!("%u00{b:02x}")),
+            }
+        }
+        if !query.is_empty() {
+            encoded.push('?');
+            encoded.push_str(&query);
+        }
+        prop_assert_eq!(Route::from_path(&encoded), route, "{}", encoded);
+    }
+
+    /// Decoding never panics, never grows a path, and a path with no `%`
+    /// is its own decoding.
+    #[test]
+    fn decoding_is_total_and_never_longer(s in ".{0,64}") {
+        let bare = s.split(['?', '#']).next().unwrap_or_default();
+        let out = path::decoded(s.as_bytes());
+        prop_assert!(out.len() <= bare.len());
+        if !bare.contains('%') {
+            prop_assert_eq!(out.as_ref(), bare.as_bytes());
+        }
+    }
 }
 
 // === bodies ===
