@@ -128,17 +128,15 @@ pub fn classify(e: &Error) -> Failure {
     }
 }
 
-/// Human text for a failure (no internals beyond the error's own kind).
+/// Human text for a failure, as the client hears it: no internals (no
+/// upstream name, address or host name) beyond the error's own kind.
 pub fn message(f: &Failure, e: &Error) -> String {
     let what = match f.code {
         "upstream_connect_timeout" => "timed out connecting to the upstream llama-server",
         "upstream_timeout" => "timed out waiting for the upstream llama-server",
         "upstream_unreachable" => "cannot connect to the upstream llama-server",
         "upstream_unresolved" => {
-            let address = e.context.as_ref().map_or("", |c| c.as_str());
-            return format!(
-                "the upstream llama-server's host name does not resolve (yet): {address}"
-            );
+            return "the upstream llama-server's host name does not resolve (yet)".to_string()
         }
         "upstream_disconnected" => {
             "the upstream llama-server closed the connection before the response was complete"
@@ -153,10 +151,16 @@ pub fn message(f: &Failure, e: &Error) -> String {
     format!("{what} ({})", e.etype().as_str())
 }
 
-/// [`message`], naming the upstream the failure is about when one was
-/// chosen (`the upstream llama-server` becomes `upstream llama-server NAME`).
+/// [`message`], for the log line and the span: naming the upstream the
+/// failure is about when one was chosen (`the upstream llama-server`
+/// becomes `upstream llama-server NAME`), and the host name that does not
+/// resolve.
 pub fn message_naming(f: &Failure, e: &Error, upstream: Option<&str>) -> String {
     let text = message(f, e);
+    if f.code == "upstream_unresolved" {
+        let address = e.context.as_ref().map_or("", |c| c.as_str());
+        return format!("{text}: {address}");
+    }
     match upstream {
         Some(name) if f.outcome == Outcome::UpstreamError => text.replacen(
             "the upstream llama-server",
@@ -225,7 +229,9 @@ mod tests {
                 "upstream_error"
             )
         );
-        assert!(message(&f, &e).ends_with("llama.internal:8081"));
+        assert!(message_naming(&f, &e, None).ends_with("llama.internal:8081"));
+        // The client hears no host name.
+        assert!(!message(&f, &e).contains("llama.internal"));
     }
 
     #[test]

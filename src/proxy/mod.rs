@@ -437,9 +437,15 @@ impl ProxyHttp for LlamaProxy {
             .member
             .and_then(|i| self.fleet.member(i))
             .map(|m| m.upstream.name.clone());
-        let msg = errors::message_naming(&f, e, upstream.as_deref());
+        // The log line and the span name the upstream; the client hears a
+        // plain reason.
+        let msg = errors::message(&f, e);
         ctx.ended.get_or_insert_with(Instant::now);
-        ctx.failure = Some((f.outcome, f.code, msg.clone()));
+        ctx.failure = Some((
+            f.outcome,
+            f.code,
+            errors::message_naming(&f, e, upstream.as_deref()),
+        ));
         let mut code = f.status;
         if f.status != 0 {
             if session.as_downstream().response_written().is_none() {

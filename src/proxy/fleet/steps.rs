@@ -118,15 +118,19 @@ pub async fn prepare(
         return Ok(true);
     }
     if let Err(NoRoute::Unavailable { why }) = fleet.unavailable(ctx.request.model.as_deref()) {
-        let message = match ctx.request.model.as_deref() {
+        // The client hears a plain reason; which members are down and why
+        // (addresses, DNS names, lookup errors) goes to the log line, the
+        // span and `/readyz` on the admin listener.
+        let plain = match ctx.request.model.as_deref() {
             Some(m) => format!(
-                "model {:?} has no healthy upstream now ({why}); retry later",
+                "model {:?} has no healthy upstream now; retry later",
                 bounded(m, MAX_ECHOED_MODEL)
             ),
-            None => format!("no upstream is healthy now ({why}); retry later"),
+            None => "no upstream is healthy now; retry later".to_string(),
         };
-        ctx.failure = Some((Outcome::UpstreamError, "model_unavailable", message.clone()));
-        let body = errors::json_body(&message, "upstream_error", "model_unavailable");
+        let detailed = format!("{} ({why})", plain.trim_end_matches("; retry later"));
+        ctx.failure = Some((Outcome::UpstreamError, "model_unavailable", detailed));
+        let body = errors::json_body(&plain, "upstream_error", "model_unavailable");
         answer(session, ctx, 503, body).await;
         return Ok(true);
     }
