@@ -550,7 +550,13 @@ fn a_name_whose_lookups_fail_is_reported_as_failing_not_empty() {
     let mut r = http::post(&t.addr(), "/v1/chat/completions", &chat(0)).unwrap();
     assert_eq!(r.head.status, 503);
     let answer = String::from_utf8_lossy(&r.read_all().unwrap()).into_owned();
-    assert!(answer.contains("its lookup failed"), "{answer}");
+    // The client hears a plain reason, without the internal name or the
+    // resolver's error; /readyz (admin listener) has both.
+    assert!(answer.contains("no upstream is healthy now"), "{answer}");
+    assert!(
+        !answer.contains(NAME) && !answer.contains("lookup"),
+        "{answer}"
+    );
     // Each lookup gives up after 2 s; queries spread over more than 4.5 s
     // are three lookups at least.
     wait("three lookups", Duration::from_secs(30), || {
@@ -712,4 +718,67 @@ fn replicas_place_thousands_of_conversations_alike_and_a_departure_moves_only_it
         hosts[gone], per[gone]
     );
     assert_eq!(moved, per[gone]);
+}
+
+/// One empty answer (NOERROR, no records, an SOA whose negative TTL is an
+/// hour) drains nothing: the name is looked up again after
+/// `min_refresh_ms`, and its members drain only if it stays empty. The DNS
+/// server gives the empty answer exactly once (both questions of one
+/// lookup), then the address again.
+#[test]
+fn one_empty_answer_drains_nothing_and_the_name_is_asked_again_soon() {
+    let _serial = common::fleet::serial();
+    let host = HOSTS[0];
+    let server = LlamaServer::start_at("tiny", &["-np", "2"], host, common::free_port());
+    let port = server.port;
+    let dns = Dns(DnsServer::start("empty-once", &zone(&[host])));
+    let config = common::temp_config(
+        "discovery-empty-once",
+        &format!(
+            "[discovery]\nresolver = \"127.0.0.1:{}\"\nmin_refresh_ms = 300\nmax_refresh_ms = 8000\n",
+            dns.port()
+        ),
+    );
+    let t = Llamatap::start(
+        &format!("dns+http://{NAME}:{port}"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let name = member(host, port);
+    wait("the member up", Duration::from_secs(30), || {
+        up(&t, &name) == Some(1.0)
+    });
+    wait("ready", Duration::from_secs(30), || readyz(&t).0 == 200);
+    let traffic = Traffic::start(&t.addr(), 2);
+    wait("traffic flows", Duration::from_secs(30), || {
+        traffic.count() >= 5
+    });
+    let back = zone(&[host]);
+    dns.0.set_zone(&serde_json::json!({
+        "ttl": 3600,
+        "names": {format!("{NAME}."): []},
+        "then": back,
+        "after": 2,
+    }));
+    wait("the empty answer given", Duration::from_secs(30), || {
+        dns.0.zone_now() == back
+    });
+    // Traffic goes on well past the next lookup (300 ms later); on a
+    // member drained by the empty answer it would get 503s for seconds.
+    let at_switch = traffic.count();
+    let started = std::time::Instant::now();
+    wait(
+        "traffic after the empty answer",
+        Duration::from_secs(60),
+        || traffic.count() >= at_switch + 20 && started.elapsed() >= Duration::from_millis(1500),
+    );
+    let results = traffic.finish();
+    assert_all_ok(&results, "around one empty answer");
+    let log = t.stderr();
+    assert_eq!(
+        log.matches("answered with no address").count(),
+        1,
+        "the empty answer is logged once: {log}"
+    );
+    assert!(!log.contains("upstream draining"), "{log}");
+    assert_eq!(readyz(&t).0, 200);
 }

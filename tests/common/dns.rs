@@ -70,6 +70,15 @@ impl DnsServer {
     pub fn set_zone(&self, zone: &serde_json::Value) {
         write_atomically(&self.zone, zone);
     }
+
+    /// The zone it answers from now (the server replaces a zone with
+    /// `"then"` once it has answered it `"after"` times).
+    pub fn zone_now(&self) -> serde_json::Value {
+        std::fs::read(&self.zone)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for DnsServer {

@@ -16,7 +16,11 @@
 //! - an address that comes back while draining simply serves again;
 //! - a failed lookup (timeout, `SERVFAIL`, ...) changes nothing: members are
 //!   never dropped for a resolver's trouble, only for an answer without them
-//!   (`NXDOMAIN` or no records: every member drains);
+//!   (`NXDOMAIN` or no records), and only once a second lookup,
+//!   `min_refresh_ms` later, confirms it: one empty answer (a record set
+//!   briefly empty during an update, a stale negative cache) drains nothing;
+//!   while the name stays empty it is looked up every `min_refresh_ms`,
+//!   whatever the negative TTL, so members that come back serve at once;
 //! - the fleet holds at most 64 members at once: the addresses past that
 //!   (in sorted order) are left out and logged, not trusted.
 //!
@@ -55,6 +59,9 @@ pub struct Discovered {
     left_out: usize,
     /// The last lookup failed, and why (logged once per change).
     failing: Option<String>,
+    /// The last answer named no address, and members still served: the
+    /// next lookup decides whether they drain.
+    empty_once: bool,
 }
 
 /// What one lookup found.
@@ -81,6 +88,7 @@ impl Discovered {
             members: BTreeMap::new(),
             left_out: 0,
             failing: None,
+            empty_once: false,
         }
     }
 
@@ -114,13 +122,18 @@ impl Discovered {
                     if self.failing.take().is_some() {
                         tracing::info!(name = host.as_str(), "upstream name resolves again");
                     }
-                    let addresses = answer
-                        .addresses
-                        .iter()
-                        .map(|ip| SocketAddr::new(*ip, port))
-                        .collect();
-                    self.apply(addresses, &mut loops);
-                    self.settings.next_refresh(answer.ttl)
+                    if answer.addresses.is_empty() {
+                        self.empty_answer(&host, &mut loops)
+                    } else {
+                        self.empty_once = false;
+                        let addresses = answer
+                            .addresses
+                            .iter()
+                            .map(|ip| SocketAddr::new(*ip, port))
+                            .collect();
+                        self.apply(addresses, &mut loops);
+                        self.settings.next_refresh(answer.ttl)
+                    }
                 }
                 Err(why) => {
                     self.fleet
@@ -139,6 +152,25 @@ impl Discovered {
             };
             next_lookup = Instant::now() + wait;
         }
+    }
+
+    /// An answer with no address: the first one while members serve is
+    /// only noted; a second in a row drains them. Either way the name is
+    /// looked up again after `min_refresh_ms`.
+    fn empty_answer(&mut self, host: &str, loops: &mut JoinSet<()>) -> Duration {
+        let serving = self.members.values().filter(|(m, _)| !m.draining()).count();
+        if serving > 0 && !self.empty_once {
+            self.empty_once = true;
+            tracing::info!(
+                name = host,
+                members = serving,
+                "upstream name answered with no address: looked up again before its members drain"
+            );
+        } else {
+            self.empty_once = false;
+            self.apply(Vec::new(), loops);
+        }
+        self.settings.min_refresh
     }
 
     /// Brings the members in line with an answer: new addresses join,
