@@ -198,13 +198,19 @@ impl Tenants {
     }
 }
 
-/// Compares without an early exit on the first differing byte.
+/// Compares in constant time (the `subtle` crate, whose operations the
+/// optimiser cannot shorten): every byte of the key is compared whatever
+/// the presented key's length or content, so the time taken tells nothing
+/// of how much of a guess was right, nor of whether its length was.
 pub fn same(key: &Secret, presented: &str) -> bool {
+    use subtle::ConstantTimeEq;
     let (a, b) = (key.expose().as_bytes(), presented.as_bytes());
-    if a.len() != b.len() {
-        return false;
+    let lengths = u64::try_from(a.len()).unwrap_or(u64::MAX);
+    let mut equal = lengths.ct_eq(&u64::try_from(b.len()).unwrap_or(u64::MAX));
+    for (i, x) in a.iter().enumerate() {
+        equal &= x.ct_eq(b.get(i).unwrap_or(&0));
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    equal.into()
 }
 
 /// Whether `name` may be a tenant name: 1 to [`MAX_NAME_BYTES`] letters,

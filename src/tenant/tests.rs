@@ -53,7 +53,13 @@ fn comparison() {
     assert!(same(&k, "secret-key-1"));
     assert!(!same(&k, "secret-key-2"));
     assert!(!same(&k, "secret-key-10"));
+    assert!(!same(&k, "secret-key-"));
     assert!(!same(&k, ""));
+    // A prefix padded with what a short key is compared against.
+    assert!(!same(&k, "secret-key-1\0"));
+    let empty = Secret::new(String::new());
+    assert!(same(&empty, ""));
+    assert!(!same(&empty, "\0"));
 }
 
 #[test]
