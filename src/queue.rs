@@ -7,7 +7,10 @@
 //! takes up to `w` dispatches per turn), then arrival order within a tenant.
 //! A class may not take the last `reserve` free slots of the fleet, so that
 //! room is kept for more urgent classes (llama-server cannot pre-empt a
-//! running slot).
+//! running slot). Classes stay strict under the tenant reserve too: when a
+//! class's queued tenants are all held back by its `tenant_reserve`, the
+//! slot is kept for a tenant of that class with none running, and no less
+//! urgent class takes it.
 //!
 //! Capacity is counted per upstream: each has a capacity (`None`: unknown,
 //! never limiting), a count of requests bound to it and an up/down mark; a
@@ -367,22 +370,28 @@ impl<T> Scheduler<T> {
             if depth == 0 || free <= reserve {
                 continue;
             }
-            if let Some(h) = self.next_of(ci, free) {
-                if let Some(e) = self.take(h) {
-                    if let Some(c) = self.classes.get_mut(ci) {
-                        c.depth = c.depth.saturating_sub(1);
-                        // Its handle stays in the arrivals until met.
-                        c.stale += 1;
-                        *c.running.entry(e.tenant).or_default() += 1;
-                    }
-                    self.pending += 1;
-                    return Some(Dispatched {
-                        handle: h,
-                        waker: e.waker,
-                        class: ci,
-                        tenant: e.tenant,
-                    });
+            let Some(h) = self.next_of(ci, free) else {
+                if self.classes.get(ci).is_some_and(|c| c.ring.is_empty()) {
+                    continue;
                 }
+                // Every tenant queued here is held back by the tenant
+                // reserve: the slot is kept for this class (strict classes).
+                return None;
+            };
+            if let Some(e) = self.take(h) {
+                if let Some(c) = self.classes.get_mut(ci) {
+                    c.depth = c.depth.saturating_sub(1);
+                    // Its handle stays in the arrivals until met.
+                    c.stale += 1;
+                    *c.running.entry(e.tenant).or_default() += 1;
+                }
+                self.pending += 1;
+                return Some(Dispatched {
+                    handle: h,
+                    waker: e.waker,
+                    class: ci,
+                    tenant: e.tenant,
+                });
             }
         }
         None
