@@ -18,9 +18,10 @@
 //! so the fleet is never over-granted while the router picks.
 //!
 //! Enqueue, dispatch and removal are O(1) amortized: entries live in a slab
-//! addressed by generation-checked [`Handle`]s; a removed entry leaves a
+//! addressed by generation-checked [`Handle`]s; an entry that left leaves a
 //! stale handle in its queues, skipped when met and compacted away once
-//! stale handles outnumber live ones.
+//! stale handles outnumber live ones, so the queues stay bounded by what is
+//! queued.
 //!
 //! Pure: no clock (callers pass `Instant`s), no I/O, no framework.
 //! Deliberately not here: deadlines' timers, waking the waiters, routing
@@ -255,16 +256,9 @@ impl<T> Scheduler<T> {
     pub fn oldest_wait(&mut self, class: usize, now: Instant) -> Option<Duration> {
         let slots = &self.slots;
         let c = self.classes.get_mut(class)?;
-        while let Some(h) = c.arrivals.front() {
-            match live(slots, *h) {
-                Some(e) => return Some(now.saturating_duration_since(e.at)),
-                None => {
-                    c.arrivals.pop_front();
-                    c.stale = c.stale.saturating_sub(1);
-                }
-            }
-        }
-        None
+        settle(c, slots);
+        let e = live(slots, *c.arrivals.front()?)?;
+        Some(now.saturating_duration_since(e.at))
     }
 
     /// The class's rules.
@@ -346,9 +340,7 @@ impl<T> Scheduler<T> {
             }
             // Two stale handles: one in the arrivals, one in the tenant's queue.
             c.stale += 2;
-            if c.stale > COMPACT_MIN && c.stale > 2 * c.depth {
-                compact(c, &self.slots);
-            }
+            settle(c, &self.slots);
         }
         Some(e.waker)
     }
@@ -381,9 +373,10 @@ impl<T> Scheduler<T> {
             if let Some(e) = self.take(h) {
                 if let Some(c) = self.classes.get_mut(ci) {
                     c.depth = c.depth.saturating_sub(1);
-                    // Its handle stays in the arrivals until met.
+                    // Its handle in the arrivals is stale now.
                     c.stale += 1;
                     *c.running.entry(e.tenant).or_default() += 1;
+                    settle(c, &self.slots);
                 }
                 self.pending += 1;
                 return Some(Dispatched {
@@ -578,6 +571,22 @@ fn live<T>(slots: &[Slot<T>], h: Handle) -> Option<&Entry<T>> {
         .get(h.index as usize)
         .filter(|s| s.generation == h.generation)
         .and_then(|s| s.entry.as_ref())
+}
+
+/// Drops the stale handles at the front of the class's arrivals, and every
+/// stale handle of the class once they outnumber the live ones: whatever
+/// reads the arrivals (or not), they stay bounded by what is queued.
+fn settle<T>(c: &mut Class, slots: &[Slot<T>]) {
+    while let Some(h) = c.arrivals.front() {
+        if live(slots, *h).is_some() {
+            break;
+        }
+        c.arrivals.pop_front();
+        c.stale = c.stale.saturating_sub(1);
+    }
+    if c.stale > COMPACT_MIN && c.stale > 2 * c.depth {
+        compact(c, slots);
+    }
 }
 
 /// Drops every stale handle of a class.

@@ -355,3 +355,38 @@ fn a_class_held_back_by_its_tenant_reserve_keeps_the_slot_from_less_urgent_ones(
     s.tenant_done(0, 3);
     assert_eq!(s.dispatch().map(|d| d.waker), Some(20));
 }
+
+#[test]
+fn dispatches_leave_the_arrivals_bounded_by_the_depth() {
+    let t0 = Instant::now();
+    // Nothing reads the oldest wait (as with the metrics off), and nobody
+    // hangs up: only dispatches.
+    let mut s = one(1, 1);
+    let step = |s: &mut Scheduler<u32>, tenant: usize, n: u32| {
+        s.enqueue(arrive(0, tenant, 1 + (tenant % 2) as u32, t0), n)
+            .unwrap();
+        let d = s.dispatch().unwrap();
+        s.bind(0);
+        s.release(0);
+        s.tenant_done(0, d.tenant);
+    };
+    // One tenant: dispatch order is arrival order, the arrivals are exactly
+    // what is queued.
+    for n in 0..10 {
+        s.enqueue(arrive(0, 0, 1, t0), n).unwrap();
+    }
+    for n in 10..10_010 {
+        step(&mut s, 0, n);
+    }
+    assert_eq!(s.depth(0), 10);
+    assert_eq!(s.classes[0].arrivals.len(), 10);
+    // Three tenants in turns: dispatch order is not arrival order; stale
+    // handles are compacted once they outnumber the live ones.
+    let mut most = 0;
+    for n in 20_000..30_000 {
+        step(&mut s, n as usize % 3, n);
+        most = most.max(s.classes[0].arrivals.len());
+    }
+    assert_eq!(s.depth(0), 10);
+    assert!(most <= 10 + COMPACT_MIN + 1, "{most}");
+}
