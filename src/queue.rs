@@ -12,16 +12,22 @@
 //! slot is kept for a tenant of that class with none running, and no less
 //! urgent class takes it.
 //!
+//! A class holding `max_depth` requests keeps room for every tenant by the
+//! tenant-share rule (`queue/share.rs`): an arrival from a tenant below its
+//! weighted share takes the place of the newest request of the tenant most
+//! over its own, which leaves the queue displaced
+//! ([`Scheduler::displaced`]); any other arrival is refused.
+//!
 //! Capacity is counted per upstream: each has a capacity (`None`: unknown,
 //! never limiting), a count of requests bound to it and an up/down mark; a
 //! request granted but not yet bound to an upstream is counted as pending,
 //! so the fleet is never over-granted while the router picks.
 //!
-//! Enqueue, dispatch and removal are O(1) amortized: entries live in a slab
-//! addressed by generation-checked [`Handle`]s; an entry that left leaves a
-//! stale handle in its queues, skipped when met and compacted away once
-//! stale handles outnumber live ones, so the queues stay bounded by what is
-//! queued.
+//! Enqueue, dispatch and removal are O(1) amortized (an arrival at a full
+//! class: O(its tenants)): entries live in a slab addressed by
+//! generation-checked [`Handle`]s; an entry that left leaves a stale handle
+//! in its queues, skipped when met and compacted away once stale handles
+//! outnumber live ones, so the queues stay bounded by what is queued.
 //!
 //! Pure: no clock (callers pass `Instant`s), no I/O, no framework.
 //! Deliberately not here: deadlines' timers, waking the waiters, routing
@@ -32,8 +38,11 @@ use std::time::{Duration, Instant};
 
 use crate::tenant::Priority;
 
+mod share;
 #[cfg(test)]
 mod tests;
+
+pub use share::Displaced;
 
 /// Stale handles a class may hold before it is compacted (at least).
 const COMPACT_MIN: usize = 64;
@@ -187,6 +196,8 @@ pub struct Scheduler<T> {
     free_slots: Vec<u32>,
     upstreams: Vec<UpstreamLoad>,
     pending: u32,
+    /// Requests displaced and not yet taken by [`Scheduler::displaced`].
+    displaced: VecDeque<Displaced<T>>,
 }
 
 impl<T> Scheduler<T> {
@@ -213,6 +224,7 @@ impl<T> Scheduler<T> {
                 upstreams
             ],
             pending: 0,
+            displaced: VecDeque::new(),
         }
     }
 
@@ -266,17 +278,12 @@ impl<T> Scheduler<T> {
         self.classes.get(class).map(|c| c.rules)
     }
 
-    /// Queues a request; `waker` comes back when it is dispatched or removed.
+    /// Queues a request; `waker` comes back when it is dispatched, removed
+    /// or displaced. At a full class, the tenant-share rule decides: the
+    /// request is refused, or queued in the place of another tenant's,
+    /// which [`Scheduler::displaced`] then hands back.
     pub fn enqueue(&mut self, a: Arrival, waker: T) -> Result<Handle, (Refusal, T)> {
-        let Some(c) = self.classes.get(a.class) else {
-            return Err((Refusal::Full, waker));
-        };
-        if let Some(m) = c.rules.max_depth.filter(|m| c.depth >= *m) {
-            let refusal = if over_share(c, a.tenant, a.weight, m) {
-                Refusal::TenantShare
-            } else {
-                Refusal::Full
-            };
+        if let Err(refusal) = self.make_room(&a) {
             return Err((refusal, waker));
         }
         let entry = Entry {
@@ -544,26 +551,6 @@ fn holds_back(c: &Class, tenant: usize, free: u32) -> bool {
     r.tenant_reserve > 0
         && free <= r.reserve.saturating_add(r.tenant_reserve)
         && c.running.get(&tenant).is_some_and(|n| *n > 0)
-}
-
-/// With the class full (`max_depth` queued), whether `tenant` (of
-/// `weight`) holds at least its weighted share of the queue while another
-/// tenant waits in it too: `max_depth × weight / Σ weights` of the tenants
-/// queued, itself included. A lone tenant never is: a full queue is then
-/// nobody's share.
-fn over_share(c: &Class, tenant: usize, weight: u32, max_depth: usize) -> bool {
-    let others = c
-        .tenants
-        .iter()
-        .filter(|(id, t)| **id != tenant && t.live > 0)
-        .fold(0u64, |sum, (_, t)| sum + u64::from(t.weight.max(1)));
-    if others == 0 {
-        return false;
-    }
-    let mine = c.tenants.get(&tenant).map_or(0, |t| t.live);
-    let weight = u64::from(weight.max(1));
-    let share = (max_depth as u64).saturating_mul(weight) / (weight + others);
-    mine as u64 >= share.max(1)
 }
 
 fn live<T>(slots: &[Slot<T>], h: Handle) -> Option<&Entry<T>> {

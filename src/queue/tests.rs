@@ -138,40 +138,6 @@ fn max_depth_refuses() {
 }
 
 #[test]
-fn a_full_queue_refuses_the_tenant_over_its_share_with_its_own_reason() {
-    let t0 = Instant::now();
-    let mut r = rules(1);
-    r[0].max_depth = Some(6);
-    let mut s: Scheduler<u32> = Scheduler::new(&r, 1);
-    s.set_upstream(0, Some(0), true);
-    // Tenant 1 floods: five queued; tenant 2 (weight 2) has one.
-    for n in 0..5 {
-        s.enqueue(arrive(0, 1, 1, t0), n).unwrap();
-    }
-    let theirs = s.enqueue(arrive(0, 2, 2, t0), 10).unwrap();
-    // Full. Tenant 1's share is 6 × 1/3 = 2: it holds 5, its own cause.
-    assert_eq!(
-        s.enqueue(arrive(0, 1, 1, t0), 6),
-        Err((Refusal::TenantShare, 6))
-    );
-    // Tenant 2's share is 6 × 2/3 = 4: it holds 1, the queue's cause.
-    assert_eq!(s.enqueue(arrive(0, 2, 2, t0), 11), Err((Refusal::Full, 11)));
-    // A newcomer (share 6 × 1/4 = 1, holding 0): the queue's cause.
-    assert_eq!(s.enqueue(arrive(0, 3, 1, t0), 20), Err((Refusal::Full, 20)));
-    // Dispatches and removals keep the counts: one of tenant 1's goes,
-    // tenant 2's leaves; tenant 1 alone fills the queue again, and a full
-    // queue with one tenant is nobody's share.
-    s.set_upstream(0, Some(1), true);
-    assert_eq!(s.dispatch().map(|d| d.waker), Some(0));
-    s.bind(0);
-    assert_eq!(s.remove(theirs), Some(10));
-    assert_eq!(s.depth(0), 4);
-    s.enqueue(arrive(0, 1, 1, t0), 7).unwrap();
-    s.enqueue(arrive(0, 1, 1, t0), 8).unwrap();
-    assert_eq!(s.enqueue(arrive(0, 1, 1, t0), 9), Err((Refusal::Full, 9)));
-}
-
-#[test]
 fn capacity_is_counted_per_upstream_and_a_down_upstream_has_none() {
     let t0 = Instant::now();
     let mut s: Scheduler<u32> = Scheduler::new(&rules(1), 2);

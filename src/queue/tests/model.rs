@@ -39,6 +39,7 @@ proptest! {
         let t0 = Instant::now();
         let mut r = rules(3);
         r[0].tenant_reserve = 1;
+        r[1].max_depth = Some(4);
         r[2].reserve = 1;
         let mut s: Scheduler<u32> = Scheduler::new(&r, 1);
         s.set_upstream(0, Some(2), true);
@@ -52,8 +53,22 @@ proptest! {
         for o in ops {
             match o {
                 Op::Enqueue { class, tenant } => {
-                    let h = s.enqueue(arrive(class, tenant, 1 + tenant as u32, t0), next).unwrap();
-                    queued.push((h, next, class, tenant));
+                    let depth = queued.iter().filter(|q| q.2 == class).count();
+                    match s.enqueue(arrive(class, tenant, 1 + tenant as u32, t0), next) {
+                        Ok(h) => queued.push((h, next, class, tenant)),
+                        Err((_, w)) => {
+                            prop_assert_eq!(w, next);
+                            prop_assert!(r[class].max_depth.is_some_and(|m| depth >= m));
+                            prop_assert!(seen.insert(w));
+                        }
+                    }
+                    while let Some(d) = s.displaced() {
+                        prop_assert_eq!(d.class, class);
+                        let pos = queued.iter().position(|q| q.0 == d.handle).unwrap();
+                        let (_, w, _, t) = queued.remove(pos);
+                        prop_assert_eq!((w, t), (d.waker, d.tenant));
+                        prop_assert!(seen.insert(w));
+                    }
                     next += 1;
                 }
                 Op::Remove(i) => {
