@@ -7,17 +7,27 @@
 //! takes up to `w` dispatches per turn), then arrival order within a tenant.
 //! A class may not take the last `reserve` free slots of the fleet, so that
 //! room is kept for more urgent classes (llama-server cannot pre-empt a
-//! running slot).
+//! running slot). Classes stay strict under the tenant reserve too: when a
+//! class's queued tenants are all held back by its `tenant_reserve`, the
+//! slot is kept for a tenant of that class with none running, and no less
+//! urgent class takes it.
+//!
+//! A class holding `max_depth` requests keeps room for every tenant by the
+//! tenant-share rule (`queue/share.rs`): an arrival from a tenant below its
+//! weighted share takes the place of the newest request of the tenant most
+//! over its own, which leaves the queue displaced
+//! ([`Scheduler::displaced`]); any other arrival is refused.
 //!
 //! Capacity is counted per upstream: each has a capacity (`None`: unknown,
 //! never limiting), a count of requests bound to it and an up/down mark; a
 //! request granted but not yet bound to an upstream is counted as pending,
 //! so the fleet is never over-granted while the router picks.
 //!
-//! Enqueue, dispatch and removal are O(1) amortized: entries live in a slab
-//! addressed by generation-checked [`Handle`]s; a removed entry leaves a
-//! stale handle in its queues, skipped when met and compacted away once
-//! stale handles outnumber live ones.
+//! Enqueue, dispatch and removal are O(1) amortized (an arrival at a full
+//! class: O(its tenants)): entries live in a slab addressed by
+//! generation-checked [`Handle`]s; an entry that left leaves a stale handle
+//! in its queues, skipped when met and compacted away once stale handles
+//! outnumber live ones, so the queues stay bounded by what is queued.
 //!
 //! Pure: no clock (callers pass `Instant`s), no I/O, no framework.
 //! Deliberately not here: deadlines' timers, waking the waiters, routing
@@ -28,8 +38,11 @@ use std::time::{Duration, Instant};
 
 use crate::tenant::Priority;
 
+mod share;
 #[cfg(test)]
 mod tests;
+
+pub use share::Displaced;
 
 /// Stale handles a class may hold before it is compacted (at least).
 const COMPACT_MIN: usize = 64;
@@ -183,6 +196,8 @@ pub struct Scheduler<T> {
     free_slots: Vec<u32>,
     upstreams: Vec<UpstreamLoad>,
     pending: u32,
+    /// Requests displaced and not yet taken by [`Scheduler::displaced`].
+    displaced: VecDeque<Displaced<T>>,
 }
 
 impl<T> Scheduler<T> {
@@ -209,6 +224,7 @@ impl<T> Scheduler<T> {
                 upstreams
             ],
             pending: 0,
+            displaced: VecDeque::new(),
         }
     }
 
@@ -252,16 +268,9 @@ impl<T> Scheduler<T> {
     pub fn oldest_wait(&mut self, class: usize, now: Instant) -> Option<Duration> {
         let slots = &self.slots;
         let c = self.classes.get_mut(class)?;
-        while let Some(h) = c.arrivals.front() {
-            match live(slots, *h) {
-                Some(e) => return Some(now.saturating_duration_since(e.at)),
-                None => {
-                    c.arrivals.pop_front();
-                    c.stale = c.stale.saturating_sub(1);
-                }
-            }
-        }
-        None
+        settle(c, slots);
+        let e = live(slots, *c.arrivals.front()?)?;
+        Some(now.saturating_duration_since(e.at))
     }
 
     /// The class's rules.
@@ -269,17 +278,12 @@ impl<T> Scheduler<T> {
         self.classes.get(class).map(|c| c.rules)
     }
 
-    /// Queues a request; `waker` comes back when it is dispatched or removed.
+    /// Queues a request; `waker` comes back when it is dispatched, removed
+    /// or displaced. At a full class, the tenant-share rule decides: the
+    /// request is refused, or queued in the place of another tenant's,
+    /// which [`Scheduler::displaced`] then hands back.
     pub fn enqueue(&mut self, a: Arrival, waker: T) -> Result<Handle, (Refusal, T)> {
-        let Some(c) = self.classes.get(a.class) else {
-            return Err((Refusal::Full, waker));
-        };
-        if let Some(m) = c.rules.max_depth.filter(|m| c.depth >= *m) {
-            let refusal = if over_share(c, a.tenant, a.weight, m) {
-                Refusal::TenantShare
-            } else {
-                Refusal::Full
-            };
+        if let Err(refusal) = self.make_room(&a) {
             return Err((refusal, waker));
         }
         let entry = Entry {
@@ -343,9 +347,7 @@ impl<T> Scheduler<T> {
             }
             // Two stale handles: one in the arrivals, one in the tenant's queue.
             c.stale += 2;
-            if c.stale > COMPACT_MIN && c.stale > 2 * c.depth {
-                compact(c, &self.slots);
-            }
+            settle(c, &self.slots);
         }
         Some(e.waker)
     }
@@ -367,22 +369,29 @@ impl<T> Scheduler<T> {
             if depth == 0 || free <= reserve {
                 continue;
             }
-            if let Some(h) = self.next_of(ci, free) {
-                if let Some(e) = self.take(h) {
-                    if let Some(c) = self.classes.get_mut(ci) {
-                        c.depth = c.depth.saturating_sub(1);
-                        // Its handle stays in the arrivals until met.
-                        c.stale += 1;
-                        *c.running.entry(e.tenant).or_default() += 1;
-                    }
-                    self.pending += 1;
-                    return Some(Dispatched {
-                        handle: h,
-                        waker: e.waker,
-                        class: ci,
-                        tenant: e.tenant,
-                    });
+            let Some(h) = self.next_of(ci, free) else {
+                if self.classes.get(ci).is_some_and(|c| c.ring.is_empty()) {
+                    continue;
                 }
+                // Every tenant queued here is held back by the tenant
+                // reserve: the slot is kept for this class (strict classes).
+                return None;
+            };
+            if let Some(e) = self.take(h) {
+                if let Some(c) = self.classes.get_mut(ci) {
+                    c.depth = c.depth.saturating_sub(1);
+                    // Its handle in the arrivals is stale now.
+                    c.stale += 1;
+                    *c.running.entry(e.tenant).or_default() += 1;
+                    settle(c, &self.slots);
+                }
+                self.pending += 1;
+                return Some(Dispatched {
+                    handle: h,
+                    waker: e.waker,
+                    class: ci,
+                    tenant: e.tenant,
+                });
             }
         }
         None
@@ -544,31 +553,27 @@ fn holds_back(c: &Class, tenant: usize, free: u32) -> bool {
         && c.running.get(&tenant).is_some_and(|n| *n > 0)
 }
 
-/// With the class full (`max_depth` queued), whether `tenant` (of
-/// `weight`) holds at least its weighted share of the queue while another
-/// tenant waits in it too: `max_depth × weight / Σ weights` of the tenants
-/// queued, itself included. A lone tenant never is: a full queue is then
-/// nobody's share.
-fn over_share(c: &Class, tenant: usize, weight: u32, max_depth: usize) -> bool {
-    let others = c
-        .tenants
-        .iter()
-        .filter(|(id, t)| **id != tenant && t.live > 0)
-        .fold(0u64, |sum, (_, t)| sum + u64::from(t.weight.max(1)));
-    if others == 0 {
-        return false;
-    }
-    let mine = c.tenants.get(&tenant).map_or(0, |t| t.live);
-    let weight = u64::from(weight.max(1));
-    let share = (max_depth as u64).saturating_mul(weight) / (weight + others);
-    mine as u64 >= share.max(1)
-}
-
 fn live<T>(slots: &[Slot<T>], h: Handle) -> Option<&Entry<T>> {
     slots
         .get(h.index as usize)
         .filter(|s| s.generation == h.generation)
         .and_then(|s| s.entry.as_ref())
+}
+
+/// Drops the stale handles at the front of the class's arrivals, and every
+/// stale handle of the class once they outnumber the live ones: whatever
+/// reads the arrivals (or not), they stay bounded by what is queued.
+fn settle<T>(c: &mut Class, slots: &[Slot<T>]) {
+    while let Some(h) = c.arrivals.front() {
+        if live(slots, *h).is_some() {
+            break;
+        }
+        c.arrivals.pop_front();
+        c.stale = c.stale.saturating_sub(1);
+    }
+    if c.stale > COMPACT_MIN && c.stale > 2 * c.depth {
+        compact(c, slots);
+    }
 }
 
 /// Drops every stale handle of a class.

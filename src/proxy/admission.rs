@@ -9,7 +9,10 @@
 //! While a request waits, its client socket is watched (a hang-up leaves the
 //! queue at once, counted in phase `queued`), its class's deadline runs (a
 //! `503` with `Retry-After` when it passes), and every 100 ms the upstreams'
-//! capacity is read again from the fleet (health, ejection, `/slots`).
+//! capacity is read again from the fleet (health, ejection, `/slots`). A
+//! request displaced from its full class by another tenant's arrival (the
+//! queue's tenant-share rule) is woken with that verdict and answered `503`
+//! `queue_full`, as if the class had been full when it arrived.
 //!
 //! Capacity per upstream: its `max_inflight`, else `queue.max_inflight`,
 //! else the slot count of its last `/slots` answer, else unknown (never
@@ -28,6 +31,8 @@ use pingora::Result;
 use tokio::sync::{oneshot, Notify};
 
 mod affinity;
+#[cfg(test)]
+mod tests;
 
 pub use affinity::wait_for_affine;
 
@@ -46,7 +51,16 @@ const REFRESH: Duration = Duration::from_millis(100);
 /// The tenant key of requests without a named tenant.
 const SHARED_TENANT: usize = usize::MAX;
 
-type Waker = oneshot::Sender<()>;
+/// What a queued request's waiter is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// A slot is granted: it goes on.
+    Granted,
+    /// Another tenant's arrival took its place in its full class.
+    Displaced,
+}
+
+type Waker = oneshot::Sender<Verdict>;
 
 /// The queue of this replica.
 pub struct Admission {
@@ -94,7 +108,7 @@ struct Waiting<'a> {
     /// Its class index and tenant key.
     who: (usize, usize),
     handle: Option<crate::queue::Handle>,
-    granted: oneshot::Receiver<()>,
+    granted: oneshot::Receiver<Verdict>,
 }
 
 impl Drop for Waiting<'_> {
@@ -103,7 +117,7 @@ impl Drop for Waiting<'_> {
             let granted = &mut self.granted;
             let (class, tenant) = self.who;
             self.admission.with(|s| {
-                if s.remove(h).is_none() && granted.try_recv().is_ok() {
+                if s.remove(h).is_none() && granted.try_recv() == Ok(Verdict::Granted) {
                     s.abandon();
                     s.tenant_done(class, tenant);
                 }
@@ -182,10 +196,16 @@ impl Admission {
         }
     }
 
-    /// Grants slots while some are free and requests wait.
+    /// Refuses the requests displaced from a full class, and grants slots
+    /// while some are free and requests wait.
     fn pump(&self, s: &mut Scheduler<Waker>) {
+        while let Some(d) = s.displaced() {
+            // Its waiter answers `503` `queue_full`; one gone already (its
+            // entry would have left the queue first) needs nothing.
+            let _ = d.waker.send(Verdict::Displaced);
+        }
         while let Some(d) = s.dispatch() {
-            if d.waker.send(()).is_err() {
+            if d.waker.send(Verdict::Granted).is_err() {
                 // Its waiter is gone: the slot goes to the next one.
                 s.abandon();
                 s.tenant_done(d.class, d.tenant);
@@ -394,15 +414,18 @@ pub async fn wait(
         .map(|w| tokio::time::Instant::from_std(arrived + w));
     let mut tick = tokio::time::interval(REFRESH);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let granted = loop {
+    let verdict = loop {
         tokio::select! {
             biased;
-            r = &mut waiting.granted => break r.is_ok(),
+            r = &mut waiting.granted => break r.ok(),
             () = sleep_until(deadline) => {
                 waiting.handle = None;
                 let removed = admission.with(|s| s.remove(handle)).flatten();
-                // Dispatched at the last moment: it goes.
-                break removed.is_none() && waiting.granted.try_recv().is_ok();
+                // Dispatched (or displaced) at the last moment: that stands.
+                break match removed {
+                    Some(_) => None,
+                    None => waiting.granted.try_recv().ok(),
+                };
             }
             r = session.as_downstream_mut().read_body_or_idle(true), if watch => {
                 if let Err(e) = r {
@@ -421,10 +444,18 @@ pub async fn wait(
     };
     waiting.handle = None;
     drop(waiting);
-    if !granted {
-        mark_left(ctx);
-        refuse(session, ctx, class, "queue_timeout", None).await;
-        return Ok(true);
+    match verdict {
+        Some(Verdict::Granted) => {}
+        Some(Verdict::Displaced) => {
+            mark_left(ctx);
+            refuse(session, ctx, class, "queue_full", rules.max_depth).await;
+            return Ok(true);
+        }
+        None => {
+            mark_left(ctx);
+            refuse(session, ctx, class, "queue_timeout", None).await;
+            return Ok(true);
+        }
     }
     if let Some(h) = ctx.admission.as_deref_mut() {
         h.queued_now = false;
