@@ -552,7 +552,7 @@ fn a_name_whose_lookups_fail_is_reported_as_failing_not_empty() {
     let answer = String::from_utf8_lossy(&r.read_all().unwrap()).into_owned();
     // The client hears a plain reason, without the internal name or the
     // resolver's error; /readyz (admin listener) has both.
-    assert!(answer.contains("no upstream is healthy now"), "{answer}");
+    assert!(answer.contains("has no healthy upstream now"), "{answer}");
     assert!(
         !answer.contains(NAME) && !answer.contains("lookup"),
         "{answer}"

