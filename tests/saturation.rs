@@ -150,34 +150,37 @@ fn config(name: &str, toml: &str) -> String {
 struct Hold {
     status: u16,
     stop: Arc<AtomicBool>,
-    reader: Option<std::thread::JoinHandle<u64>>,
+    events: Arc<AtomicU64>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Hold {
     /// Starts a [`HOLD_TOKENS`] answer through `addr` with `headers`, and
-    /// waits until `llama` runs it.
+    /// waits until its first token streams (its prompt is then counted in
+    /// llama-server's `prompt_tokens_total`).
     fn start(addr: &str, headers: &[(&str, &str)], llama: &LlamaServer) -> Hold {
-        let before = llama.metric("llamacpp:requests_processing");
         let b = body("Hold the slot with an endless story.", HOLD_TOKENS);
         let mut r =
             http::send(addr, "POST", "/v1/chat/completions", headers, b.as_bytes()).unwrap();
         let status = r.head.status;
         let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
+        let events = Arc::new(AtomicU64::new(0));
+        let (s, e) = (stop.clone(), events.clone());
         let reader = std::thread::spawn(move || {
-            let mut events = 0;
             while !s.load(Ordering::Relaxed) {
                 match r.next_piece() {
-                    Ok(Some(p)) => events += content_events(&p),
+                    Ok(Some(p)) => {
+                        e.fetch_add(content_events(&p), Ordering::Relaxed);
+                    }
                     _ => break,
                 }
             }
-            events
         });
         assert_eq!(status, 200, "the held answer was refused");
         assert!(
             wait_for(Duration::from_secs(30), || {
-                llama.metric("llamacpp:requests_processing") > before
+                events.load(Ordering::Relaxed) > 0
+                    && llama.metric("llamacpp:requests_processing") >= 1.0
             })
             .is_some(),
             "the held answer never started"
@@ -185,6 +188,7 @@ impl Hold {
         Hold {
             status,
             stop,
+            events,
             reader: Some(reader),
         }
     }
@@ -193,7 +197,10 @@ impl Hold {
     /// itself: fewer than it asked for).
     fn release(mut self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
-        let events = self.reader.take().map_or(0, |r| r.join().unwrap());
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        let events = self.events.load(Ordering::Relaxed);
         assert!(
             events < u64::from(HOLD_TOKENS),
             "the held answer ended by itself"
