@@ -36,7 +36,8 @@ use crate::config::Store as StoreConfig;
 
 /// Most connections open at once to the store, per replica.
 pub const MAX_CONNECTIONS: usize = 16;
-/// Most of them carrying token charges at once.
+/// Most of them carrying count changes sent off the request's path (token
+/// charges, counts taken back) at once.
 pub const MAX_CHARGING: usize = MAX_CONNECTIONS / 2;
 /// Longest an idle connection is kept for reuse.
 pub const MAX_IDLE: Duration = Duration::from_secs(30);
@@ -151,17 +152,17 @@ impl Store {
     }
 
     /// Sends `pipe` and reads its replies with `read`, within the timeout;
-    /// records the store's state. `charge`: a token charge (off the
-    /// request's path).
+    /// records the store's state. `background`: a count change sent off the
+    /// request's path (a token charge, a count taken back).
     async fn call<T>(
         &self,
         pipe: redis::Pipeline,
-        charge: bool,
+        background: bool,
         read: impl Fn(&[Value]) -> Result<T, String>,
     ) -> Result<T, StoreError> {
         let timeout = self.cfg.timeout;
         let deadline = tokio::time::Instant::now() + timeout;
-        let attempt = self.attempt(pipe, charge, deadline, read);
+        let attempt = self.attempt(pipe, background, deadline, read);
         let result = match tokio::time::timeout_at(deadline, attempt).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::Timeout(timeout)),
@@ -176,12 +177,12 @@ impl Store {
     async fn attempt<T>(
         &self,
         mut pipe: redis::Pipeline,
-        charge: bool,
+        background: bool,
         deadline: tokio::time::Instant,
         read: impl Fn(&[Value]) -> Result<T, String>,
     ) -> Result<T, StoreError> {
         let closed = || StoreError::Reply("the client is shutting down".into());
-        let _charging = match charge {
+        let _charging = match background {
             true => Some(self.charging.acquire().await.map_err(|_| closed())?),
             false => None,
         };
