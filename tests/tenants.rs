@@ -12,15 +12,16 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::http;
 use common::llama::LlamaServer;
 use common::otlp;
 use common::proxy::{metric_series, metric_value, rss_kib, Llamatap};
+use common::redis::Redis;
 use common::{free_port, temp_config, wait_until};
 
 const ALICE: &str = "alice-secret-key-7f3a9c";
@@ -85,88 +86,6 @@ fn left_in_minute() -> u64 {
 /// Waits (on the clock) until at least `ms` of the current minute is left.
 fn wait_for_window_with(ms: u64) {
     assert!(wait_until(Duration::from_secs(61), || left_in_minute() >= ms));
-}
-
-/// A `redis-server` on a free loopback port, killed when dropped.
-struct Redis {
-    port: u16,
-    child: Child,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        Self::start_on(free_port())
-    }
-
-    fn start_on(port: u16) -> Redis {
-        let bin = std::env::var("LLAMATAP_REDIS_SERVER")
-            .ok()
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "redis-server".into());
-        let child = Command::new(&bin)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{bin}: {e}: run scripts/ensure-deps.sh"));
-        let r = Redis { port, child };
-        assert!(
-            wait_until(Duration::from_secs(10), || r
-                .command(&["PING"])
-                .is_some_and(|s| s == "PONG")),
-            "redis-server did not come up"
-        );
-        r
-    }
-
-    /// One command; the reply's text (`None`: no connection or nil).
-    fn command(&self, args: &[&str]) -> Option<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        let mut out = format!("*{}\r\n", args.len());
-        for a in args {
-            out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        s.write_all(out.as_bytes()).ok()?;
-        let mut r = BufReader::new(s);
-        let mut line = String::new();
-        r.read_line(&mut line).ok()?;
-        let line = line.trim_end().to_string();
-        match line.as_bytes().first()? {
-            b'+' | b':' => Some(line[1..].to_string()),
-            b'$' if line == "$-1" => None,
-            b'$' => {
-                let mut v = String::new();
-                r.read_line(&mut v).ok()?;
-                Some(v.trim_end().to_string())
-            }
-            _ => None,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 // === the OpenAI SDK ===
@@ -708,8 +627,8 @@ fn two_replicas_share_one_token_limit_through_redis_and_follow_the_fallback() {
             >= 6.0
     );
 
-    // Redis is back (empty): B serves again within its one-second backoff,
-    // and says so once.
+    // Redis is back (empty): B serves again at its next request, and says
+    // so once.
     let _redis = Redis::start_on(port);
     assert!(
         wait_until(Duration::from_secs(10), || charge(&b.addr(), ALICE, false)
@@ -757,8 +676,7 @@ fn a_silent_store_costs_a_request_at_most_its_timeout() {
     };
     let baseline = (0..3).map(|_| direct()).max().unwrap();
     wait_for_window_with(10_000);
-    // Fail open: served, each waiting at most the 50 ms timeout (the first)
-    // or nothing (the others: the store is left alone for a second).
+    // Fail open: served, each waiting at most the 50 ms timeout.
     for i in 0..5 {
         let t = std::time::Instant::now();
         let (head, b) = post_as(&proxy.addr(), ALICE, &body);
@@ -800,6 +718,296 @@ fn a_silent_store_costs_a_request_at_most_its_timeout() {
         metric_value(&proxy.metrics(), "llamatap_rate_limit_store_up"),
         Some(0.0)
     );
+}
+
+// === the store's connections ===
+
+/// POSTs `/tokenize` (admitted like any route) as `key`; the status and
+/// `x-ratelimit-remaining-requests`.
+fn tokenize(addr: &str, key: &str) -> (u16, Option<String>) {
+    let auth = format!("Bearer {key}");
+    let mut r = http::send(
+        addr,
+        "POST",
+        "/tokenize",
+        &[("Authorization", &auth), ("Connection", "close")],
+        br#"{"content":"hello"}"#,
+    )
+    .unwrap();
+    let _ = r.read_all().unwrap();
+    let remaining = r
+        .head
+        .header("x-ratelimit-remaining-requests")
+        .map(str::to_string);
+    (r.head.status, remaining)
+}
+
+/// A tenant with a large per-minute limit, counted in `url`'s store with
+/// `on_error = "deny"`: any failed store call is a 503.
+fn deny_config(name: &str, url: &str, timeout_ms: u64) -> std::path::PathBuf {
+    temp_config(
+        name,
+        &format!(
+            "[[auth.keys]]\nname = \"team\"\nkey = \"{ALICE}\"\nrequests_per_minute = 100000\n\
+             [auth.store]\nurl = \"{url}\"\ntimeout_ms = {timeout_ms}\non_error = \"deny\"\n"
+        ),
+    )
+}
+
+#[test]
+fn a_store_that_closes_idle_connections_refuses_no_request() {
+    let llama = LlamaServer::start("tiny", &[]);
+    // Redis closes a connection idle for more than a second.
+    let redis = Redis::launch(free_port(), &["--timeout", "1"], None);
+    let config = deny_config("tenants-redis-idle", &redis.url(), 2000);
+    let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
+    let p = proxy.addr();
+    let mut served = 0;
+    for round in 0..3 {
+        // Several connections in the pool at once...
+        let burst: Vec<_> = (0..4)
+            .map(|_| {
+                let p = p.clone();
+                std::thread::spawn(move || tokenize(&p, ALICE).0)
+            })
+            .collect();
+        for b in burst {
+            assert_eq!(b.join().unwrap(), 200, "round {round}: {}", proxy.stderr());
+            served += 1;
+        }
+        // ...then each request after Redis closed them all.
+        for _ in 0..2 {
+            assert!(
+                wait_until(Duration::from_secs(20), || redis.clients() == 0),
+                "Redis kept {} idle connections",
+                redis.clients()
+            );
+            let (status, remaining) = tokenize(&p, ALICE);
+            assert_eq!(status, 200, "round {round}: {}", proxy.stderr());
+            served += 1;
+            // Counted in the store (this window's count, whatever came before).
+            let left: u64 = remaining.unwrap().parse().unwrap();
+            assert!(left < 100_000 && left >= 100_000 - served, "{left}");
+        }
+    }
+    let err = proxy.stderr();
+    assert!(!err.contains("rate-limit store unreachable"), "{err}");
+    assert_eq!(
+        metric_value(&proxy.metrics(), "llamatap_rate_limit_store_up"),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_burst_of_200_requests_holds_at_most_16_store_connections() {
+    const BURST: usize = 200;
+    const MAX_CONNECTIONS: usize = 16;
+    let llama = LlamaServer::start("tiny", &[]);
+    let redis = Redis::start();
+    let config = deny_config("tenants-redis-burst", &redis.url(), 8000);
+    let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
+    let before = redis.info("total_connections_received").unwrap() as usize;
+    let own_before = redis
+        .own_connections
+        .load(std::sync::atomic::Ordering::SeqCst);
+    // Redis holds every write for two seconds: the burst's admissions all
+    // wait on it at once.
+    assert_eq!(
+        redis
+            .command(&["CLIENT", "PAUSE", "2000", "WRITE"])
+            .as_deref(),
+        Some("OK")
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let burst: Vec<_> = (0..BURST)
+        .map(|_| {
+            let (p, done) = (proxy.addr(), done.clone());
+            std::thread::spawn(move || {
+                let got = tokenize(&p, ALICE);
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                got
+            })
+        })
+        .collect();
+    // Sample the server's clients until every request is answered.
+    let mut most = 0;
+    let mut samples = 0;
+    while done.load(std::sync::atomic::Ordering::SeqCst) < BURST {
+        most = most.max(redis.clients());
+        samples += 1;
+    }
+    let mut remaining = Vec::new();
+    for b in burst {
+        let (status, left) = b.join().unwrap();
+        assert_eq!(status, 200, "{}", proxy.stderr());
+        remaining.push(left.unwrap().parse::<u64>().unwrap());
+    }
+    // Each admission was counted once, in one window or across two.
+    remaining.sort_unstable();
+    remaining.dedup();
+    assert_eq!(remaining.len(), BURST, "a count was seen twice");
+    let own = redis
+        .own_connections
+        .load(std::sync::atomic::Ordering::SeqCst)
+        - own_before;
+    let opened = redis.info("total_connections_received").unwrap() as usize - before - own - 1;
+    eprintln!(
+        "{BURST} requests: at most {most} store connections at once ({samples} samples), \
+         {opened} opened in all"
+    );
+    assert!(most <= MAX_CONNECTIONS, "{most} connections at once");
+    assert!(opened <= MAX_CONNECTIONS, "{opened} connections opened");
+    assert!(!proxy.stderr().contains("rate-limit store unreachable"));
+}
+
+/// A CA and a certificate for `localhost` and 127.0.0.1 that it signed,
+/// made with the `openssl` command in `dir`: (ca, cert, key).
+fn tls_files(dir: &std::path::Path) -> [String; 3] {
+    let path = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for args in [
+        [
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", &path("ca.key"), "-out", &path("ca.crt")],
+            &["-subj", "/CN=llamatap test CA", "-days", "2"],
+        ]
+        .concat(),
+        [
+            &["req"][..],
+            &ec,
+            &["-keyout", &path("srv.key"), "-out", &path("srv.csr")],
+            &["-subj", "/CN=localhost"],
+        ]
+        .concat(),
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            &path("srv.csr"),
+            "-CA",
+            &path("ca.crt"),
+            "-CAkey",
+            &path("ca.key"),
+            "-CAcreateserial",
+            "-out",
+            &path("srv.crt"),
+            "-days",
+            "2",
+            "-extfile",
+            &path("ext.cnf"),
+        ],
+    ] {
+        let out = Command::new("openssl")
+            .args(&args)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    [path("ca.crt"), path("srv.crt"), path("srv.key")]
+}
+
+#[test]
+fn the_store_url_s_user_password_database_and_tls_are_used_and_never_logged() {
+    const PASSWORD: &str = "store-pass-3b8d0e51";
+    const WRONG: &str = "wrong-pass-c07a2f94";
+    let llama = LlamaServer::start("tiny", &[]);
+    let dir = common::prometheus::temp_dir("tenant-store-tls");
+    let [ca, cert, key] = tls_files(&dir);
+    let tls_port = free_port().to_string();
+    // A user allowed only the store's commands, on TLS; the default user
+    // (the test's own calls, on the plain port) has a password of its own.
+    let redis = Redis::launch(
+        free_port(),
+        &[
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+            "--user",
+            "team",
+            "on",
+            &format!(">{PASSWORD}"),
+            "~llamatap:*",
+            "+incr",
+            "+incrby",
+            "+expire",
+            "+get",
+            "+echo",
+            "+select",
+        ],
+        Some("admin-pass-51c9"),
+    );
+    let url = |password: &str| format!("rediss://team:{password}@localhost:{tls_port}/3");
+    let env = [("SSL_CERT_FILE", ca.as_str()), ("RUST_LOG", "trace")];
+    let good = deny_config("tenants-redis-tls", &url(PASSWORD), 2000);
+    let proxy = Llamatap::start_env(&llama.base_url, &["--config", good.to_str().unwrap()], &env);
+    let window = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60;
+    let mut served = 0;
+    for _ in 0..3 {
+        let (status, _) = tokenize(&proxy.addr(), ALICE);
+        assert_eq!(status, 200, "{}", proxy.stderr());
+        served += 1;
+    }
+    // Counted in database 3, under the user's keys (in this window or the next).
+    let counted = |w: u64| {
+        redis.commands(&[
+            &["SELECT", "3"],
+            &["GET", &format!("llamatap:{{team}}:{w}:req")],
+        ])[1]
+            .as_deref()
+            .map_or(0, |v| v.parse::<u64>().unwrap())
+    };
+    assert_eq!(counted(window) + counted(window + 1), served);
+    // A wrong password: refused by Redis, logged once, never shown.
+    let bad = deny_config("tenants-redis-tls-bad", &url(WRONG), 2000);
+    let refused = Llamatap::start_env(&llama.base_url, &["--config", bad.to_str().unwrap()], &env);
+    for _ in 0..3 {
+        assert_eq!(tokenize(&refused.addr(), ALICE).0, 503);
+    }
+    let err = refused.stderr();
+    assert_eq!(
+        err.matches("rate-limit store unreachable").count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("localhost:"), "{err}");
+    for (what, text) in [("good", proxy.stderr()), ("bad", err)] {
+        assert!(text.contains(" TRACE "), "{what}: not at trace level");
+        for secret in [PASSWORD, WRONG] {
+            assert!(
+                !text.contains(secret),
+                "the password in the {what} log:\n{text}"
+            );
+        }
+    }
+    assert!(!proxy.stderr().contains("rate-limit store unreachable"));
 }
 
 // === strangers add nothing ===

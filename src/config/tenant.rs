@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{invalid, split_host_port, ConfigError, Secret};
+use super::{invalid, ConfigError, Secret};
 use crate::tenant::{self, Limits, Priority, Tenant, Tenants};
 
 /// Largest fair-share weight.
@@ -51,7 +51,8 @@ impl std::fmt::Debug for RawKey {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawStore {
-    /// `redis://host:port`; empty or absent: no store (limits per replica).
+    /// `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS);
+    /// empty or absent: no store (limits per replica).
     pub url: Option<String>,
     /// Longest wait for the store on a request, milliseconds.
     pub timeout_ms: Option<u64>,
@@ -82,7 +83,9 @@ impl OnError {
 /// The validated shared store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Store {
-    /// `host:port` of the Redis server.
+    /// The URL as written, credentials included: never logged.
+    pub url: Secret,
+    /// `host:port` of the Redis server, for log lines.
     pub address: String,
     /// Longest wait for it on a request.
     pub timeout: Duration,
@@ -225,26 +228,54 @@ pub fn store(raw: Option<RawStore>) -> Result<Option<Store>, ConfigError> {
     if url.is_empty() {
         return Ok(None);
     }
-    let err = || ConfigError::Invalid {
+    let err = |why: &str| ConfigError::Invalid {
         key: "auth.store.url",
-        message: format!("{url:?}: expected redis://host:port"),
+        message: format!(
+            "{:?}: {why}; expected redis://[user:password@]host[:port][/db] or rediss://…",
+            redact(url)
+        ),
     };
-    let authority = url
-        .strip_prefix("redis://")
-        .map(|r| r.trim_end_matches('/'))
-        .filter(|a| !a.is_empty() && !a.contains(['/', '@', '?', '#']))
-        .ok_or_else(err)?;
-    let (host, port) = split_host_port(authority).ok_or_else(err)?;
-    let port = if authority.ends_with(&format!(":{port}")) {
-        port
-    } else {
-        6379
+    if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+        return Err(err("not a redis:// or rediss:// URL"));
+    }
+    // The crate's own reason (a fixed sentence: never the URL's text).
+    let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
+        let why = e.to_string();
+        err(why.split(" - ").next().unwrap_or("it does not parse"))
+    })?;
+    let (host, port) = match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => (host, port),
+        redis::ConnectionAddr::TcpTls { insecure: true, .. } => {
+            return Err(err("TLS without certificate checks is not supported"))
+        }
+        redis::ConnectionAddr::TcpTls { host, port, .. } => (host, port),
+        _ => return Err(err("not a TCP address")),
+    };
+    let address = match host.contains(':') {
+        true => format!("[{host}]:{port}"),
+        false => format!("{host}:{port}"),
     };
     Ok(Some(Store {
-        address: format!("{host}:{port}"),
+        url: Secret::new(url.to_string()),
+        address,
         timeout: Duration::from_millis(ms),
         on_error,
     }))
+}
+
+/// `url` with everything between the scheme and its last `@` (the user and
+/// password, however they are written) replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return match url.rfind('@') {
+            Some(at) => format!("***{}", &url[at..]),
+            None => url.to_string(),
+        };
+    };
+    match rest.rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_string(),
+    }
 }
 
 fn bad(message: String) -> ConfigError {

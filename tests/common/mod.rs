@@ -10,6 +10,7 @@ pub mod llama;
 pub mod otlp;
 pub mod prometheus;
 pub mod proxy;
+pub mod redis;
 pub mod upstream;
 
 /// A free loopback port (bound then released).

@@ -170,6 +170,7 @@ fn the_store_is_optional_and_validated() {
     .unwrap()
     .unwrap();
     assert_eq!(s.address, "127.0.0.1:6380");
+    assert_eq!(s.url.expose(), "redis://127.0.0.1:6380");
     assert_eq!(s.timeout, Duration::from_millis(50));
     assert_eq!(s.on_error, OnError::Allow);
     let s = store(Some(RawStore {
@@ -181,7 +182,37 @@ fn the_store_is_optional_and_validated() {
     .unwrap();
     assert_eq!(s.address, "cache:6379");
     assert_eq!(s.on_error, OnError::Deny);
-    for bad in ["http://x:1", "redis://", "redis://u:p@x:1", "redis://x:1/0"] {
+    // A user, a password and a database; TLS; the log address never holds them.
+    for (url, address) in [
+        ("redis://team:s3cret@cache:6380/2", "cache:6380"),
+        ("redis://:s3cret@10.0.0.5", "10.0.0.5:6379"),
+        (
+            "rediss://team:s3cret@cache.internal:6380",
+            "cache.internal:6380",
+        ),
+        ("redis://[::1]:6390", "[::1]:6390"),
+    ] {
+        let s = store(Some(RawStore {
+            url: Some(url.into()),
+            ..RawStore::default()
+        }))
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.address, address);
+        assert_eq!(s.url.expose(), url);
+        assert!(!format!("{s:?}").contains("s3cret"), "{s:?}");
+    }
+    for bad in [
+        "http://x:1",
+        "redis://",
+        "redis://x:1/zero",
+        "redis://x:99999",
+        "rediss://x:1/#insecure",
+        "unix:///tmp/redis.sock",
+        "redis+unix:///tmp/redis.sock",
+        "redis://team:s3cret@x:1/zero",
+        "redis://team:s3/cret@x:1",
+    ] {
         let e = store(Some(RawStore {
             url: Some(bad.into()),
             ..RawStore::default()
@@ -189,6 +220,8 @@ fn the_store_is_optional_and_validated() {
         .unwrap_err()
         .to_string();
         assert!(e.starts_with("invalid value for auth.store.url"), "{e}");
+        assert!(!e.contains("s3cret") && !e.contains("cret@"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
     }
     let e = store(Some(RawStore {
         on_error: Some("maybe".into()),

@@ -93,3 +93,31 @@ async fn an_unreachable_store_follows_on_error() {
     // A tenant without a per-minute limit never asks the store.
     admitted(deny.admit(TenantId::Named(1)).await);
 }
+
+#[tokio::test]
+async fn a_reply_that_is_not_resp_follows_on_error_and_never_panics() {
+    use crate::proxy::store::standin::{Answer, StandIn, Step};
+    // A first character of two bytes in UTF-8, where a type byte belongs.
+    let s = StandIn::start(|st: &Step<'_>| match st.args[0].as_str() {
+        "INCR" => Answer::Bytes("é12\r\n".as_bytes().to_vec()),
+        _ => Answer::Normal,
+    })
+    .await;
+    let store = |on_error: &str| {
+        format!(
+            "{TENANTS}[auth.store]\nurl = \"{}\"\ntimeout_ms = 2000\non_error = \"{on_error}\"\n",
+            s.url()
+        )
+    };
+    let deny = limiter(&store("deny"));
+    for _ in 0..3 {
+        assert!(matches!(
+            deny.admit(TenantId::Named(0)).await,
+            Admission::StoreDown
+        ));
+    }
+    // Fail open: this process's own counts decide.
+    let allow = limiter(&store("allow"));
+    let (q, _) = admitted(allow.admit(TenantId::Named(0)).await);
+    assert_eq!(q.requests.unwrap().remaining, 1);
+}
