@@ -16,7 +16,7 @@
 #
 #   scripts/ensure-deps.sh            # everything the tests need
 #   scripts/ensure-deps.sh --minimal  # build tools, llama-server, tiny model
-#                                     # (no nginx/prometheus/chromium/redis,
+#                                     # (no nginx/prometheus/chromium/redis/openssl,
 #                                     # no openai/kubernetes-validate, no
 #                                     # slow or medium model)
 #
@@ -45,7 +45,7 @@ log() { echo "ensure-deps: $*" >&2; }
 # --- Debian packages -------------------------------------------------------
 packages=(cmake build-essential pkg-config python3-venv curl)
 if [ "$minimal" = 0 ]; then
-  packages+=(nginx-light prometheus chromium redis-server)
+  packages+=(nginx-light prometheus chromium redis-server openssl)
 fi
 
 missing=()
