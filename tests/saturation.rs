@@ -5,9 +5,9 @@
 //! queue on. Every figure is printed (`--nocapture` shows them).
 //!
 //! A test that needs a slot taken holds it with a [`Hold`]: a stream the
-//! test itself ends, on a llama-server whose context lets it run far longer
-//! than any test (`HOLD_NP2`), so no outcome depends on how fast the model
-//! writes. Figures that are noisy on a shared 2-core machine are printed;
+//! test itself ends, on a llama-server whose context lets it run for
+//! minutes (`HOLD_NP2`), so no outcome depends on how fast the model
+//! writes; a hold that ended early fails the test that relied on it. Figures that are noisy on a shared 2-core machine are printed;
 //! only gaps that are large by design are asserted.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -27,11 +27,20 @@ use common::temp_config;
 use serde_json::Value;
 
 const NP2: [&str; 4] = ["-np", "2", "-c", "4096"];
-/// Two slots of 32,768 tokens each: a held answer of [`HOLD_TOKENS`] runs
-/// for tens of seconds even at the tiny model's best speed.
-const HOLD_NP2: [&str; 4] = ["-np", "2", "-c", "65536"];
+/// Two slots of 262,144 tokens each (llama-server caps a slot at the
+/// model's trained context, so that is raised too): a held answer of
+/// [`HOLD_TOKENS`] runs for minutes even at the tiny model's best speed
+/// (about 2,000 tokens/s at the start, slower as its context grows).
+const HOLD_NP2: [&str; 6] = [
+    "-np",
+    "2",
+    "-c",
+    "524288",
+    "--override-kv",
+    "llama.context_length=int:262144",
+];
 /// The length of a held answer.
-const HOLD_TOKENS: u32 = 30_000;
+const HOLD_TOKENS: u32 = 250_000;
 const VOICE: &str = "sk-voice-0123456789";
 const BULK: &str = "sk-bulk-0123456789";
 const OTHER: &str = "sk-other-0123456789";
@@ -146,12 +155,14 @@ fn config(name: &str, toml: &str) -> String {
 
 /// A streamed answer that takes a slot until the test releases it (the
 /// client hangs up, llama-server cancels): the slot is held by
-/// construction, not by a race against the model's speed.
+/// construction, not by a race against the model's speed, and
+/// [`Hold::release`] checks it was held to the end.
 struct Hold {
     status: u16,
     stop: Arc<AtomicBool>,
     events: Arc<AtomicU64>,
-    reader: Option<std::thread::JoinHandle<()>>,
+    /// Whether the stream ended before the test let it go.
+    reader: Option<std::thread::JoinHandle<bool>>,
 }
 
 impl Hold {
@@ -172,9 +183,10 @@ impl Hold {
                     Ok(Some(p)) => {
                         e.fetch_add(content_events(&p), Ordering::Relaxed);
                     }
-                    _ => break,
+                    _ => return true,
                 }
             }
+            false
         });
         assert_eq!(status, 200, "the held answer was refused");
         assert!(
@@ -193,17 +205,15 @@ impl Hold {
         }
     }
 
-    /// Hangs up; the content events it had received (it never ended by
-    /// itself: fewer than it asked for).
+    /// Hangs up; the content events it had received. Fails if the stream
+    /// had ended before (the slot was not held all along).
     fn release(mut self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(r) = self.reader.take() {
-            r.join().unwrap();
-        }
+        let ended = self.reader.take().is_some_and(|r| r.join().unwrap());
         let events = self.events.load(Ordering::Relaxed);
         assert!(
-            events < u64::from(HOLD_TOKENS),
-            "the held answer ended by itself"
+            !ended,
+            "the held answer ended by itself after {events} tokens"
         );
         events
     }
