@@ -65,6 +65,8 @@ pub struct Discovered {
     /// The last answer named no address, and members still served: the
     /// next lookup decides whether they drain.
     empty_once: bool,
+    /// The system's DNS configuration, when no resolver is configured.
+    system: resolver::SystemSource,
 }
 
 /// What one lookup found.
@@ -92,6 +94,7 @@ impl Discovered {
             left_out: 0,
             failing: None,
             empty_once: false,
+            system: resolver::SystemSource::default(),
         }
     }
 
@@ -119,7 +122,7 @@ impl Discovered {
                 continue;
             }
             let (host, port) = self.host();
-            let wait = match lookup(&self.settings, &host).await {
+            let wait = match lookup(&self.settings, &mut self.system, &host).await {
                 Ok(answer) => {
                     self.fleet.note_lookup(self.entry, Lookup::Answered);
                     if self.failing.take().is_some() {
@@ -284,12 +287,16 @@ impl Discovered {
 }
 
 /// Looks `host` up: through the configured resolver, else with the
-/// system's configuration (read again for each lookup); TTLs honoured
+/// system's configuration (read again when it changes); TTLs honoured
 /// either way. `Err` says why no answer came.
-async fn lookup(settings: &Discovery, host: &str) -> Result<Answer, String> {
+async fn lookup(
+    settings: &Discovery,
+    system: &mut resolver::SystemSource,
+    host: &str,
+) -> Result<Answer, String> {
     let source = match settings.resolver {
         Some(server) => resolver::Source::server(server),
-        None => resolver::Source::system().map_err(|e| e.to_string())?,
+        None => system.current().map_err(|e| e.to_string())?,
     };
     resolver::lookup(&source, host, LOOKUP_TIMEOUT)
         .await

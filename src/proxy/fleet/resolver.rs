@@ -1,11 +1,12 @@
 //! Looking up a host name's addresses for DNS discovery, through
 //! hickory-resolver: [`lookup`] asks for `A` and `AAAA` records at once and
 //! keeps their TTL, from a [`Source`]:
-//! - [`Source::system`]: the system's configuration, read again at each
-//!   call: `/etc/hosts` first (a name found there is not asked of DNS), then
-//!   `/etc/resolv.conf`'s nameservers with its search domains (glibc's order:
-//!   a name with fewer dots than `ndots` is tried with each search domain
-//!   first, then as is; otherwise as is first), `timeout` and `attempts`;
+//! - [`Source::system`]: the system's configuration ([`SystemSource`]
+//!   reads it again whenever it changes): `/etc/hosts` first (a name found
+//!   there is not asked of DNS), then `/etc/resolv.conf`'s nameservers with
+//!   its search domains (glibc's order: a name with fewer dots than `ndots`
+//!   is tried with each search domain first, then as is; otherwise as is
+//!   first), `timeout` and `attempts`;
 //! - [`Source::server`]: one DNS server alone, over UDP, asked again over
 //!   TCP when an answer comes back truncated (hickory does both, and ignores
 //!   as forged an answer that does not echo the question).
@@ -44,12 +45,15 @@ use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
 use hickory_resolver::{Hosts, TokioResolver};
 use tokio::time::{timeout_at, Instant};
 
+mod system;
 #[cfg(test)]
 mod system_tests;
 #[cfg(test)]
 mod testkit;
 #[cfg(test)]
 mod tests;
+
+pub use system::SystemSource;
 
 /// The two record types asked, in the order results are combined.
 const KINDS: [RecordType; 2] = [RecordType::A, RecordType::AAAA];
@@ -87,8 +91,8 @@ pub enum LookupError {
         /// The code it answered.
         rcode: ResponseCode,
     },
-    /// The exchange failed: a socket error (including ICMP "port
-    /// unreachable"), an answer truncated even over TCP, ...
+    /// The exchange failed: a socket error, an answer that cannot be
+    /// decoded, one truncated even over TCP, ...
     #[error("DNS lookup of {kind} failed: {reason}")]
     Failed {
         /// The record type asked.
@@ -123,16 +127,6 @@ impl Source {
             options,
             hosts: None,
         }
-    }
-
-    /// The system's configuration as it is now: `/etc/resolv.conf` (read
-    /// by hickory) and `/etc/hosts`.
-    pub fn system() -> Result<Self, LookupError> {
-        let (config, options) = hickory_resolver::system_conf::read_system_conf()
-            .map_err(|e| LookupError::Config(format!("the system's: {e}")))?;
-        // An unreadable hosts file is an empty one, as for glibc.
-        let hosts = Hosts::from_system().unwrap_or_default();
-        Ok(Self::configured(config, options, hosts))
     }
 
     /// The system's rules applied to a configuration of the caller's:
