@@ -22,8 +22,6 @@
 //!   matching the previous turn, the cause, the cost).
 //! - [`queue`]: the admission queue (classes, fair turns between tenants,
 //!   reserves, per-upstream capacity).
-//! - [`dns`]: a minimal DNS codec (`A`/`AAAA` queries, answers with TTLs)
-//!   for upstream discovery.
 //!
 //! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
 //! [`server`], [`shutdown`], [`pidfile`].
@@ -33,7 +31,6 @@ pub mod admin;
 pub mod cachebreak;
 pub mod cli;
 pub mod config;
-pub mod dns;
 pub mod framing;
 pub mod llama;
 pub mod observe;

@@ -782,3 +782,18 @@ fn one_empty_answer_drains_nothing_and_the_name_is_asked_again_soon() {
     assert!(!log.contains("upstream draining"), "{log}");
     assert_eq!(readyz(&t).0, 200);
 }
+
+/// Without `[discovery] resolver`, a name is looked up with the system's
+/// configuration, `/etc/hosts` first: `localhost` (in every machine's hosts
+/// file) gives its member without a DNS server, and no lookup fails.
+/// (Nothing listens there: membership is what is tested.)
+#[test]
+fn a_name_in_etc_hosts_is_followed_without_a_configured_resolver() {
+    let port = common::free_port();
+    let t = Llamatap::start(&format!("dns+http://localhost:{port}"), &[]);
+    wait("the member of localhost", Duration::from_secs(30), || {
+        up(&t, &member("127.0.0.1", port)).is_some()
+    });
+    let log = t.stderr();
+    assert!(!log.contains("upstream name lookup failed"), "{log}");
+}

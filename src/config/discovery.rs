@@ -32,8 +32,8 @@ pub struct RawDiscovery {
 /// Validated `[discovery]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Discovery {
-    /// The DNS server asked directly (record TTLs are honoured); `None`:
-    /// the system's resolver (no TTL is known: every `min_refresh`).
+    /// The DNS server asked, alone; `None`: the system's configuration
+    /// (`/etc/hosts`, `/etc/resolv.conf`). Record TTLs are honoured either way.
     pub resolver: Option<SocketAddr>,
     /// Lower bound of the time between lookups (and the period without TTL).
     pub min_refresh: Duration,

@@ -3,8 +3,11 @@
 //! that llamatap replicas asking the same DNS place conversations alike.
 //!
 //! One loop per name looks it up again after the answer's TTL, bounded by
-//! `[discovery]` (`min_refresh_ms`, `max_refresh_ms`; without a configured
-//! resolver the system's, which gives no TTL: every `min_refresh_ms`):
+//! `[discovery]` (`min_refresh_ms`, `max_refresh_ms`), through the
+//! configured resolver or, without one, with the system's configuration
+//! (`/etc/hosts`, whose answers have no TTL: every `min_refresh_ms`, then
+//! `/etc/resolv.conf`'s nameservers and search domains; see
+//! [`super::resolver`]):
 //!
 //! - a new address **joins** with an empty index, not yet checked: it takes
 //!   requests after its first passing health check (its own two loops, see
@@ -62,6 +65,8 @@ pub struct Discovered {
     /// The last answer named no address, and members still served: the
     /// next lookup decides whether they drain.
     empty_once: bool,
+    /// The system's DNS configuration, when no resolver is configured.
+    system: resolver::SystemSource,
 }
 
 /// What one lookup found.
@@ -89,6 +94,7 @@ impl Discovered {
             left_out: 0,
             failing: None,
             empty_once: false,
+            system: resolver::SystemSource::default(),
         }
     }
 
@@ -116,7 +122,7 @@ impl Discovered {
                 continue;
             }
             let (host, port) = self.host();
-            let wait = match lookup(&self.settings, &host).await {
+            let wait = match lookup(&self.settings, &mut self.system, &host).await {
                 Ok(answer) => {
                     self.fleet.note_lookup(self.entry, Lookup::Answered);
                     if self.failing.take().is_some() {
@@ -280,48 +286,23 @@ impl Discovered {
     }
 }
 
-/// Looks `host` up: through the configured resolver (its TTLs honoured),
-/// else the system's (no TTL known). `Err` says why no answer came.
-async fn lookup(settings: &Discovery, host: &str) -> Result<Answer, String> {
-    if let Some(server) = settings.resolver {
-        return resolver::lookup(server, host, LOOKUP_TIMEOUT)
-            .await
-            .map(|l| Answer {
-                addresses: l.addresses,
-                ttl: l.ttl,
-            })
-            .map_err(|e| e.to_string());
-    }
-    let name = host.to_string();
-    let found = tokio::task::spawn_blocking(move || resolver::system_lookup(&name, 0));
-    match tokio::time::timeout(LOOKUP_TIMEOUT, found).await {
-        Ok(Ok(Ok(addresses))) => Ok(Answer {
-            addresses,
-            ttl: None,
-        }),
-        // The name exists no more, or has no address: no member now.
-        Ok(Ok(Err(why))) if names_nothing(&why) => Ok(Answer {
-            addresses: Vec::new(),
-            ttl: None,
-        }),
-        Ok(Ok(Err(why))) => Err(why),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "no answer within {} ms",
-            LOOKUP_TIMEOUT.as_millis()
-        )),
-    }
-}
-
-/// The system resolver's answer says the name has no address (glibc's
-/// `EAI_NONAME` and `EAI_NODATA`, musl's wording), rather than that no
-/// answer came (`EAI_AGAIN`, a timeout).
-fn names_nothing(why: &str) -> bool {
-    [
-        "Name or service not known",
-        "No address associated with hostname",
-        "Name does not resolve",
-    ]
-    .iter()
-    .any(|m| why.contains(m))
+/// Looks `host` up: through the configured resolver, else with the
+/// system's configuration (read again when it changes); TTLs honoured
+/// either way. `Err` says why no answer came.
+async fn lookup(
+    settings: &Discovery,
+    system: &mut resolver::SystemSource,
+    host: &str,
+) -> Result<Answer, String> {
+    let source = match settings.resolver {
+        Some(server) => resolver::Source::server(server),
+        None => system.current().map_err(|e| e.to_string())?,
+    };
+    resolver::lookup(&source, host, LOOKUP_TIMEOUT)
+        .await
+        .map(|l| Answer {
+            addresses: l.addresses,
+            ttl: l.ttl,
+        })
+        .map_err(|e| e.to_string())
 }

@@ -1,43 +1,62 @@
-//! Looking up a host name's addresses for DNS discovery: [`lookup`] asks a
-//! given DNS server (any `host:port`) for `A` and `AAAA` records and keeps
-//! their TTL; [`system_lookup`] asks the system resolver when no server is
-//! configured (no TTL, port 53 of `/etc/resolv.conf` only).
+//! Looking up a host name's addresses for DNS discovery, through
+//! hickory-resolver: [`lookup`] asks for `A` and `AAAA` records at once and
+//! keeps their TTL, from a [`Source`]:
+//! - [`Source::system`]: the system's configuration ([`SystemSource`]
+//!   reads it again whenever it changes): `/etc/hosts` first (a name found
+//!   there is not asked of DNS), then `/etc/resolv.conf`'s nameservers with
+//!   its search domains (glibc's order: a name with fewer dots than `ndots`
+//!   is tried with each search domain first, then as is; otherwise as is
+//!   first), `timeout` and `attempts`;
+//! - [`Source::server`]: one DNS server alone, over UDP, asked again over
+//!   TCP when an answer comes back truncated (hickory does both, and ignores
+//!   as forged an answer that does not echo the question).
 //!
-//! [`lookup`] sends both queries at once from one UDP socket, with random
-//! ids, sends each unanswered one again at half the timeout, and asks again
-//! over TCP when an answer comes back truncated. The whole call ends by the
-//! timeout. How answers become a result:
+//! How answers become a result, for each name tried:
 //! - addresses of both types are merged, sorted and deduplicated; the TTL is
-//!   the least of the records used;
+//!   the least of the records used (address records and the `CNAME`s that
+//!   led to them); an `/etc/hosts` answer has none;
 //! - NXDOMAIN or no records for both types is `Ok` with no addresses (the
 //!   name exists with no members now), with the negative TTL if the server
-//!   gave one;
-//! - SERVFAIL, REFUSED (any other RCODE), a timeout or a malformed answer is
-//!   an error, so the caller keeps the members it has; but when one type
-//!   fails while the other gives addresses, those addresses are the result.
+//!   gave one (its `SOA`); the next search name, if any, is tried then;
+//! - SERVFAIL, REFUSED (any other RCODE), a timeout or a failed exchange is
+//!   an error, which ends the search, so the caller keeps the members it has;
+//!   but when one type fails while the other gives addresses, those
+//!   addresses are the result.
 //!
-//! Deliberately not here: caching, choosing when to ask again (the caller
-//! does, from the TTL), search domains, `/etc/hosts`, EDNS, or spreading
-//! queries over several servers. The wire format is [`crate::dns`]'s.
+//! The whole call ends by its timeout; each try's wait is at most half of it,
+//! so a lost datagram is asked again in time (hickory also resends UDP
+//! queries within a try).
+//!
+//! Deliberately not here: caching (a hickory resolver with no cache is built
+//! for each call: the caller decides when to ask again, from the TTL), SRV,
+//! DNSSEC, encrypted transports, mDNS, or IP literals (refused: they need no
+//! lookup).
 
-use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UdpSocket};
-use tokio::time::{sleep_until, timeout_at, Instant};
+use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::net::{DnsError, NetError};
+use hickory_resolver::proto::op::{Query, ResponseCode};
+use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
+use hickory_resolver::{Hosts, TokioResolver};
+use tokio::time::{timeout_at, Instant};
 
-use crate::dns::{self, Answer, DnsError, Rcode, RecordKind};
-
+mod system;
+#[cfg(test)]
+mod system_tests;
+#[cfg(test)]
+mod testkit;
 #[cfg(test)]
 mod tests;
 
-/// The two record types asked, in the order results are combined.
-const KINDS: [RecordKind; 2] = [RecordKind::A, RecordKind::Aaaa];
+pub use system::SystemSource;
 
-/// Receive buffer for a UDP answer: the largest datagram.
-const MAX_DATAGRAM: usize = 65_535;
+/// The two record types asked, in the order results are combined.
+const KINDS: [RecordType; 2] = [RecordType::A, RecordType::AAAA];
 
 /// The addresses a name has now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +66,7 @@ pub struct Lookup {
     pub addresses: Vec<IpAddr>,
     /// How long the answer holds: the least TTL of the records used or,
     /// when there are no addresses, the negative TTL from the server's SOA.
-    /// `None` when the server gave no negative TTL.
+    /// `None` when the server gave no negative TTL, or for `/etc/hosts`.
     pub ttl: Option<Duration>,
 }
 
@@ -55,187 +74,259 @@ pub struct Lookup {
 #[derive(Debug, thiserror::Error)]
 pub enum LookupError {
     /// The host name cannot be asked (invalid, or an IP literal).
-    #[error("{0}")]
-    Name(DnsError),
-    /// A socket failed (including ICMP "port unreachable" from the server).
-    #[error("DNS socket error: {0}")]
-    Io(#[from] io::Error),
+    #[error("invalid host name {0:?}")]
+    Name(String),
+    /// The system's DNS configuration cannot be read, or hickory refuses
+    /// the configuration.
+    #[error("cannot use the DNS configuration: {0}")]
+    Config(String),
     /// No answer within the timeout.
     #[error("no DNS answer within {0:?}")]
     Timeout(Duration),
     /// The server answered with an error code.
-    #[error("DNS server answered {rcode} for {kind}")]
+    #[error("DNS server answered {} for {kind}", rcode_name(*.rcode))]
     Server {
         /// The record type asked.
-        kind: RecordKind,
+        kind: RecordType,
         /// The code it answered.
-        rcode: Rcode,
+        rcode: ResponseCode,
     },
-    /// The answer could not be read.
-    #[error("bad DNS answer for {kind}: {source}")]
-    Malformed {
+    /// The exchange failed: a socket error, an answer that cannot be
+    /// decoded, one truncated even over TCP, ...
+    #[error("DNS lookup of {kind} failed: {reason}")]
+    Failed {
         /// The record type asked.
-        kind: RecordKind,
-        /// What is wrong with the answer.
-        source: DnsError,
+        kind: RecordType,
+        /// hickory's error.
+        reason: String,
     },
-    /// The answer over TCP still had the TC bit set.
-    #[error("DNS answer for {0} truncated even over TCP")]
-    Truncated(RecordKind),
 }
 
-/// One record type's result: the answer read, before judging its RCODE.
-type Outcome = Result<Answer, LookupError>;
-
-/// Asks `server` for `name`'s `A` and `AAAA` records and combines them (see
-/// the module documentation), all within `timeout`.
-pub async fn lookup(
-    server: SocketAddr,
-    name: &str,
-    timeout: Duration,
-) -> Result<Lookup, LookupError> {
-    let deadline = Instant::now() + timeout;
-    let first: u16 = rand::random();
-    // Two different ids, so an answer tells which query it is for.
-    let ids = [
-        first,
-        first.wrapping_add(1 + rand::random::<u16>() % 0xfffe),
-    ];
-    let queries = [
-        dns::query(ids[0], name, KINDS[0]).map_err(LookupError::Name)?,
-        dns::query(ids[1], name, KINDS[1]).map_err(LookupError::Name)?,
-    ];
-    let [a, aaaa] = over_udp(server, name, ids, &queries, deadline, timeout).await?;
-    let (a, aaaa) = tokio::join!(
-        again_over_tcp_if_truncated(a, server, name, KINDS[0], deadline, timeout),
-        again_over_tcp_if_truncated(aaaa, server, name, KINDS[1], deadline, timeout),
-    );
-    combine(judge(KINDS[0], a), judge(KINDS[1], aaaa))
+/// Where names are looked up, and how.
+#[derive(Clone, Debug)]
+pub struct Source {
+    config: ResolverConfig,
+    options: ResolverOpts,
+    /// Consulted before DNS; `None` for a configured server.
+    hosts: Option<Arc<Hosts>>,
 }
 
-/// Resolves `host` with the system resolver (`getaddrinfo`, blocking): every
-/// address, sorted, without duplicates. An IP literal is returned as is.
-pub fn system_lookup(host: &str, port: u16) -> Result<Vec<IpAddr>, String> {
-    let mut addresses: Vec<IpAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?
-        .map(|a| a.ip())
-        .collect();
-    addresses.sort();
-    addresses.dedup();
-    Ok(addresses)
-}
-
-// === UDP and TCP ===
-
-/// Sends both queries and waits for both answers until `deadline`, sending
-/// the unanswered ones once more at half the timeout. A record type with no
-/// answer by then is [`LookupError::Timeout`]; a socket error fails both.
-async fn over_udp(
-    server: SocketAddr,
-    name: &str,
-    ids: [u16; 2],
-    queries: &[Vec<u8>; 2],
-    deadline: Instant,
-    timeout: Duration,
-) -> Result<[Outcome; 2], LookupError> {
-    let local: SocketAddr = if server.is_ipv4() {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
-    } else {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let socket = UdpSocket::bind(local).await?;
-    // Connected: datagrams from anywhere but the server are dropped.
-    socket.connect(server).await?;
-    for q in queries {
-        socket.send(q).await?;
-    }
-    let resend_at = Instant::now() + timeout / 2;
-    let mut resent = false;
-    let mut outcomes: [Option<Outcome>; 2] = [None, None];
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    while outcomes.iter().any(Option::is_none) {
-        tokio::select! {
-            got = socket.recv(&mut buf) => {
-                let msg = buf.get(..got?).unwrap_or_default();
-                let Some(&[hi, lo]) = msg.get(..2) else { continue };
-                let id = u16::from_be_bytes([hi, lo]);
-                for (i, kind) in KINDS.into_iter().enumerate() {
-                    if ids[i] == id && outcomes[i].is_none() {
-                        outcomes[i] = Some(
-                            dns::parse(msg, id, name, kind)
-                                .map_err(|source| LookupError::Malformed { kind, source }),
-                        );
-                    }
-                }
-            }
-            () = sleep_until(resend_at), if !resent => {
-                resent = true;
-                for (q, outcome) in queries.iter().zip(&outcomes) {
-                    if outcome.is_none() {
-                        socket.send(q).await?;
-                    }
-                }
-            }
-            () = sleep_until(deadline) => break,
+impl Source {
+    /// `server` alone, UDP then TCP on truncation; no search domains, no
+    /// `/etc/hosts`. Each try waits at most half the lookup's timeout, and
+    /// is made twice at most.
+    pub fn server(server: SocketAddr) -> Self {
+        let mut ns = NameServerConfig::udp_and_tcp(server.ip());
+        for c in &mut ns.connections {
+            c.port = server.port();
+        }
+        let mut options = ResolverOpts::default();
+        options.attempts = 1;
+        Source {
+            config: ResolverConfig::from_name_servers(vec![ns]),
+            options,
+            hosts: None,
         }
     }
-    Ok(outcomes.map(|o| o.unwrap_or(Err(LookupError::Timeout(timeout)))))
+
+    /// The system's rules applied to a configuration of the caller's:
+    /// `hosts` first, then `config`'s nameservers with its search domains
+    /// and `options` (`ndots`, `timeout`, `attempts`, `edns0`).
+    pub fn configured(config: ResolverConfig, options: ResolverOpts, hosts: Hosts) -> Self {
+        Source {
+            config,
+            options,
+            hosts: Some(Arc::new(hosts)),
+        }
+    }
+
+    /// The names to ask for `name`, in order (see the module documentation).
+    fn candidates(&self, name: &Name) -> Vec<Name> {
+        let mut absolute = name.clone();
+        absolute.set_fqdn(true);
+        if name.is_fqdn() {
+            return vec![absolute];
+        }
+        // Without a search list, the local domain is one (as for glibc).
+        let domains: Vec<&Name> = if self.config.search().is_empty() {
+            self.config.domain().into_iter().collect()
+        } else {
+            self.config.search().iter().collect()
+        };
+        let mut names: Vec<Name> = Vec::with_capacity(domains.len() + 1);
+        let as_is_first =
+            usize::from(name.num_labels()) > self.options.ndots || name.is_localhost();
+        if as_is_first {
+            names.push(absolute.clone());
+        }
+        for d in domains {
+            if let Ok(mut n) = name.clone().append_domain(d) {
+                n.set_fqdn(true);
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+        if !as_is_first && !names.contains(&absolute) {
+            names.push(absolute);
+        }
+        names
+    }
+
+    /// The addresses `/etc/hosts` gives `name`, if it names it.
+    fn in_hosts(&self, name: &Name) -> Option<Vec<IpAddr>> {
+        let hosts = self.hosts.as_ref()?;
+        let found: Vec<_> = KINDS
+            .iter()
+            .filter_map(|kind| hosts.lookup_static_host(&Query::query(name.clone(), *kind)))
+            .collect();
+        if found.is_empty() {
+            return None;
+        }
+        let records = found.iter().flat_map(|l| l.answers());
+        Some(records.filter_map(|r| r.data.ip_addr()).collect())
+    }
+
+    /// A hickory resolver for one call: this source's servers, no cache,
+    /// no hosts file (consulted here), each try bounded by `per_try`.
+    fn resolver(&self, per_try: Duration) -> Result<TokioResolver, NetError> {
+        let config =
+            ResolverConfig::from_parts(None, Vec::new(), self.config.name_servers().to_vec());
+        let mut options = self.options.clone();
+        options.cache_size = 0;
+        options.use_hosts_file = ResolveHosts::Never;
+        options.timeout = options.timeout.min(per_try);
+        TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
+            .with_options(options)
+            .build()
+    }
 }
 
-/// `outcome` as it is, or, when its answer was truncated, the answer to the
-/// same question asked over TCP (length-prefixed, RFC 1035 §4.2.2).
-async fn again_over_tcp_if_truncated(
-    outcome: Outcome,
-    server: SocketAddr,
-    name: &str,
-    kind: RecordKind,
+/// Looks `name` up from `source` and combines the answers (see the module
+/// documentation), all within `timeout`.
+pub async fn lookup(source: &Source, name: &str, timeout: Duration) -> Result<Lookup, LookupError> {
+    let deadline = Instant::now() + timeout;
+    if name.trim().is_empty() || name.parse::<IpAddr>().is_ok() {
+        return Err(LookupError::Name(name.to_owned()));
+    }
+    let asked = Name::from_str(name).map_err(|_| LookupError::Name(name.to_owned()))?;
+    if let Some(mut addresses) = source.in_hosts(&asked) {
+        addresses.sort();
+        addresses.dedup();
+        return Ok(Lookup {
+            addresses,
+            ttl: None,
+        });
+    }
+    let resolver = source
+        .resolver(timeout / 2)
+        .map_err(|e| LookupError::Config(e.to_string()))?;
+    // The least negative TTL of the names tried, where one was given.
+    let mut negative: Option<Duration> = None;
+    for candidate in source.candidates(&asked) {
+        let ask = |kind| one_type(&resolver, candidate.clone(), kind, deadline, timeout);
+        let (a, aaaa) = tokio::join!(ask(KINDS[0]), ask(KINDS[1]));
+        let found = combine(a, aaaa)?;
+        if !found.addresses.is_empty() {
+            return Ok(found);
+        }
+        negative = match (negative, found.ttl) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(Lookup {
+        addresses: Vec::new(),
+        ttl: negative,
+    })
+}
+
+// === one record type ===
+
+/// One record type's usable answer for one name: its addresses with their
+/// least TTL in seconds, or none with the negative TTL.
+struct Answer {
+    addresses: Vec<IpAddr>,
+    ttl: Option<u32>,
+}
+
+/// Asks `name`'s `kind` records, until `deadline`.
+async fn one_type(
+    resolver: &TokioResolver,
+    name: Name,
+    kind: RecordType,
     deadline: Instant,
     timeout: Duration,
-) -> Outcome {
-    match outcome {
-        Ok(answer) if answer.truncated => {}
-        other => return other,
+) -> Result<Answer, LookupError> {
+    match timeout_at(deadline, resolver.lookup(name.clone(), kind)).await {
+        Err(_) => Err(LookupError::Timeout(timeout)),
+        Ok(Ok(found)) => Ok(addresses(&name, kind, found.answers())),
+        Ok(Err(e)) => judge(kind, e, timeout),
     }
-    let id: u16 = rand::random();
-    let query = dns::query(id, name, kind).map_err(LookupError::Name)?;
-    let exchange = async {
-        let mut stream = TcpStream::connect(server).await?;
-        let mut framed = Vec::with_capacity(2 + query.len());
-        framed.extend_from_slice(&(query.len() as u16).to_be_bytes());
-        framed.extend_from_slice(&query);
-        stream.write_all(&framed).await?;
-        let len = stream.read_u16().await?;
-        let mut msg = vec![0u8; usize::from(len)];
-        stream.read_exact(&mut msg).await?;
-        Ok::<_, io::Error>(msg)
-    };
-    let msg = match timeout_at(deadline, exchange).await {
-        Ok(got) => got?,
-        Err(_) => return Err(LookupError::Timeout(timeout)),
-    };
-    let answer = dns::parse(&msg, id, name, kind)
-        .map_err(|source| LookupError::Malformed { kind, source })?;
-    if answer.truncated {
-        return Err(LookupError::Truncated(kind));
-    }
-    Ok(answer)
 }
 
-// === combining ===
+/// The `kind` records for `name` among `answers`, following the `CNAME`
+/// chain from `name` (records of other names and types are left out).
+fn addresses(name: &Name, kind: RecordType, answers: &[Record]) -> Answer {
+    let mut chain = vec![(name, u32::MAX)];
+    for r in answers {
+        if let RData::CNAME(target) = &r.data {
+            if let Some(&(_, ttl)) = chain.iter().find(|(n, _)| **n == r.name) {
+                chain.push((&target.0, ttl.min(r.ttl)));
+            }
+        }
+    }
+    let mut addresses = Vec::new();
+    let mut least = None::<u32>;
+    for r in answers.iter().filter(|r| r.record_type() == kind) {
+        let (Some(ip), Some(&(_, via))) =
+            (r.data.ip_addr(), chain.iter().find(|(n, _)| **n == r.name))
+        else {
+            continue;
+        };
+        addresses.push(ip);
+        let ttl = r.ttl.min(via);
+        least = Some(least.map_or(ttl, |l| l.min(ttl)));
+    }
+    Answer {
+        addresses,
+        ttl: least,
+    }
+}
 
-/// One record type's usable result: NOERROR and NXDOMAIN are answers, any
-/// other RCODE an error.
-fn judge(kind: RecordKind, outcome: Outcome) -> Outcome {
-    let answer = outcome?;
-    match answer.rcode {
-        Rcode::NoError | Rcode::NxDomain => Ok(answer),
-        rcode => Err(LookupError::Server { kind, rcode }),
+/// hickory's error for one record type: NXDOMAIN and no records are an
+/// answer with no addresses; anything else an error.
+fn judge(kind: RecordType, e: NetError, timeout: Duration) -> Result<Answer, LookupError> {
+    match e {
+        NetError::Dns(DnsError::NoRecordsFound(none))
+            if matches!(
+                none.response_code,
+                ResponseCode::NoError | ResponseCode::NXDomain
+            ) =>
+        {
+            Ok(Answer {
+                addresses: Vec::new(),
+                ttl: none.negative_ttl,
+            })
+        }
+        NetError::Dns(DnsError::NoRecordsFound(none)) => Err(LookupError::Server {
+            kind,
+            rcode: none.response_code,
+        }),
+        NetError::Dns(DnsError::ResponseCode(rcode)) => Err(LookupError::Server { kind, rcode }),
+        NetError::Timeout => Err(LookupError::Timeout(timeout)),
+        other => Err(LookupError::Failed {
+            kind,
+            reason: other.to_string(),
+        }),
     }
 }
 
 /// Both record types' results as one lookup; see the module documentation.
-fn combine(a: Outcome, aaaa: Outcome) -> Result<Lookup, LookupError> {
+fn combine(
+    a: Result<Answer, LookupError>,
+    aaaa: Result<Answer, LookupError>,
+) -> Result<Lookup, LookupError> {
     let answers = match (a, aaaa) {
         (Ok(a), Ok(aaaa)) => vec![a, aaaa],
         (Ok(one), Err(e)) | (Err(e), Ok(one)) => {
@@ -246,17 +337,29 @@ fn combine(a: Outcome, aaaa: Outcome) -> Result<Lookup, LookupError> {
         }
         (Err(e), Err(_)) => return Err(e),
     };
-    let records = || answers.iter().flat_map(|a| a.addresses.iter());
-    let mut addresses: Vec<IpAddr> = records().map(|(ip, _)| *ip).collect();
+    let mut addresses: Vec<IpAddr> = answers.iter().flat_map(|a| a.addresses.clone()).collect();
     addresses.sort();
     addresses.dedup();
-    let ttl = if addresses.is_empty() {
-        answers.iter().filter_map(|a| a.negative_ttl).min()
-    } else {
-        records().map(|(_, ttl)| *ttl).min()
-    };
+    // Positive: the least TTL of the types with addresses; negative: of all.
+    let ttl = answers
+        .iter()
+        .filter(|a| addresses.is_empty() || !a.addresses.is_empty())
+        .filter_map(|a| a.ttl)
+        .min();
     Ok(Lookup {
         addresses,
         ttl: ttl.map(|s| Duration::from_secs(u64::from(s))),
     })
+}
+
+/// The usual mnemonic of an RCODE (`SERVFAIL`, `REFUSED`, ...).
+fn rcode_name(rcode: ResponseCode) -> String {
+    match rcode {
+        ResponseCode::FormErr => "FORMERR".into(),
+        ResponseCode::ServFail => "SERVFAIL".into(),
+        ResponseCode::NXDomain => "NXDOMAIN".into(),
+        ResponseCode::NotImp => "NOTIMP".into(),
+        ResponseCode::Refused => "REFUSED".into(),
+        other => format!("RCODE {}", u16::from(other)),
+    }
 }
