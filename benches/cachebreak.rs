@@ -1,8 +1,9 @@
 //! Benchmarks of the cache-break diagnosis, against the routing decision's
 //! cost (`benches/route.rs`): building a prompt's digest from the parsed
 //! body, judging a turn against a book of 10,000 conversations, and the one
-//! parse of the request body on the one-upstream path (the facts alone, as
-//! before, against the facts with the prompt's fields kept).
+//! parse of the request body on the one-upstream path (the facts alone,
+//! against the facts with the prompt's fields kept as a tree, and the facts
+//! with the prompt digested as it is parsed, which the proxy does).
 //!
 //! `large`: two 1 MiB chat bodies read as the proxy reads them with one
 //! upstream (the facts and the prompt's digest), next to the same bytes on
@@ -12,7 +13,7 @@
 //! Run: `cargo bench --bench cachebreak -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use llamatap::cachebreak::{Book, Observed, PromptDigest, DEFAULT_BUDGET_BYTES};
+use llamatap::cachebreak::{self, Book, Observed, PromptDigest, DEFAULT_BUDGET_BYTES};
 use llamatap::request::{self, Route};
 use llamatap::router::Chain;
 use serde_json::{json, Value};
@@ -78,11 +79,10 @@ fn long_messages_body() -> Vec<u8> {
 }
 
 /// What the proxy does with a complete chat body on one upstream
-/// (`proxy::cachebreak::inspect`): the facts and the prompt's digest.
+/// (`proxy::cachebreak::inspect`): the facts and the prompt's digest, in
+/// one pass.
 fn chat_path(body: &[u8]) -> (request::RequestFacts, Option<PromptDigest>) {
-    let (facts, prompt) = request::inspect_body_and_prompt(body);
-    let digest = PromptDigest::from_json(Route::ChatCompletions, &prompt, false);
-    (facts, digest)
+    cachebreak::inspect(Route::ChatCompletions, body, false)
 }
 
 fn large(c: &mut Criterion) {
@@ -104,9 +104,10 @@ fn large(c: &mut Criterion) {
     group.finish();
 }
 
-/// Where the time of the chat path goes: the parse that keeps the prompt,
-/// and the digest of what it kept; and on the fleet's path (bodies of at
-/// most 64 KiB, parsed whole into a `Value` for the chain and the digest).
+/// Where the time goes: the prompt kept as a `Value` tree (how the chat
+/// path read it before it digested the prompt as it parsed it), and the
+/// digest of that tree; and on the fleet's path (bodies of at most 64 KiB,
+/// parsed whole into a `Value` for the chain and the digest).
 fn breakdown(c: &mut Criterion) {
     let mut group = c.benchmark_group("cachebreak_parts");
     let zeros = zeros_body(ZEROS);
@@ -170,6 +171,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("inspect_body_and_prompt", |b| {
         b.iter(|| request::inspect_body_and_prompt(black_box(&bytes)))
     });
+    group.bench_function("inspect_chat", |b| b.iter(|| chat_path(black_box(&bytes))));
 
     let mut book = Book::new(DEFAULT_BUDGET_BYTES * 4);
     for turn in 0..TURNS {

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use crate::cachebreak::{Book, Diagnosis, Observed, PromptDigest, DEFAULT_BUDGET_BYTES};
 use crate::record::{Outcome, RequestRecord};
-use crate::request::{self, RequestFacts, Route};
+use crate::request::{RequestFacts, Route};
 use crate::router::SEED;
 
 /// The process's record of recent conversations.
@@ -76,17 +76,9 @@ impl Breaks {
 }
 
 /// Reads a complete request body once: its facts and, on a chat route, the
-/// digest of its prompt.
+/// digest of its prompt ([`crate::cachebreak::inspect`]).
 pub fn inspect(route: Route, body: &[u8], capture: bool) -> (RequestFacts, Option<PromptDigest>) {
-    if !matches!(
-        route,
-        Route::ChatCompletions | Route::Messages | Route::Responses
-    ) {
-        return (request::inspect_body(body), None);
-    }
-    let (facts, prompt) = request::inspect_body_and_prompt(body);
-    let digest = PromptDigest::from_json(route, &prompt, capture);
-    (facts, digest)
+    crate::cachebreak::inspect(route, body, capture)
 }
 
 #[cfg(test)]
