@@ -4,7 +4,11 @@
 
 use serde_json::Value;
 
+use super::hash::pair;
 use super::reader::{is_chat, DigestReader};
+
+/// Mixed with a tenant's key into its conversations' keys.
+const TENANT: u64 = 0x7465_6e61_6e74;
 use crate::request::{PromptField, PromptReader, Route};
 
 /// One message (or input item) of a prompt. Two digests are equal when
@@ -92,6 +96,18 @@ impl PromptDigest {
         }
         let model = body.get("model").and_then(Value::as_str).unwrap_or("");
         Some(reader.finish(model))
+    }
+
+    /// Makes the conversation `tenant`'s own (a plain key chosen by the
+    /// caller, one per tenant): conversations of two tenants are never one,
+    /// whatever their model and first message (or session). Call it once,
+    /// after any change of [`PromptDigest::key`].
+    pub fn in_tenant(&mut self, tenant: u64) {
+        let scope = |key: u64| pair(pair(TENANT, tenant), key);
+        self.key = self.key.map(scope);
+        for key in self.user_keys.iter_mut() {
+            *key = scope(*key);
+        }
     }
 
     /// Bytes this digest holds on the heap and inline (for the book's bound).
