@@ -17,8 +17,8 @@
 //!   the session key when the proxy has one; and always within its tenant.
 //! - Cost: the digest is computed as the body is parsed, in time linear in
 //!   its bytes, with no tree and no allocation per JSON value (a prompt of
-//!   many small values costs about twice what parsing its bytes for the
-//!   facts alone costs).
+//!   many small values costs two to three times what parsing its bytes for
+//!   the facts alone costs; see `docs/benchmarks.md`).
 //! - Per conversation it keeps hashes, never text: per message the role,
 //!   content, name, tool calls and other fields apart (so the changed field
 //!   is known), the content's length in characters and one 32-bit hash per
