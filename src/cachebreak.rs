@@ -4,15 +4,21 @@
 //! matching is named, with a cause from a fixed list and its cost.
 //!
 //! Pure: no framework, no I/O, no clock. The proxy builds a
-//! [`PromptDigest`] from the body it already parsed ([`PromptDigest::from_json`]),
-//! and once the answer is in, hands it, the answer's [`Observed`] facts and
-//! the bounded [`Book`] of recent conversations to [`Book::diagnose`].
+//! [`PromptDigest`] as it parses the body for its facts ([`inspect`]), or
+//! from the body it already parsed ([`PromptDigest::from_json`]), makes it
+//! its tenant's ([`PromptDigest::in_tenant`]), and once the answer is in,
+//! hands it, the answer's [`Observed`] facts and the bounded [`Book`] of
+//! recent conversations to [`Book::diagnose`].
 //!
 //! What it does:
 //! - A conversation is known by its first `user` message's content alone
 //!   (not chained from the system prompt or tools, so a turn whose system
 //!   prompt changed still finds its conversation), with the model name; or by
-//!   the session key when the proxy has one.
+//!   the session key when the proxy has one; and always within its tenant.
+//! - Cost: the digest is computed as the body is parsed, in time linear in
+//!   its bytes, with no tree and no allocation per JSON value (a prompt of
+//!   many small values costs two to three times what parsing its bytes for
+//!   the facts alone costs; see `docs/benchmarks.md`).
 //! - Per conversation it keeps hashes, never text: per message the role,
 //!   content, name, tool calls and other fields apart (so the changed field
 //!   is known), the content's length in characters and one 32-bit hash per
@@ -29,18 +35,23 @@
 //! positions are in the request's JSON terms: message index, field,
 //! characters), diagnose completion prompts (`/v1/completions`,
 //! `/completion`: no messages to name), or judge a failed request (no
-//! `timings`, nothing learnt). Two conversations that open with the same
-//! first user message and model are one conversation here.
+//! `timings`, nothing learnt). Two conversations of one tenant that open
+//! with the same first user message and model are one conversation here.
 
 mod book;
+mod chunker;
 mod diagnose;
 mod digest;
+mod hash;
+mod message;
+mod reader;
 #[cfg(test)]
 mod tests;
 
 pub use book::{Book, DEFAULT_BUDGET_BYTES};
 pub use diagnose::diagnose;
 pub use digest::{MessageDigest, PromptDigest};
+pub use reader::inspect;
 
 /// Characters per chunk hash of a message's content: the granularity of the
 /// offset reported when the text is not kept.

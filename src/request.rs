@@ -6,9 +6,9 @@
 //! It reads only; it never rejects, rewrites or validates a request for
 //! llama-server (which answers bad requests itself), never fails and never
 //! panics, whatever the bytes. It does not read headers, query strings or
-//! nested fields; [`inspect_body_and_prompt`] also hands back the prompt's
-//! top-level fields whole, parsed in the same pass, for
-//! [`crate::cachebreak`].
+//! nested fields; [`inspect_body_with_prompt`] also hands the prompt's
+//! top-level fields, in the same pass, to a [`PromptReader`] (the one of
+//! [`crate::cachebreak`] hashes them as they are parsed).
 //!
 //! Decisions:
 //! - [`Route::from_path`] reads the path as llama-server's HTTP library does
@@ -337,14 +337,73 @@ pub fn inspect_body(body: &[u8]) -> RequestFacts {
     facts(Fields::read(body))
 }
 
+/// A top-level field of a chat prompt, handed whole to a [`PromptReader`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromptField {
+    /// `messages`: OpenAI chat, Anthropic Messages.
+    Messages,
+    /// `tools`.
+    Tools,
+    /// `system`: Anthropic's system prompt.
+    System,
+    /// `instructions`: the Responses API's system prompt.
+    Instructions,
+    /// `input`: the Responses API's items.
+    Input,
+}
+
+impl PromptField {
+    /// Every field, in the order a prompt is compared.
+    pub const ALL: [PromptField; 5] = [
+        PromptField::System,
+        PromptField::Instructions,
+        PromptField::Messages,
+        PromptField::Input,
+        PromptField::Tools,
+    ];
+
+    /// The JSON key.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptField::Messages => "messages",
+            PromptField::Tools => "tools",
+            PromptField::System => "system",
+            PromptField::Instructions => "instructions",
+            PromptField::Input => "input",
+        }
+    }
+}
+
+/// Reads a chat prompt's top-level fields while [`inspect_body_with_prompt`]
+/// parses the body, so that the prompt is read in the same single pass and
+/// never has to be kept as a tree.
+pub trait PromptReader {
+    /// Reads the whole value of `field` from `value` (a deserializer for
+    /// that value alone). A field named twice is read twice, in body order,
+    /// and the last read should count; an error (the bytes are not JSON
+    /// there) ends the parse, and the field read then should not count.
+    fn read<'de, D: serde::Deserializer<'de>>(
+        &mut self,
+        field: PromptField,
+        value: D,
+    ) -> Result<(), D::Error>;
+}
+
+/// As [`inspect_body`], in the same single parse also handing each of the
+/// prompt's fields ([`PromptField`]) to `reader`.
+pub fn inspect_body_with_prompt<R: PromptReader>(body: &[u8], reader: &mut R) -> RequestFacts {
+    facts(Fields::read_with(body, reader))
+}
+
 /// As [`inspect_body`], in the same single parse also returning the
 /// prompt's fields (`messages`, `tools`, `system`, `instructions`, `input`,
-/// each whole when present) with the `model` string, as a JSON object: what
-/// [`crate::cachebreak::PromptDigest::from_json`] reads.
+/// each whole when present) with the `model` string, as a JSON object: the
+/// body that [`crate::cachebreak::PromptDigest::from_json`] reads, built
+/// as a tree (the proxy reads the prompt with a [`PromptReader`] instead).
 pub fn inspect_body_and_prompt(body: &[u8]) -> (RequestFacts, serde_json::Value) {
-    let mut fields = Fields::read_with_prompt(body);
-    let mut prompt = fields.prompt.take().unwrap_or_default();
-    let facts = facts(fields);
+    let mut prompt = lenient::Collect::default();
+    let facts = inspect_body_with_prompt(body, &mut prompt);
+    let mut prompt = prompt.0;
     if let Some(model) = &facts.model {
         prompt.insert("model".to_string(), serde_json::Value::from(model.as_str()));
     }

@@ -7,6 +7,9 @@ use super::diagnose::diagnose;
 use super::digest::PromptDigest;
 use super::{Cause, Diagnosis, Observed};
 
+#[cfg(test)]
+mod tests;
+
 /// The default budget: 8 MiB of accounted bytes.
 pub const DEFAULT_BUDGET_BYTES: usize = 8 * 1024 * 1024;
 

@@ -545,9 +545,9 @@ impl ProxyHttp for LlamaProxy {
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
         rec.upstream = fleet::steps::finish(&self.fleet, ctx, &rec);
-        rec.cache_break = self
-            .breaks
-            .finish(ctx.routed.prompt.take(), ctx.session, &rec);
+        rec.cache_break =
+            self.breaks
+                .finish(ctx.routed.prompt.take(), ctx.session, ctx.tenant, &rec);
         tenant::finish(&self.limiter, ctx, &mut rec);
         // The queue's slot is free: the next request is dispatched.
         ctx.admission = None;

@@ -2,8 +2,9 @@
 //! top-level fields of interest, each kept whatever its type, the rest
 //! skipped without being stored.
 
-use super::MAX_MODEL_BYTES;
+use super::{PromptField, PromptReader, MAX_MODEL_BYTES};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 use std::fmt;
 
 /// The last value of each field of interest, whatever its JSON type.
@@ -18,9 +19,6 @@ pub(super) struct Fields {
     pub temperature: Option<Value>,
     pub top_p: Option<Value>,
     pub seed: Option<Value>,
-    /// The prompt's fields (`messages`, `tools`, `system`, `instructions`,
-    /// `input`) whole, when asked for ([`Fields::read_with_prompt`]).
-    pub prompt: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Fields {
@@ -28,24 +26,57 @@ impl Fields {
     /// object, cut short, nested too deep) keeps the fields read before it;
     /// bytes after the object are not read. A UTF-8 byte order mark is skipped.
     pub fn read(body: &[u8]) -> Self {
-        Self::read_into(body, Self::default())
+        Self::read_with(body, &mut Skip)
     }
 
-    /// As [`Fields::read`], also keeping the prompt's fields as parsed JSON,
+    /// As [`Fields::read`], also handing the prompt's fields to `reader`,
     /// in the same single pass.
-    pub fn read_with_prompt(body: &[u8]) -> Self {
-        let fields = Fields {
-            prompt: Some(serde_json::Map::new()),
-            ..Self::default()
-        };
-        Self::read_into(body, fields)
-    }
-
-    fn read_into(body: &[u8], mut fields: Self) -> Self {
+    pub fn read_with<R: PromptReader>(body: &[u8], reader: &mut R) -> Self {
+        let mut fields = Self::default();
         let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
         let mut json = serde_json::Deserializer::from_slice(body);
-        let _ = (&mut json).deserialize_map(FieldsVisitor(&mut fields));
+        let _ = (&mut json).deserialize_map(FieldsVisitor(&mut fields, reader));
         fields
+    }
+}
+
+/// A [`PromptReader`] that skips the prompt.
+struct Skip;
+
+impl PromptReader for Skip {
+    fn read<'de, D: Deserializer<'de>>(
+        &mut self,
+        _: PromptField,
+        value: D,
+    ) -> Result<(), D::Error> {
+        IgnoredAny::deserialize(value).map(|_| ())
+    }
+}
+
+/// A [`PromptReader`] that keeps the prompt's fields as parsed JSON.
+#[derive(Default)]
+pub(super) struct Collect(pub serde_json::Map<String, serde_json::Value>);
+
+impl PromptReader for Collect {
+    fn read<'de, D: Deserializer<'de>>(
+        &mut self,
+        field: PromptField,
+        value: D,
+    ) -> Result<(), D::Error> {
+        let value = serde_json::Value::deserialize(value)?;
+        self.0.insert(field.as_str().to_string(), value);
+        Ok(())
+    }
+}
+
+/// Hands one prompt field's value to a [`PromptReader`].
+struct PromptSeed<'a, R>(&'a mut R, PromptField);
+
+impl<'de, R: PromptReader> DeserializeSeed<'de> for PromptSeed<'_, R> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, value: D) -> Result<(), D::Error> {
+        self.0.read(self.1, value)
     }
 }
 
@@ -87,9 +118,9 @@ impl Value {
     }
 }
 
-struct FieldsVisitor<'a>(&'a mut Fields);
+struct FieldsVisitor<'a, R>(&'a mut Fields, &'a mut R);
 
-impl<'de> Visitor<'de> for FieldsVisitor<'_> {
+impl<'de, R: PromptReader> Visitor<'de> for FieldsVisitor<'_, R> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -108,16 +139,8 @@ impl<'de> Visitor<'de> for FieldsVisitor<'_> {
                 Key::Temperature => &mut self.0.temperature,
                 Key::TopP => &mut self.0.top_p,
                 Key::Seed => &mut self.0.seed,
-                Key::Prompt(name) => {
-                    match self.0.prompt.as_mut() {
-                        Some(prompt) => {
-                            let value = map.next_value::<serde_json::Value>()?;
-                            prompt.insert(name.to_string(), value);
-                        }
-                        None => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
+                Key::Prompt(field) => {
+                    map.next_value_seed(PromptSeed(&mut *self.1, field))?;
                     continue;
                 }
                 Key::Other => {
@@ -142,8 +165,8 @@ enum Key {
     Temperature,
     TopP,
     Seed,
-    /// A field of the prompt, kept whole when asked for.
-    Prompt(&'static str),
+    /// A field of the prompt, handed to the [`PromptReader`].
+    Prompt(PromptField),
     Other,
 }
 
@@ -173,11 +196,11 @@ impl Visitor<'_> for KeyVisitor {
             "temperature" => Key::Temperature,
             "top_p" => Key::TopP,
             "seed" => Key::Seed,
-            "messages" => Key::Prompt("messages"),
-            "tools" => Key::Prompt("tools"),
-            "system" => Key::Prompt("system"),
-            "instructions" => Key::Prompt("instructions"),
-            "input" => Key::Prompt("input"),
+            "messages" => Key::Prompt(PromptField::Messages),
+            "tools" => Key::Prompt(PromptField::Tools),
+            "system" => Key::Prompt(PromptField::System),
+            "instructions" => Key::Prompt(PromptField::Instructions),
+            "input" => Key::Prompt(PromptField::Input),
             _ => Key::Other,
         })
     }

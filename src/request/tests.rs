@@ -500,3 +500,44 @@ fn the_prompt_comes_from_the_same_parse_as_the_facts() {
         serde_json::json!({})
     );
 }
+
+#[test]
+fn a_prompt_reader_is_handed_each_prompt_field_in_body_order() {
+    /// Records each field handed over, and its value.
+    #[derive(Default)]
+    struct Record(Vec<(PromptField, serde_json::Value)>);
+    impl PromptReader for Record {
+        fn read<'de, D: serde::Deserializer<'de>>(
+            &mut self,
+            field: PromptField,
+            value: D,
+        ) -> Result<(), D::Error> {
+            let value = <serde_json::Value as serde::Deserialize>::deserialize(value)?;
+            self.0.push((field, value));
+            Ok(())
+        }
+    }
+    let body = br#"{"input":"a","model":"m","tools":[1],"other":{"messages":[]},
+        "input":["b"],"instructions":null,"system":{"x":1},"messages":[{"role":"user"}]}"#;
+    let mut record = Record::default();
+    let facts = inspect_body_with_prompt(body, &mut record);
+    assert_eq!(facts, inspect_body(body));
+    let fields: Vec<_> = record.0.iter().map(|(f, _)| f.as_str()).collect();
+    // A field named twice is handed over twice; nested keys never are.
+    assert_eq!(
+        fields,
+        [
+            "input",
+            "tools",
+            "input",
+            "instructions",
+            "system",
+            "messages"
+        ]
+    );
+    assert_eq!(record.0[2].1, serde_json::json!(["b"]));
+    // A body cut inside a field: the fields before it only.
+    let mut record = Record::default();
+    let _ = inspect_body_with_prompt(&body[..35], &mut record);
+    assert_eq!(record.0.len(), 1);
+}
