@@ -1,9 +1,7 @@
 //! The digest read from a body's bytes as they are parsed equals the digest
 //! of the parsed body, whatever the whitespace, escapes, key order or keys
-//! named twice; and it costs about what reading the facts alone costs.
-
-use std::hint::black_box;
-use std::time::{Duration, Instant};
+//! named twice. What it costs is measured in `benches/cachebreak.rs`
+//! (`docs/benchmarks.md`), not timed here.
 
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -180,44 +178,6 @@ fn values_that_differ_digest_apart() {
             assert_ne!(a, b, "{} and {}", distinct[i], distinct[j]);
         }
     }
-}
-
-/// A chat body whose `tools` is `n` zeros.
-fn zeros(n: usize) -> Vec<u8> {
-    let mut b = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[0"#.to_vec();
-    for _ in 1..n {
-        b.extend_from_slice(b", 0");
-    }
-    b.extend_from_slice(b"]}");
-    b
-}
-
-#[test]
-fn a_prompt_of_many_small_values_costs_about_what_its_bytes_cost() {
-    // The chat path reads the facts and digests the prompt in one pass:
-    // here (a debug build) about twice what the facts alone cost on the
-    // same bytes, where keeping the prompt as a tree and turning each
-    // number into a string cost six to seven times as much. The least of
-    // interleaved runs, so that a busy machine slows both alike.
-    let body = zeros(100_000);
-    let time = |f: &mut dyn FnMut()| {
-        let t = Instant::now();
-        f();
-        t.elapsed()
-    };
-    let (mut facts, mut chat) = (Duration::MAX, Duration::MAX);
-    for _ in 0..7 {
-        facts = facts.min(time(&mut || {
-            black_box(request::inspect_body(&body));
-        }));
-        chat = chat.min(time(&mut || {
-            black_box(inspect(CHAT, &body, false));
-        }));
-    }
-    assert!(
-        chat.as_secs_f64() < 3.5 * facts.as_secs_f64(),
-        "chat {chat:?} against facts {facts:?}"
-    );
 }
 
 proptest! {
