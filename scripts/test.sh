@@ -40,6 +40,10 @@ for var in LLAMATAP_LLAMA_SERVER LLAMATAP_TINY_MODEL LLAMATAP_SLOW_MODEL LLAMATA
   fi
 done
 
+# No incremental state: a one-off build gains nothing from it, and it roughly
+# doubles the target directory on a machine whose free disk is not known.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 step "cargo fmt --check"
 cargo fmt --all --check
 
