@@ -47,10 +47,10 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 step "cargo fmt --check"
 cargo fmt --all --check
 
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets -- -D warnings
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test --all-targets"
-cargo test --all-targets "$@"
+step "cargo test --workspace --all-targets"
+cargo test --workspace --all-targets "$@"
 
 step "all checks passed"

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::llama::{Timings, Usage};
 use crate::request::{RequestFacts, Route};
+pub use llamatap_wire::text::{bounded, truncate, CUT_MARKER};
 
 #[cfg(test)]
 mod tests;
@@ -24,48 +25,6 @@ pub const MAX_NAME_BYTES: usize = 256;
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 /// Most finish reasons kept (the first ones).
 pub const MAX_FINISH_REASONS: usize = 16;
-/// Ends a string that was cut.
-pub const CUT_MARKER: &str = "…";
-
-/// Cuts `s` to at most `max` bytes, [`CUT_MARKER`] included, on a character
-/// boundary, and frees the rest. A string that fits is left alone.
-pub fn truncate(s: &mut String, max: usize) {
-    if s.len() <= max {
-        return;
-    }
-    let (end, marker) = cut(s, max);
-    s.truncate(end);
-    s.push_str(marker);
-    s.shrink_to_fit();
-}
-
-/// `s` cut as by [`truncate`], copying at most `max` bytes.
-pub fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let (end, marker) = cut(s, max);
-    let mut out = String::with_capacity(end + marker.len());
-    out.push_str(s.get(..end).unwrap_or_default());
-    out.push_str(marker);
-    out
-}
-
-/// Where to cut `s` (longer than `max`) so that it and the marker fit in
-/// `max` bytes, and the marker (none when even it does not fit).
-fn cut(s: &str, max: usize) -> (usize, &'static str) {
-    let marker = if max >= CUT_MARKER.len() {
-        CUT_MARKER
-    } else {
-        ""
-    };
-    let mut end = max - marker.len();
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    (end, marker)
-}
-
 /// How a request ended. A fixed list: it is a metric label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {

@@ -9,7 +9,7 @@ use super::reader::{is_chat, DigestReader};
 
 /// Mixed with a tenant's key into its conversations' keys.
 const TENANT: u64 = 0x7465_6e61_6e74;
-use crate::request::{PromptField, PromptReader, Route};
+use llamatap_wire::request::{PromptField, PromptReader, Route};
 
 /// One message (or input item) of a prompt. Two digests are equal when
 /// their hashes are, whether or not their text was kept.

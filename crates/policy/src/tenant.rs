@@ -12,7 +12,7 @@
 //! deliberately never holds a key anywhere but in a [`Secret`], whose
 //! `Debug` hides it, and never formats one into a string.
 
-use crate::config::Secret;
+use crate::secret::Secret;
 
 pub mod window;
 

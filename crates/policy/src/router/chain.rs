@@ -46,7 +46,7 @@
 //! content part shapes, other tool field names) get different chains.
 
 use super::hash::{Feed, Tag};
-use crate::request::Route;
+use llamatap_wire::request::Route;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 

@@ -143,7 +143,7 @@ pub fn parse(body: &[u8]) -> Vec<Family> {
                 let text = help.get(name).copied().unwrap_or("");
                 out.push(Family {
                     name: base.to_string(),
-                    help: crate::record::bounded(text, MAX_STRING_BYTES),
+                    help: crate::text::bounded(text, MAX_STRING_BYTES),
                     kind,
                     samples: Vec::new(),
                 });

@@ -3,7 +3,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::request::Route;
+use llamatap_wire::request::Route;
 
 const CHAT: Route = Route::ChatCompletions;
 

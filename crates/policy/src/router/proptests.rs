@@ -5,7 +5,7 @@
 
 use super::tests::conversation;
 use super::*;
-use crate::request::Route;
+use llamatap_wire::request::Route;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::request::Route;
+use llamatap_wire::request::Route;
 
 /// A turn of `tenant`: a system prompt and user messages, text kept.
 fn turn(tenant: u64, system: &str, users: &[&str]) -> PromptDigest {

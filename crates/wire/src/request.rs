@@ -8,7 +8,7 @@
 //! panics, whatever the bytes. It does not read headers, query strings or
 //! nested fields; [`inspect_body_with_prompt`] also hands the prompt's
 //! top-level fields, in the same pass, to a [`PromptReader`] (the one of
-//! [`crate::cachebreak`] hashes them as they are parsed).
+//! `llamatap_policy::cachebreak` hashes them as they are parsed).
 //!
 //! Decisions:
 //! - [`Route::from_path`] reads the path as llama-server's HTTP library does
@@ -398,7 +398,7 @@ pub fn inspect_body_with_prompt<R: PromptReader>(body: &[u8], reader: &mut R) ->
 /// As [`inspect_body`], in the same single parse also returning the
 /// prompt's fields (`messages`, `tools`, `system`, `instructions`, `input`,
 /// each whole when present) with the `model` string, as a JSON object: the
-/// body that [`crate::cachebreak::PromptDigest::from_json`] reads, built
+/// body that `llamatap_policy::cachebreak::PromptDigest::from_json` reads, built
 /// as a tree (the proxy reads the prompt with a [`PromptReader`] instead).
 pub fn inspect_body_and_prompt(body: &[u8]) -> (RequestFacts, serde_json::Value) {
     let mut prompt = lenient::Collect::default();

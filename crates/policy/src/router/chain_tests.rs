@@ -3,7 +3,7 @@
 
 use super::tests::{chat, conversation, turns};
 use super::*;
-use crate::request::Route;
+use llamatap_wire::request::Route;
 use serde_json::{json, Value};
 
 fn chat_chain(body: &Value) -> Chain {

@@ -2,7 +2,7 @@
 //! choice (affinity, spread, agreement, bounded load, failover, policies).
 
 use super::*;
-use crate::request::Route;
+use llamatap_wire::request::Route;
 use serde_json::{json, Value};
 
 /// A chat body: optional system prompt, then `turns` alternating user and

@@ -17,8 +17,8 @@ use super::digest::{MessageDigest, PromptDigest};
 use super::hash::{self, pair, visit_numbers, Scratch, ValueHash};
 use super::message::{Content, ContentSeed, Item};
 use super::{MAX_MESSAGES, MAX_TOOLS};
-use crate::request::{self, PromptField, PromptReader, RequestFacts, Route};
 use crate::router::SEED;
+use llamatap_wire::request::{self, PromptField, PromptReader, RequestFacts, Route};
 
 #[cfg(test)]
 mod tests;

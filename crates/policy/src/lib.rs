@@ -1,0 +1,23 @@
+//! llamatap's decisions, as values: which upstream serves a request, which
+//! request waits and which goes next, what a tenant may still spend, and why a
+//! turn recomputed its prompt.
+//!
+//! - [`router`]: fleet routing (prefix chains, per-upstream index,
+//!   rendezvous, the decision, learning from `cache_n`).
+//! - [`queue`]: the admission queue (classes, fair turns between tenants,
+//!   reserves, per-upstream capacity).
+//! - [`tenant`]: tenants (named keys, compared in constant time) and the
+//!   per-minute limit arithmetic.
+//! - [`cachebreak`]: where a turn stopped matching the previous one, the
+//!   cause and the cost.
+//! - [`secret`]: a key whose `Debug` never shows it.
+//!
+//! Deliberately not here: I/O, clocks, tasks or a framework. Callers pass the
+//! time (`Instant`s) and apply the decisions; the manifest lists no Pingora,
+//! tokio, tracing or OpenTelemetry, so none can creep in.
+
+pub mod cachebreak;
+pub mod queue;
+pub mod router;
+pub mod secret;
+pub mod tenant;
