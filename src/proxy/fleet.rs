@@ -27,8 +27,6 @@ use crate::router::{
 pub mod discovery;
 mod member;
 mod membership;
-#[cfg(test)]
-mod membership_tests;
 mod probe;
 pub mod resolver;
 pub mod steps;

@@ -33,19 +33,11 @@
 //! metrics and spans; those belong to the proxy and telemetry layers.
 
 mod chain;
-#[cfg(test)]
-mod chain_tests;
 mod choice;
 mod decision;
 mod hash;
 mod index;
-#[cfg(test)]
-mod index_tests;
 mod learn;
-#[cfg(test)]
-mod learn_tests;
-#[cfg(test)]
-mod proptests;
 pub mod rendezvous;
 #[cfg(test)]
 mod tests;

@@ -13,8 +13,6 @@
 //! framing (Pingora parses requests), or codings other than `chunked`.
 
 #[cfg(test)]
-mod proptests;
-#[cfg(test)]
 mod tests;
 
 /// The longest run of chunk extensions plus trailer fields a body may carry

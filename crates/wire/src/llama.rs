@@ -31,13 +31,7 @@ mod timings;
 mod wire;
 
 #[cfg(test)]
-mod event_tests;
-#[cfg(test)]
-mod fast_tests;
-#[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod whole_tests;
 
 pub use delta::Delta;
 pub use format::StreamFormat;

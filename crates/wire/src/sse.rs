@@ -19,8 +19,6 @@
 //! not dispatch a trailing event that lacks its closing blank line.
 
 #[cfg(test)]
-mod proptests;
-#[cfg(test)]
 mod tests;
 
 /// The UTF-8 byte order mark, stripped once at the start of a stream.

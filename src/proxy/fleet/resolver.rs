@@ -47,10 +47,6 @@ use tokio::time::{timeout_at, Instant};
 
 mod system;
 #[cfg(test)]
-mod system_tests;
-#[cfg(test)]
-mod testkit;
-#[cfg(test)]
 mod tests;
 
 pub use system::SystemSource;

@@ -1,3 +1,4 @@
+mod membership;
 use super::*;
 use crate::config::Overrides;
 

@@ -1,6 +1,11 @@
 //! Shared fixtures for the routing tests, and the tests of the router's
 //! choice (affinity, spread, agreement, bounded load, failover, policies).
 
+mod chain;
+mod index;
+mod learn;
+mod proptests;
+
 use super::*;
 use llamatap_wire::request::Route;
 use serde_json::{json, Value};

@@ -2,6 +2,8 @@
 //! Framing rules, and the chunked decoder on whole bodies, at every cut and
 //! on malformed input.
 
+mod proptests;
+
 use super::*;
 
 /// What decoding a body gave: its data, whether it ended, and the bytes

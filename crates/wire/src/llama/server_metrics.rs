@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 
 #[cfg(test)]
-#[path = "server_metrics_tests.rs"]
 mod tests;
 
 /// The prefix of the families kept.

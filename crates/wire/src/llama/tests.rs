@@ -1,5 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod event;
+mod fast;
+mod whole;
+
 use std::borrow::Cow;
 
 use super::*;

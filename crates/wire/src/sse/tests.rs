@@ -1,5 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod proptests;
+
 use super::*;
 
 /// One dispatched event, owned: (event name, data).

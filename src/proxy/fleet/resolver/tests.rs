@@ -1,13 +1,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! [`lookup`] from a configured server, against the scripted server of
-//! [`super::testkit`]: how answers become a result, and timing.
+//! [`testkit`]: how answers become a result, and timing.
+
+mod system;
+mod testkit;
 
 use std::time::{Duration, Instant};
 
 use hickory_resolver::proto::op::Message;
 
-use super::testkit::*;
 use super::*;
+use testkit::*;
 
 async fn ask(server: &Server, name: &str) -> Result<Lookup, LookupError> {
     lookup(&Source::server(server.addr), name, TIMEOUT).await

@@ -1,7 +1,7 @@
 //! Tests of the per-upstream index: longest prefix, LRU eviction at
 //! capacity, prefix closure, learning hooks, and the memory bound.
 
-use super::*;
+use crate::router::*;
 
 #[test]
 fn matched_finds_the_longest_indexed_prefix() {

@@ -3,8 +3,8 @@
 //! decision is a deterministic function of the request history; it never
 //! picks an ineligible upstream nor one beyond the load bound.
 
-use super::tests::conversation;
-use super::*;
+use super::conversation;
+use crate::router::*;
 use llamatap_wire::request::Route;
 use proptest::prelude::*;
 use serde_json::{json, Value};

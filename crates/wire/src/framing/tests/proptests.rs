@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::tests::decode_pieces;
+use super::decode_pieces;
 
 /// One chunk: its data, an extension, the size in upper case, bare LFs.
 #[derive(Clone, Debug)]

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use super::{fast, openai};
+use crate::llama::{fast, openai};
 
 /// A token chunk as llama-server writes it, with the given raw JSON pieces.
 fn chunk(field: &str, text_json: &str, index: &str, created: &str, id: &str) -> String {

@@ -2,7 +2,7 @@
 //! Non-streaming bodies, shaped like llama-server's `to_json_*` of
 //! `server_task_result_cmpl_final`.
 
-use super::*;
+use crate::llama::*;
 
 const TIMINGS: &str = r#"{"cache_n":4,"prompt_n":8,"prompt_ms":9.5,"prompt_per_token_ms":1.1875,"prompt_per_second":842.1052631578947,"predicted_n":5,"predicted_ms":6.25,"predicted_per_token_ms":1.25,"predicted_per_second":800.0}"#;
 

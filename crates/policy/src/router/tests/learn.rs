@@ -1,8 +1,8 @@
 //! Tests of learning from `cache_n`: confirmed, shortfall, unpredicted,
 //! and the accuracy counters.
 
-use super::tests::{conversation, idle, send};
-use super::*;
+use super::{conversation, idle, send};
+use crate::router::*;
 
 /// A router of upstreams `a`, `b` with indexes of `capacity` links.
 fn small_router(capacity: usize) -> Router {

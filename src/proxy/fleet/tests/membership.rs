@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use super::*;
 use crate::config::Overrides;
+use crate::proxy::fleet::*;
 use crate::request::Route;
 
 /// A fleet with one discovered name and no member yet.

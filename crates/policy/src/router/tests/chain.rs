@@ -1,8 +1,8 @@
 //! Tests of prefix chains: what a link covers, anchors, blocks, and the
 //! stability of the hashes.
 
-use super::tests::{chat, conversation, turns};
-use super::*;
+use super::{chat, conversation, turns};
+use crate::router::*;
 use llamatap_wire::request::Route;
 use serde_json::{json, Value};
 

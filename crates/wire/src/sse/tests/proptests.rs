@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::tests::{cut, one_shot, run, Outcome, BIG};
+use super::{cut, one_shot, run, Outcome, BIG};
 
 /// A line of the model stream.
 #[derive(Clone, Debug)]

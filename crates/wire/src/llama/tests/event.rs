@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use proptest::prelude::*;
 
-use super::*;
+use crate::llama::*;
 use crate::sse::SseEvent;
 
 fn chat(data: &str) -> Delta<'_> {

@@ -1,0 +1,130 @@
+use super::*;
+
+fn req(model: &str, outcome: &'static str, end_ms: u64) -> RecentRequest {
+    let d = Duration::from_millis;
+    RecentRequest {
+        received: UNIX_EPOCH + Duration::from_secs(3600 + 61),
+        model: model.into(),
+        route: "chat_completions",
+        outcome,
+        status: Some(200),
+        streamed: true,
+        upstream_headers: Some(d(5)),
+        first_token_any: Some(d(20)),
+        first_token: Some(d(20)),
+        first_sentence: Some(d(40)),
+        last_token: Some(d(end_ms - 1)),
+        end: d(end_ms),
+        prefill: Some(d(12)),
+        decode: Some(d(end_ms - 25)),
+        input_tokens: Some(100),
+        cached_tokens: Some(75),
+        output_tokens: Some(50),
+        trace_id: Some("0123456789abcdef0123456789abcdef".into()),
+        upstream: Some("gpu-a".into()),
+        route_reason: Some("prefix_hit"),
+        cache_break: None,
+        queued: None,
+    }
+}
+
+#[test]
+fn quantile_is_nearest_rank() {
+    let mut v = vec![5.0, 1.0, 4.0, 2.0, 3.0];
+    assert_eq!(quantile(&mut v, 0.5), Some(3.0));
+    assert_eq!(quantile(&mut v, 0.95), Some(5.0));
+    assert_eq!(quantile(&mut [], 0.5), None);
+}
+
+#[test]
+fn queue_wait_is_the_first_bar_of_the_waterfall() {
+    let mut r = req("/models/tiny.gguf", "ok", 100);
+    r.queued = Some(Duration::from_millis(40));
+    let html = render(&[r], None);
+    let row = html.split("<div class=wf").nth(1).unwrap_or("");
+    assert!(row.contains("queued 40.0"), "{row}");
+    assert!(
+        row.find("class='a q' style='left:0.00%")
+            .is_some_and(|q| row.find("class='a w'").is_some_and(|w| q < w)),
+        "{row}"
+    );
+    assert!(html.contains(">queued<"), "a percentile column");
+}
+
+#[test]
+fn page_has_rows_percentiles_and_trace_links() {
+    let rs = vec![
+        req("/models/tiny.gguf", "ok", 100),
+        req("/models/tiny.gguf", "client_hangup", 300),
+    ];
+    let html = render(&rs, Some("http://jaeger:16686/"));
+    assert!(html.contains("http://jaeger:16686/trace/0123456789abcdef0123456789abcdef"));
+    assert!(html.contains(">tiny.gguf<"), "short model name shown");
+    assert!(
+        html.contains("title=\"/models/tiny.gguf\""),
+        "full label kept"
+    );
+    assert!(html.contains("client_hangup"));
+    assert!(html.contains("75%"), "cache reuse per model");
+    assert!(html.contains("01:01:01"), "UTC clock");
+    assert!(html.contains("waterfall: 0 – 300 ms"));
+    assert_eq!(html.matches("<div class=wf").count(), 2);
+    assert!(
+        !html.contains(" src=") && !html.contains("<link"),
+        "no external assets"
+    );
+}
+
+#[test]
+fn a_prompt_with_no_cache_reuse_stands_out() {
+    let mut miss = req("m", "ok", 80);
+    miss.cached_tokens = Some(0);
+    let html = render(&[req("m", "ok", 50), miss], None);
+    assert_eq!(html.matches("class=miss").count(), 1);
+    assert!(html.contains("100 (75) → 50"));
+}
+
+#[test]
+fn a_cache_break_is_marked_with_its_cause_and_position() {
+    let mut broke = req("m", "ok", 80);
+    broke.cache_break = Some(("system_changed", Some((0, "system", 32)), 900));
+    let mut clean = req("m", "ok", 60);
+    clean.cache_break = Some(("reused", None, 1));
+    let html = render(&[clean, broke.clone()], None);
+    assert_eq!(html.matches("class=brk").count(), 1);
+    assert!(html.contains("⚠ system_changed @0.system+32"), "{html}");
+    assert!(html.contains("900 prompt tokens recomputed"));
+    let v: serde_json::Value = serde_json::from_str(&json(&[broke])).unwrap();
+    assert_eq!(v["requests"][0]["cache_break"]["cause"], "system_changed");
+    assert_eq!(v["requests"][0]["cache_break"]["offset"], 32);
+}
+
+#[test]
+fn the_upstream_column_appears_with_more_than_one_upstream() {
+    let one = render(&[req("m", "ok", 50), req("m", "ok", 60)], None);
+    assert!(!one.contains(">upstream</th>"), "one upstream: no column");
+    let mut other = req("m", "ok", 70);
+    other.upstream = Some("gpu-b".into());
+    other.route_reason = Some("cold");
+    let two = render(&[req("m", "ok", 50), other], None);
+    assert!(two.contains(">upstream</th>"));
+    assert!(two.contains("<td class=l title=\"cold\">gpu-b</td>"));
+    assert!(two.contains("<td class=l title=\"prefix_hit\">gpu-a</td>"));
+}
+
+#[test]
+fn empty_window_and_no_jaeger() {
+    let html = render(&[], None);
+    assert!(html.contains("No LLM request yet"));
+    assert!(html.contains("admin.jaeger_url"));
+    let html = render(&[req("m", "upstream_error", 50)], None);
+    assert!(html.contains("<code title=\"0123456789abcdef0123456789abcdef\">"));
+    assert!(html.contains("pill err"));
+}
+
+#[test]
+fn labels_are_escaped() {
+    let html = render(&[req("<b>\"x\"</b>", "ok", 50)], None);
+    assert!(!html.contains("<b>\"x\"</b>"));
+    assert!(html.contains("&lt;b&gt;&quot;x&quot;&lt;/b&gt;"));
+}
