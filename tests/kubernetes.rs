@@ -728,11 +728,11 @@ fn llamatap_pods_expose_the_ports_it_listens_on_and_probe_its_admin_paths() {
     );
 
     // The admin paths the probes and Prometheus use are ones it serves.
-    let admin_src = read("src/admin/mod.rs");
+    let admin_src = read("src/admin.rs");
     for path in ["/healthz", "/readyz", "/metrics"] {
         assert!(
             admin_src.contains(&format!("\"{path}\" =>")),
-            "src/admin/mod.rs serves no {path}"
+            "src/admin.rs serves no {path}"
         );
     }
     assert_eq!(
