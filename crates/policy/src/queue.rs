@@ -21,13 +21,16 @@
 //! Capacity is counted per upstream: each has a capacity (`None`: unknown,
 //! never limiting), a count of requests bound to it and an up/down mark; a
 //! request granted but not yet bound to an upstream is counted as pending,
-//! so the fleet is never over-granted while the router picks.
+//! so the fleet is never over-granted while the router picks
+//! (`queue/capacity.rs`).
 //!
 //! Enqueue, dispatch and removal are O(1) amortized (an arrival at a full
 //! class: O(its tenants)): entries live in a slab addressed by
 //! generation-checked [`Handle`]s; an entry that left leaves a stale handle
 //! in its queues, skipped when met and compacted away once stale handles
-//! outnumber live ones, so the queues stay bounded by what is queued.
+//! outnumber live ones, so the queues stay bounded by what is queued
+//! (`queue/handles.rs`). The turns between a class's tenants are in
+//! `queue/turns.rs`.
 //!
 //! Pure: no clock (callers pass `Instant`s), no I/O, no framework.
 //! Deliberately not here: deadlines' timers, waking the waiters, routing
@@ -38,14 +41,18 @@ use std::time::{Duration, Instant};
 
 use crate::tenant::Priority;
 
+mod capacity;
+mod handles;
 mod share;
 #[cfg(test)]
 mod tests;
+mod turns;
 
+pub use capacity::UpstreamLoad;
 pub use share::Displaced;
 
-/// Stale handles a class may hold before it is compacted (at least).
-const COMPACT_MIN: usize = 64;
+use handles::{live, settle, Entry, Slot};
+use turns::holds_back;
 
 /// A request's class: its key's (`None`: `default`), changed by the
 /// priority header only downwards (towards `batch`) unless the header is
@@ -120,20 +127,6 @@ pub struct Arrival {
     pub at: Instant,
 }
 
-#[derive(Debug)]
-struct Entry<T> {
-    class: usize,
-    tenant: usize,
-    at: Instant,
-    waker: T,
-}
-
-#[derive(Debug)]
-struct Slot<T> {
-    generation: u32,
-    entry: Option<Entry<T>>,
-}
-
 #[derive(Debug, Default)]
 struct TenantQueue {
     queue: VecDeque<Handle>,
@@ -158,33 +151,6 @@ struct Class {
     /// Requests granted and not yet ended, per tenant (only tenants with
     /// some).
     running: HashMap<usize, u32>,
-}
-
-/// Capacity and load of one upstream.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UpstreamLoad {
-    /// Slots; `None` when unknown (never limiting).
-    pub capacity: Option<u32>,
-    /// Requests bound to it.
-    pub in_flight: u32,
-    /// Whether it may take requests.
-    pub up: bool,
-    /// Granted requests waiting for a slot here (their prompt's prefix is
-    /// here): its free slots go to them first.
-    pub awaited: u32,
-}
-
-impl UpstreamLoad {
-    /// Free slots (`u32::MAX` when the capacity is unknown); 0 when down.
-    pub fn free(&self) -> u32 {
-        if !self.up {
-            return 0;
-        }
-        match self.capacity {
-            Some(c) => c.saturating_sub(self.in_flight),
-            None => u32::MAX,
-        }
-    }
 }
 
 /// The queue of every class and the capacity of every upstream. `T` is
@@ -226,32 +192,6 @@ impl<T> Scheduler<T> {
             pending: 0,
             displaced: VecDeque::new(),
         }
-    }
-
-    /// Sets upstream `i`'s capacity (`None`: unknown) and whether it is up.
-    pub fn set_upstream(&mut self, i: usize, capacity: Option<u32>, up: bool) {
-        if let Some(u) = self.upstreams.get_mut(i) {
-            u.capacity = capacity;
-            u.up = up;
-        }
-    }
-
-    /// Each upstream's capacity and load.
-    pub fn upstreams(&self) -> &[UpstreamLoad] {
-        &self.upstreams
-    }
-
-    /// Granted requests not bound to an upstream yet.
-    pub fn pending(&self) -> u32 {
-        self.pending
-    }
-
-    /// Free slots of the fleet, granted-but-unbound requests deducted.
-    pub fn free(&self) -> u32 {
-        self.upstreams
-            .iter()
-            .fold(0u32, |n, u| n.saturating_add(u.free()))
-            .saturating_sub(self.pending)
     }
 
     /// Requests queued in class `class`.
@@ -426,171 +366,4 @@ impl<T> Scheduler<T> {
             }
         }
     }
-
-    /// The upstreams with a free slot that no request awaits: where a
-    /// pending request may be bound.
-    pub fn open_upstreams(&self) -> impl Iterator<Item = usize> + '_ {
-        self.upstreams
-            .iter()
-            .enumerate()
-            .filter(|(_, u)| u.free() > u.awaited)
-            .map(|(i, _)| i)
-    }
-
-    /// A pending request waits for a slot on upstream `i`: the next one
-    /// that frees there is left to it ([`Scheduler::open_upstreams`]).
-    pub fn await_slot(&mut self, i: usize) {
-        if let Some(u) = self.upstreams.get_mut(i) {
-            u.awaited += 1;
-        }
-    }
-
-    /// A request stopped waiting for a slot on `i` (it is routed now, or
-    /// gave up).
-    pub fn unawait(&mut self, i: usize) {
-        if let Some(u) = self.upstreams.get_mut(i) {
-            u.awaited = u.awaited.saturating_sub(1);
-        }
-    }
-
-    /// A pending request was routed to upstream `i`.
-    pub fn bind(&mut self, i: usize) {
-        self.pending = self.pending.saturating_sub(1);
-        if let Some(u) = self.upstreams.get_mut(i) {
-            u.in_flight += 1;
-        }
-    }
-
-    /// A request bound to `i` goes back to pending (its connect failed and
-    /// another upstream is tried): its slot is kept for it.
-    pub fn unbind(&mut self, i: usize) {
-        if let Some(u) = self.upstreams.get_mut(i) {
-            u.in_flight = u.in_flight.saturating_sub(1);
-        }
-        self.pending += 1;
-    }
-
-    /// A pending request ended without being bound.
-    pub fn abandon(&mut self) {
-        self.pending = self.pending.saturating_sub(1);
-    }
-
-    /// A request bound to `i` ended: its slot is free.
-    pub fn release(&mut self, i: usize) {
-        if let Some(u) = self.upstreams.get_mut(i) {
-            u.in_flight = u.in_flight.saturating_sub(1);
-        }
-    }
-
-    /// The live handle at the head of the class's tenant whose turn it is,
-    /// with `free` slots in the fleet: a tenant the class's
-    /// `tenant_reserve` holds back loses its turn.
-    fn next_of(&mut self, ci: usize, free: u32) -> Option<Handle> {
-        let slots = &self.slots;
-        let c = self.classes.get_mut(ci)?;
-        let mut passed = 0;
-        while let Some(&tenant) = c.ring.front() {
-            if holds_back(c, tenant, free) {
-                passed += 1;
-                if passed >= c.ring.len() {
-                    return None;
-                }
-                c.ring.rotate_left(1);
-                continue;
-            }
-            let Some(t) = c.tenants.get_mut(&tenant) else {
-                c.ring.pop_front();
-                continue;
-            };
-            // Drop stale handles at its head.
-            while let Some(h) = t.queue.front() {
-                if live(slots, *h).is_some() {
-                    break;
-                }
-                t.queue.pop_front();
-                c.stale = c.stale.saturating_sub(1);
-            }
-            let Some(h) = t.queue.pop_front() else {
-                t.active = false;
-                c.ring.pop_front();
-                c.tenants.remove(&tenant);
-                continue;
-            };
-            t.credit = t.credit.saturating_sub(1);
-            t.live = t.live.saturating_sub(1);
-            if t.queue.is_empty() {
-                t.active = false;
-                c.ring.pop_front();
-                c.tenants.remove(&tenant);
-            } else if t.credit == 0 {
-                t.credit = t.weight;
-                c.ring.rotate_left(1);
-            }
-            return Some(h);
-        }
-        None
-    }
-
-    fn take(&mut self, h: Handle) -> Option<Entry<T>> {
-        let s = self.slots.get_mut(h.index as usize)?;
-        if s.generation != h.generation {
-            return None;
-        }
-        let e = s.entry.take()?;
-        s.generation = s.generation.wrapping_add(1);
-        self.free_slots.push(h.index);
-        Some(e)
-    }
-}
-
-/// The class's `tenant_reserve` keeps `tenant` from the fleet's last free
-/// slots: it has a request granted already, and `free` is within the
-/// class's reserve plus its tenant reserve.
-fn holds_back(c: &Class, tenant: usize, free: u32) -> bool {
-    let r = c.rules;
-    r.tenant_reserve > 0
-        && free <= r.reserve.saturating_add(r.tenant_reserve)
-        && c.running.get(&tenant).is_some_and(|n| *n > 0)
-}
-
-fn live<T>(slots: &[Slot<T>], h: Handle) -> Option<&Entry<T>> {
-    slots
-        .get(h.index as usize)
-        .filter(|s| s.generation == h.generation)
-        .and_then(|s| s.entry.as_ref())
-}
-
-/// Drops the stale handles at the front of the class's arrivals, and every
-/// stale handle of the class once they outnumber the live ones: whatever
-/// reads the arrivals (or not), they stay bounded by what is queued.
-fn settle<T>(c: &mut Class, slots: &[Slot<T>]) {
-    while let Some(h) = c.arrivals.front() {
-        if live(slots, *h).is_some() {
-            break;
-        }
-        c.arrivals.pop_front();
-        c.stale = c.stale.saturating_sub(1);
-    }
-    if c.stale > COMPACT_MIN && c.stale > 2 * c.depth {
-        compact(c, slots);
-    }
-}
-
-/// Drops every stale handle of a class.
-fn compact<T>(c: &mut Class, slots: &[Slot<T>]) {
-    c.arrivals.retain(|h| live(slots, *h).is_some());
-    let mut emptied = Vec::new();
-    for (tenant, t) in c.tenants.iter_mut() {
-        t.queue.retain(|h| live(slots, *h).is_some());
-        if t.queue.is_empty() {
-            emptied.push(*tenant);
-        }
-    }
-    for tenant in emptied {
-        c.tenants.remove(&tenant);
-    }
-    let tenants = &c.tenants;
-    c.ring.retain(|t| tenants.contains_key(t));
-    c.arrivals.shrink_to(c.depth.max(16));
-    c.stale = 0;
 }

@@ -1,5 +1,6 @@
 use std::time::{Duration, Instant};
 
+use super::handles::COMPACT_MIN;
 use super::*;
 
 mod model;
