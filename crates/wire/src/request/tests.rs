@@ -250,7 +250,7 @@ proptest! {
         let slot_paths: Vec<(Route, &str)> = Route::all()
             .iter()
             .filter(|r| r.uses_slot())
-            .flat_map(|r| r.info().paths.iter().map(move |p| (*r, *p)))
+            .flat_map(|r| r.paths().iter().map(move |p| (*r, *p)))
             .collect();
         let (route, plain) = slot_paths[pick.index(slot_paths.len())];
         let mut encoded = String::new();
