@@ -1,8 +1,7 @@
 //! Request inspection: which llama-server route a path names (with the
 //! route's label, GenAI operation and answer format, all from one table in
-//! `request/route.rs`), and
-//! the facts a JSON request body states (model, stream flag, sampling
-//! settings).
+//! `request/route.rs`), and the facts a JSON request body states (model,
+//! stream flag, sampling settings).
 //!
 //! It reads only; it never rejects, rewrites or validates a request for
 //! llama-server (which answers bad requests itself), never fails and never
