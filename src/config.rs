@@ -9,9 +9,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod check;
 pub mod discovery;
 pub mod queue;
 mod raw;
+pub mod telemetry;
 pub mod tenant;
 #[cfg(test)]
 mod tests;
@@ -19,8 +21,13 @@ mod toml_error;
 mod upstreams;
 
 pub use raw::{RawAdmin, RawAuth, RawConfig, RawLimits, RawModels, RawTelemetry, RawTimeouts};
+pub use telemetry::{AccessLogTarget, OtlpProtocol, Telemetry, MAX_EXPORT_QUEUE_SIZE};
 pub use tenant::{OnError, RawKey, RawStore, Store};
-pub use upstreams::{RawRouting, RawUpstream, Routing, MAX_UPSTREAMS};
+pub use upstreams::{
+    parse_upstream, RawRouting, RawUpstream, Routing, UpstreamConfig, MAX_UPSTREAMS,
+};
+
+use check::{invalid, parse_addr, pick, positive, positive_u64, within};
 
 /// Default proxy listener.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -31,10 +38,6 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 
 /// Largest `admin.recent_requests`: the latency page draws every one.
 pub const MAX_RECENT_REQUESTS: usize = 10_000;
-/// Largest `telemetry.export_queue_size`: spans waiting for export, each
-/// holding at most about 20 KiB of strings (they are bounded), so a full
-/// queue stays within a few hundred MiB even then.
-pub const MAX_EXPORT_QUEUE_SIZE: usize = 16_384;
 
 /// A configuration problem, reported as one line.
 #[derive(Debug, thiserror::Error)]
@@ -96,82 +99,6 @@ pub struct Overrides {
     pub upstream_api_key: Option<String>,
     /// `--access-log` / `LLAMATAP_ACCESS_LOG`.
     pub access_log: Option<String>,
-}
-
-/// Where one llama-server lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamConfig {
-    /// Label in metrics and spans (`host:port` unless configured).
-    pub name: String,
-    /// Relative share of new conversations.
-    pub weight: u32,
-    /// `host:port` to connect to.
-    pub address: String,
-    /// Host name or IP, for `server.address`.
-    pub host: String,
-    /// Port, for `server.port`.
-    pub port: u16,
-    /// Path prefix prepended to every request path (empty for none).
-    pub base_path: String,
-    /// `[[upstreams]] max_inflight`: this replica's slots on it (queue on).
-    pub max_inflight: Option<u32>,
-    /// Every address the host name resolves to is a member
-    /// (`discover = "dns"`); this entry is then their template.
-    pub discover: bool,
-}
-
-/// OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OtlpProtocol {
-    /// OTLP/gRPC (default port 4317).
-    Grpc,
-    /// OTLP/HTTP with protobuf bodies (default port 4318).
-    HttpProtobuf,
-}
-
-/// Validated telemetry settings.
-#[derive(Debug, Clone)]
-pub struct Telemetry {
-    /// OTLP endpoint; `None` disables tracing entirely.
-    pub otlp_endpoint: Option<String>,
-    /// OTLP transport.
-    pub otlp_protocol: OtlpProtocol,
-    /// `service.name`.
-    pub service_name: String,
-    /// Ratio sampler for new traces (parents' decisions are respected).
-    pub sample_ratio: f64,
-    /// Bounded export queue, spans.
-    pub export_queue_size: usize,
-    /// Record Prometheus metrics.
-    pub metrics: bool,
-    /// Put first-sentence text into telemetry.
-    pub capture_content: bool,
-    /// SSE events above this size are skipped by the reader (still forwarded).
-    pub max_event_bytes: usize,
-    /// Request body prefix inspected for model and parameters.
-    pub max_inspect_bytes: usize,
-    /// Where the access log goes; `None`: no access log.
-    pub access_log: Option<AccessLogTarget>,
-}
-
-/// Where access-log lines are written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AccessLogTarget {
-    /// Standard output (`-`).
-    Stdout,
-    /// A file, opened for appending (created if missing).
-    File(PathBuf),
-}
-
-impl AccessLogTarget {
-    /// `-` is stdout, empty is none, anything else a path.
-    fn parse(s: &str) -> Option<AccessLogTarget> {
-        match s.trim() {
-            "" => None,
-            "-" => Some(AccessLogTarget::Stdout),
-            _ => Some(AccessLogTarget::File(PathBuf::from(s))),
-        }
-    }
 }
 
 /// The validated configuration: the single source of truth.
@@ -245,23 +172,6 @@ impl Config {
         )?;
         let routing = upstreams::routing(o.routing_policy.as_deref(), &raw.routing)?;
         let admin = pick(&o.admin_listen, &raw.admin_listen, DEFAULT_ADMIN_LISTEN);
-        let t = &raw.telemetry;
-        let endpoint = o
-            .otlp_endpoint
-            .clone()
-            .or_else(|| t.otlp_endpoint.clone())
-            .filter(|e| !e.trim().is_empty());
-        if let Some(e) = &endpoint {
-            otlp_endpoint(e)?;
-        }
-        let protocol = pick(&o.otlp_protocol, &t.otlp_protocol, "grpc");
-        let ratio = o.sample_ratio.or(t.sample_ratio).unwrap_or(1.0);
-        if !(0.0..=1.0).contains(&ratio) {
-            return Err(invalid(
-                "telemetry.sample_ratio",
-                "must be between 0.0 and 1.0",
-            ));
-        }
         let threads = o.threads.or(raw.threads).unwrap_or(1);
         if threads == 0 || threads > 256 {
             return Err(invalid("threads", "must be between 1 and 256"));
@@ -272,35 +182,7 @@ impl Config {
         let store = tenant::store(raw.auth.store)?;
         let queue = queue::queue(raw.queue)?;
         let discovery = discovery::discovery(raw.discovery)?;
-        let telemetry = Telemetry {
-            otlp_endpoint: endpoint,
-            otlp_protocol: parse_protocol(&protocol)?,
-            service_name: o
-                .service_name
-                .clone()
-                .or_else(|| t.service_name.clone())
-                .unwrap_or_else(|| "llamatap".to_string()),
-            sample_ratio: ratio,
-            export_queue_size: within(
-                "telemetry.export_queue_size",
-                t.export_queue_size,
-                4096,
-                MAX_EXPORT_QUEUE_SIZE,
-            )?,
-            metrics: t.metrics.unwrap_or(true),
-            capture_content: t.capture_content.unwrap_or(false),
-            max_event_bytes: positive("telemetry.max_event_bytes", t.max_event_bytes, 1 << 20)?,
-            max_inspect_bytes: positive(
-                "telemetry.max_inspect_bytes",
-                t.max_inspect_bytes,
-                1 << 20,
-            )?,
-            access_log: o
-                .access_log
-                .as_deref()
-                .or(t.access_log.as_deref())
-                .and_then(AccessLogTarget::parse),
-        };
+        let telemetry = telemetry::telemetry(o, &raw.telemetry)?;
         Ok(Config {
             listen: parse_addr("listen", &listen)?,
             upstreams,
@@ -407,168 +289,4 @@ fn api_keys(keys: Option<Vec<String>>) -> Result<Vec<Secret>, ConfigError> {
         ));
     }
     Ok(keys.into_iter().map(Secret::new).collect())
-}
-
-fn pick(flag: &Option<String>, file: &Option<String>, default: &str) -> String {
-    flag.clone()
-        .or_else(|| file.clone())
-        .unwrap_or_else(|| default.to_string())
-}
-
-fn invalid(key: &'static str, message: &str) -> ConfigError {
-    ConfigError::Invalid {
-        key,
-        message: message.to_string(),
-    }
-}
-
-fn positive(key: &'static str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
-    match v.unwrap_or(default) {
-        0 => Err(invalid(key, "must be greater than zero")),
-        n => Ok(n),
-    }
-}
-
-fn within(
-    key: &'static str,
-    v: Option<usize>,
-    default: usize,
-    max: usize,
-) -> Result<usize, ConfigError> {
-    match positive(key, v, default)? {
-        n if n > max => Err(ConfigError::Invalid {
-            key,
-            message: format!("{n} is too large: at most {max}"),
-        }),
-        n => Ok(n),
-    }
-}
-
-fn positive_u64(key: &'static str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> {
-    match v.unwrap_or(default) {
-        0 => Err(invalid(key, "must be greater than zero")),
-        n => Ok(n),
-    }
-}
-
-/// An OTLP endpoint this build can send to: `http://` only, since it has no
-/// TLS (an `https://` one would fail every export, and spans would be lost
-/// without a line saying why).
-fn otlp_endpoint(e: &str) -> Result<(), ConfigError> {
-    let message = if e.starts_with("https://") {
-        format!(
-            "{e:?}: https:// is not supported (this build has no TLS, every span would be lost); \
-             send to a local OpenTelemetry Collector over http:// and let it forward with TLS"
-        )
-    } else if e.starts_with("http://") {
-        return Ok(());
-    } else {
-        format!("{e:?}: must start with http://")
-    };
-    Err(ConfigError::Invalid {
-        key: "telemetry.otlp_endpoint",
-        message,
-    })
-}
-
-fn parse_protocol(s: &str) -> Result<OtlpProtocol, ConfigError> {
-    match s {
-        "grpc" => Ok(OtlpProtocol::Grpc),
-        "http" | "http/protobuf" => Ok(OtlpProtocol::HttpProtobuf),
-        other => Err(ConfigError::Invalid {
-            key: "telemetry.otlp_protocol",
-            message: format!("{other:?} is not one of grpc, http, http/protobuf"),
-        }),
-    }
-}
-
-fn parse_addr(key: &'static str, s: &str) -> Result<SocketAddr, ConfigError> {
-    s.parse().map_err(|_| ConfigError::Invalid {
-        key,
-        message: format!("{s:?} is not an IP:port address"),
-    })
-}
-
-/// Splits `host:port` (IPv6 in brackets); the port defaults to 80.
-fn split_host_port(authority: &str) -> Option<(&str, u16)> {
-    let (host, port) = if authority.starts_with('[') {
-        let close = authority.find(']')?;
-        let (h, rest) = authority.split_at(close + 1);
-        match rest.strip_prefix(':') {
-            Some(p) => (h, Some(p)),
-            None if rest.is_empty() => (h, None),
-            None => return None,
-        }
-    } else {
-        match authority.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        }
-    };
-    let port = match port {
-        Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
-        None => 80,
-    };
-    Some((host, port))
-}
-
-/// Parses `http://host:port[/base]`.
-pub fn parse_upstream(s: &str) -> Result<UpstreamConfig, ConfigError> {
-    let err = |m: &str| ConfigError::Invalid {
-        key: "upstream",
-        message: format!("{s:?}: {m}"),
-    };
-    if s.starts_with("https://") {
-        return Err(err(
-            "https:// is not supported (this build has no TLS); use http://, \
-             or a TLS-terminating proxy next to llama-server",
-        ));
-    }
-    let rest = s
-        .strip_prefix("http://")
-        .ok_or_else(|| err("only http:// URLs are supported"))?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-        None => (rest, ""),
-    };
-    if let Some(prefix) = path.strip_suffix("/v1") {
-        // The OpenAI base-URL habit: llama-server answers /v1/v1/... with 404.
-        return Err(err(&format!(
-            "ends in /v1; give llama-server's base URL (http://{authority}{prefix}), \
-             llamatap forwards /v1/... as the client sent it"
-        )));
-    }
-    if authority.is_empty()
-        || authority.contains('@')
-        || path.contains(['?', '#'])
-        || path.bytes().any(|b| !b.is_ascii_graphic())
-    {
-        return Err(err("expected http://host:port[/path]"));
-    }
-    let (host, port) =
-        split_host_port(authority).ok_or_else(|| err("expected http://host:port[/path]"))?;
-    let valid = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        v6.parse::<std::net::Ipv6Addr>().is_ok()
-    } else {
-        !host.is_empty()
-            && host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-    };
-    if !valid {
-        return Err(err("invalid host"));
-    }
-    Ok(UpstreamConfig {
-        name: format!("{host}:{port}"),
-        weight: 1,
-        address: format!("{host}:{port}"),
-        host: host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string(),
-        port,
-        base_path: path.to_string(),
-        max_inflight: None,
-        discover: false,
-    })
 }

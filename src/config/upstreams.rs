@@ -1,4 +1,5 @@
 //! The upstreams part of the configuration: which llama-servers llamatap sends to
+//! (each `http://host:port[/base]` parsed by [`parse_upstream`])
 //! (`upstream`, `[[upstreams]]`, repeated `--upstream`) and how it picks one
 //! of them (`[routing]`, `--routing-policy`).
 //!
@@ -9,7 +10,7 @@
 use serde::Deserialize;
 
 use super::discovery::discover_mode;
-use super::{invalid, parse_upstream, ConfigError, UpstreamConfig, DEFAULT_UPSTREAM};
+use super::{invalid, ConfigError, DEFAULT_UPSTREAM};
 use crate::router::Policy;
 
 /// Most upstreams one llamatap fronts: each name is a metric label value.
@@ -232,4 +233,110 @@ fn http_token(s: &str) -> bool {
         && s.len() <= 128
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Where one llama-server lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// Label in metrics and spans (`host:port` unless configured).
+    pub name: String,
+    /// Relative share of new conversations.
+    pub weight: u32,
+    /// `host:port` to connect to.
+    pub address: String,
+    /// Host name or IP, for `server.address`.
+    pub host: String,
+    /// Port, for `server.port`.
+    pub port: u16,
+    /// Path prefix prepended to every request path (empty for none).
+    pub base_path: String,
+    /// `[[upstreams]] max_inflight`: this replica's slots on it (queue on).
+    pub max_inflight: Option<u32>,
+    /// Every address the host name resolves to is a member
+    /// (`discover = "dns"`); this entry is then their template.
+    pub discover: bool,
+}
+
+/// Splits `host:port` (IPv6 in brackets); the port defaults to 80.
+fn split_host_port(authority: &str) -> Option<(&str, u16)> {
+    let (host, port) = if authority.starts_with('[') {
+        let close = authority.find(']')?;
+        let (h, rest) = authority.split_at(close + 1);
+        match rest.strip_prefix(':') {
+            Some(p) => (h, Some(p)),
+            None if rest.is_empty() => (h, None),
+            None => return None,
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
+        None => 80,
+    };
+    Some((host, port))
+}
+
+/// Parses `http://host:port[/base]`.
+pub fn parse_upstream(s: &str) -> Result<UpstreamConfig, ConfigError> {
+    let err = |m: &str| ConfigError::Invalid {
+        key: "upstream",
+        message: format!("{s:?}: {m}"),
+    };
+    if s.starts_with("https://") {
+        return Err(err(
+            "https:// is not supported (this build has no TLS); use http://, \
+             or a TLS-terminating proxy next to llama-server",
+        ));
+    }
+    let rest = s
+        .strip_prefix("http://")
+        .ok_or_else(|| err("only http:// URLs are supported"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    if let Some(prefix) = path.strip_suffix("/v1") {
+        // The OpenAI base-URL habit: llama-server answers /v1/v1/... with 404.
+        return Err(err(&format!(
+            "ends in /v1; give llama-server's base URL (http://{authority}{prefix}), \
+             llamatap forwards /v1/... as the client sent it"
+        )));
+    }
+    if authority.is_empty()
+        || authority.contains('@')
+        || path.contains(['?', '#'])
+        || path.bytes().any(|b| !b.is_ascii_graphic())
+    {
+        return Err(err("expected http://host:port[/path]"));
+    }
+    let (host, port) =
+        split_host_port(authority).ok_or_else(|| err("expected http://host:port[/path]"))?;
+    let valid = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+    };
+    if !valid {
+        return Err(err("invalid host"));
+    }
+    Ok(UpstreamConfig {
+        name: format!("{host}:{port}"),
+        weight: 1,
+        address: format!("{host}:{port}"),
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port,
+        base_path: path.to_string(),
+        max_inflight: None,
+        discover: false,
+    })
 }

@@ -1,0 +1,63 @@
+//! The value checks every part of the configuration shares: each failure is
+//! a [`ConfigError::Invalid`] naming the key.
+
+use std::net::SocketAddr;
+
+use super::ConfigError;
+
+pub(super) fn pick(flag: &Option<String>, file: &Option<String>, default: &str) -> String {
+    flag.clone()
+        .or_else(|| file.clone())
+        .unwrap_or_else(|| default.to_string())
+}
+
+pub(super) fn invalid(key: &'static str, message: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.to_string(),
+    }
+}
+
+pub(super) fn positive(
+    key: &'static str,
+    v: Option<usize>,
+    default: usize,
+) -> Result<usize, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => Err(invalid(key, "must be greater than zero")),
+        n => Ok(n),
+    }
+}
+
+pub(super) fn within(
+    key: &'static str,
+    v: Option<usize>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ConfigError> {
+    match positive(key, v, default)? {
+        n if n > max => Err(ConfigError::Invalid {
+            key,
+            message: format!("{n} is too large: at most {max}"),
+        }),
+        n => Ok(n),
+    }
+}
+
+pub(super) fn positive_u64(
+    key: &'static str,
+    v: Option<u64>,
+    default: u64,
+) -> Result<u64, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => Err(invalid(key, "must be greater than zero")),
+        n => Ok(n),
+    }
+}
+
+pub(super) fn parse_addr(key: &'static str, s: &str) -> Result<SocketAddr, ConfigError> {
+    s.parse().map_err(|_| ConfigError::Invalid {
+        key,
+        message: format!("{s:?} is not an IP:port address"),
+    })
+}
