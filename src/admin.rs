@@ -19,7 +19,7 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
-use crate::proxy::fleet::Fleet;
+use crate::fleet::Fleet;
 use crate::telemetry::exposition::Exposition;
 use crate::telemetry::Telemetry;
 

@@ -22,13 +22,16 @@ pub mod access_line;
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod fleet;
 pub mod observe;
 pub mod pidfile;
 pub mod proxy;
 pub mod record;
 pub mod server;
 pub mod shutdown;
+pub mod store;
 pub mod telemetry;
+pub mod upstream;
 
 pub use llamatap_policy::{cachebreak, queue, router, tenant};
 pub use llamatap_wire::{framing, llama, request, sentence, sse, text, tracecontext};

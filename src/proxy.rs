@@ -8,21 +8,19 @@
 //! never pooled, the moment the client goes.
 
 pub mod admission;
+mod attempt;
+mod bodies;
 mod cachebreak;
-pub mod client;
 pub mod context;
 pub mod errors;
-pub mod fleet;
 mod forward;
 mod guard;
 mod outcome;
 mod reply;
 mod request_head;
-mod spare;
-pub mod store;
+mod routing;
 pub mod tenant;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,19 +30,17 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::modules::http::HttpModules;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
-use pingora::{Error, ErrorSource, ErrorType, Result};
+use pingora::{Error, Result};
 
 use crate::config::Config;
-use crate::observe::{StreamEnd, StreamObserver};
+use crate::fleet::Fleet;
 use crate::record::Outcome;
-use crate::request::{self, Route};
+use crate::request::Route;
 use crate::telemetry::logs;
 use crate::telemetry::spans::Tracing;
 use crate::telemetry::Telemetry;
 use context::RequestCtx;
-use fleet::Fleet;
-use outcome::{unsent, unwell_answer};
-use reply::{refuse, write_error, ErrorReply};
+use reply::refuse;
 
 /// The llamatap proxy service.
 pub struct LlamaProxy {
@@ -53,7 +49,7 @@ pub struct LlamaProxy {
     fleet: Arc<Fleet>,
     /// The direct path's connector ([`forward`]; never pooled), with a
     /// connected, never-used connection per upstream.
-    spares: Arc<spare::Spares>,
+    spares: Arc<crate::upstream::spare::Spares>,
     /// Tenant limits: per-tenant counts and the optional shared store.
     limiter: Arc<tenant::Limiter>,
     /// Recent conversations, for the cache-break diagnosis.
@@ -65,7 +61,7 @@ pub struct LlamaProxy {
 impl LlamaProxy {
     /// A proxy for `config`'s upstreams.
     pub fn new(config: Arc<Config>, telemetry: Arc<Telemetry>, fleet: Arc<Fleet>) -> Self {
-        let spares = Arc::new(spare::Spares::new(
+        let spares = Arc::new(crate::upstream::spare::Spares::new(
             fleet.capacity(),
             config.pool_idle_timeout,
         ));
@@ -88,19 +84,6 @@ impl LlamaProxy {
             admission,
         }
     }
-
-    /// The peer at the last resolved address: a `SocketAddr`, so building it
-    /// never looks a name up.
-    fn peer(&self, address: SocketAddr) -> HttpPeer {
-        let mut peer = HttpPeer::new(address, false, String::new());
-        let o = &mut peer.options;
-        o.connection_timeout = Some(self.config.connect_timeout);
-        o.total_connection_timeout = Some(self.config.connect_timeout);
-        o.read_timeout = Some(self.config.read_timeout);
-        o.write_timeout = Some(self.config.write_timeout);
-        o.idle_timeout = Some(self.config.pool_idle_timeout);
-        peer
-    }
 }
 
 /// The path of the request target as it came (Pingora's `raw_path`, up to
@@ -114,24 +97,6 @@ fn logged_path(req: &RequestHeader) -> String {
 
 fn header<'a>(h: &'a RequestHeader, name: &str) -> Option<&'a [u8]> {
     h.headers.get(name).map(|v| v.as_bytes())
-}
-
-fn is_event_stream(resp: &ResponseHeader) -> bool {
-    resp.headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        })
-}
-
-fn is_json(resp: &ResponseHeader) -> bool {
-    resp.headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().contains("json"))
 }
 
 #[async_trait]
@@ -192,13 +157,7 @@ impl ProxyHttp for LlamaProxy {
             return Ok(true);
         }
         if self.fleet.is_fleet()
-            && Box::pin(fleet::steps::prepare(
-                session,
-                ctx,
-                &self.fleet,
-                &self.config,
-            ))
-            .await?
+            && Box::pin(routing::prepare(session, ctx, &self.fleet, &self.config)).await?
         {
             return Ok(true);
         }
@@ -212,7 +171,7 @@ impl ProxyHttp for LlamaProxy {
         Ok(false)
     }
 
-    /// Each attempt asks the fleet for an upstream (see [`fleet::steps`]); a
+    /// Each attempt asks the fleet for an upstream (see [`routing`]); a
     /// retry never goes back to one that already failed.
     async fn upstream_peer(
         &self,
@@ -227,8 +186,8 @@ impl ProxyHttp for LlamaProxy {
         if ctx.upstream_attempts == 1 {
             admission::wait_for_affine(&self.admission, &self.fleet, ctx).await;
         }
-        let address = fleet::steps::choose(&self.fleet, ctx)?;
-        Ok(Box::new(self.peer(address)))
+        let address = routing::choose(&self.fleet, ctx)?;
+        Ok(Box::new(attempt::peer(&self.config, address)))
     }
 
     /// The upstream refused or did not answer the connect: eject it for a
@@ -239,37 +198,9 @@ impl ProxyHttp for LlamaProxy {
         session: &mut Session,
         _peer: &HttpPeer,
         ctx: &mut RequestCtx,
-        mut e: Box<Error>,
+        e: Box<Error>,
     ) -> Box<Error> {
-        if let Some(i) = ctx.member {
-            self.fleet.eject(i);
-            ctx.routed.ejected = true;
-            let again = self.fleet.is_fleet()
-                && self
-                    .fleet
-                    .can_fail_over(ctx.request.model.as_deref(), i, &ctx.routed.tried);
-            if again {
-                ctx.routed.tried.push(i);
-                e.set_retry(true);
-            }
-            // The one line about this failed connect (Pingora's own about
-            // the request is suppressed, see `suppress_error_log`).
-            let _in = ctx.log_span.enter();
-            let name = self.fleet.member(i).map(|m| m.upstream.name.clone());
-            let req = session.req_header();
-            tracing::warn!(
-                upstream = name.as_deref().unwrap_or(""),
-                "{} {}: connect failed ({e}); upstream ejected, {}",
-                req.method,
-                errors::bounded_path(req.uri.path()),
-                if again {
-                    "trying another"
-                } else {
-                    "the request fails"
-                }
-            );
-        }
-        e
+        attempt::connect_failed(&self.fleet, session, ctx, e)
     }
 
     /// Headers are built: shape them for llama-server (see [`request_head`])
@@ -299,37 +230,13 @@ impl ProxyHttp for LlamaProxy {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if let Some(b) = body.as_ref() {
-            ctx.request_bytes += b.len() as u64;
-            if ctx.request_bytes > self.config.max_body_bytes {
-                return Err(errors::too_large());
-            }
-        }
-        if ctx.route.operation_name().is_none() {
-            return Ok(());
-        }
-        if let Some(b) = body {
-            let limit = self.config.telemetry.max_inspect_bytes;
-            if !ctx.body_truncated && ctx.body.len() + b.len() <= limit {
-                ctx.body.extend_from_slice(b);
-            } else {
-                ctx.body_truncated = true;
-                ctx.body = Vec::new();
-            }
-        }
-        if end_of_stream && !ctx.body_truncated && !ctx.body.is_empty() {
-            if ctx.routed.prompt.is_none() {
-                // One parse gives the facts and the prompt's digest.
-                let capture = self.breaks.capture();
-                let (facts, prompt) = cachebreak::inspect(ctx.route, &ctx.body, capture);
-                ctx.request = facts;
-                ctx.routed.prompt = prompt;
-            } else {
-                ctx.request = request::inspect_body(&ctx.body);
-            }
-            ctx.body = Vec::new();
-        }
-        Ok(())
+        bodies::request_chunk(
+            ctx,
+            body.as_ref(),
+            end_of_stream,
+            &self.config,
+            &self.breaks,
+        )
     }
 
     /// Upstream headers arrived: note the moment and how to watch the body.
@@ -341,31 +248,8 @@ impl ProxyHttp for LlamaProxy {
     ) -> Result<()> {
         ctx.upstream_headers = Some(Instant::now());
         ctx.status = Some(upstream_response.status.as_u16());
-        if let Some(i) = ctx.member {
-            let status = upstream_response.status.as_u16();
-            if unwell_answer(status, ctx.route) {
-                self.fleet.eject(i);
-                ctx.routed.ejected = true;
-            } else if status < 500 {
-                self.fleet.succeeded(i);
-            }
-        }
-        let format = ctx.format();
-        if is_event_stream(upstream_response) {
-            ctx.streaming = true;
-            ctx.stream_counted = true;
-            self.telemetry.stream_active(true);
-            if let Some(f) = format {
-                let t = &self.config.telemetry;
-                ctx.observer = Some(Box::new(StreamObserver::new(
-                    f,
-                    t.max_event_bytes,
-                    t.capture_content,
-                )));
-            }
-        } else if format.is_some() && is_json(upstream_response) {
-            ctx.json_body = Some(Vec::new());
-        }
+        attempt::answered(&self.fleet, ctx, upstream_response.status.as_u16());
+        bodies::watch(ctx, upstream_response, &self.config, &self.telemetry);
         Ok(())
     }
 
@@ -402,25 +286,7 @@ impl ProxyHttp for LlamaProxy {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<Option<Duration>> {
-        let now = Instant::now();
-        if let Some(b) = body.as_ref() {
-            ctx.response_bytes += b.len() as u64;
-            if let Some(o) = ctx.observer.as_mut() {
-                o.on_chunk(b, now);
-            } else if let Some(j) = ctx.json_body.as_mut() {
-                if j.len() + b.len() <= self.config.telemetry.max_inspect_bytes {
-                    j.extend_from_slice(b);
-                } else {
-                    ctx.json_body = None;
-                }
-            }
-        }
-        if end_of_stream {
-            ctx.ended = Some(now);
-            if let Some(o) = ctx.observer.take() {
-                ctx.stream_facts = Some(Box::new(o.finish(now, StreamEnd::Complete)));
-            }
-        }
+        bodies::response_chunk(ctx, body.as_ref(), end_of_stream, &self.config);
         Ok(None)
     }
 
@@ -432,42 +298,11 @@ impl ProxyHttp for LlamaProxy {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        let f = errors::classify(e);
         let upstream = ctx
             .member
             .and_then(|i| self.fleet.member(i))
             .map(|m| m.upstream.name.clone());
-        // The log line and the span name the upstream; the client hears a
-        // plain reason.
-        let msg = errors::message(&f, e);
-        ctx.ended.get_or_insert_with(Instant::now);
-        ctx.failure = Some((
-            f.outcome,
-            f.code,
-            errors::message_naming(&f, e, upstream.as_deref()),
-        ));
-        let mut code = f.status;
-        if f.status != 0 {
-            if session.as_downstream().response_written().is_none() {
-                let reply = ErrorReply {
-                    status: f.status,
-                    kind: f.kind,
-                    code: f.code,
-                    message: &msg,
-                };
-                write_error(session, ctx, reply).await;
-            } else if ctx.streaming {
-                let mid = ctx.observer.as_ref().is_some_and(|o| o.mid_event());
-                let event = errors::sse_error_event(&msg, f.kind, f.code, mid);
-                let ds = session.as_downstream_mut();
-                let _ = ds.write_response_body(Bytes::from(event), true).await;
-                code = ctx.status.unwrap_or(200);
-            }
-        }
-        FailToProxy {
-            error_code: code,
-            can_reuse_downstream: false,
-        }
+        reply::fail(session, e, ctx, upstream.as_deref()).await
     }
 
     /// llama-server closes its connection right after a streamed answer,
@@ -476,7 +311,7 @@ impl ProxyHttp for LlamaProxy {
     /// Retry on a new connection only when the request provably never reached
     /// llama-server whole: reused connection, no response yet, closed or
     /// reset, the body still buffered, and nothing of the request usable
-    /// written (see [`unsent`]). A request llama-server may have started is
+    /// written (see [`outcome::unsent`]). A request llama-server may have started is
     /// never sent twice: it fails with 502.
     fn error_while_proxy(
         &self,
@@ -487,14 +322,7 @@ impl ProxyHttp for LlamaProxy {
         client_reused: bool,
     ) -> Box<Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        let stale = client_reused
-            && ctx.upstream_headers.is_none()
-            && !session.as_ref().retry_buffer_truncated()
-            && matches!(
-                e.etype(),
-                ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
-            )
-            && unsent(session, e.etype());
+        let stale = outcome::stale_connection(session, ctx, &e, client_reused);
         e.set_retry(stale);
         e
     }
@@ -513,20 +341,7 @@ impl ProxyHttp for LlamaProxy {
     /// A failed connect was logged once already, naming the upstream (see
     /// `fail_to_connect`).
     fn suppress_error_log(&self, _session: &Session, ctx: &RequestCtx, error: &Error) -> bool {
-        let hangup = error.esource() == &ErrorSource::Downstream
-            && matches!(
-                error.etype(),
-                ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
-            );
-        let connect = ctx.routed.ejected
-            && matches!(
-                error.etype(),
-                ErrorType::ConnectRefused
-                    | ErrorType::ConnectTimedout
-                    | ErrorType::ConnectError
-                    | ErrorType::SocketError
-            );
-        hangup || connect
+        outcome::quiet(ctx, error)
     }
 
     /// The request is over: one record for metrics, spans and the latency page.
@@ -544,7 +359,7 @@ impl ProxyHttp for LlamaProxy {
         let path = logged_path(req);
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
-        rec.upstream = fleet::steps::finish(&self.fleet, ctx, &rec);
+        rec.upstream = routing::finish(&self.fleet, ctx, &rec);
         rec.cache_break =
             self.breaks
                 .finish(ctx.routed.prompt.take(), ctx.session, ctx.tenant, &rec);

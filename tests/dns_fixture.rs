@@ -14,7 +14,7 @@ use common::dns::DnsServer;
 
 use hickory_resolver::proto::op::{Message, Query};
 use hickory_resolver::proto::rr::{Name, RecordType};
-use llamatap::proxy::fleet::resolver::{self, LookupError, Source};
+use llamatap::fleet::resolver::{self, LookupError, Source};
 
 /// Generous: the server is a Python process on a possibly busy machine.
 const TIMEOUT: Duration = Duration::from_secs(5);

@@ -3,7 +3,7 @@
 //! Compose's `--scale`, Consul's DNS interface), as written and validated.
 //!
 //! Validation only: resolving names, members joining and draining are
-//! [`crate::proxy::fleet::discovery`]'s job.
+//! [`crate::fleet::discovery`]'s job.
 
 use std::net::SocketAddr;
 use std::time::Duration;

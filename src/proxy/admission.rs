@@ -1,7 +1,7 @@
 //! The admission queue in the proxy hooks: a request that does work waits
 //! here, in `request_filter`, until the scheduler ([`crate::queue`]) grants
 //! it a slot; only then is it routed, among the upstreams with a free slot
-//! ([`Ticket::route`], from `fleet::steps::choose`), so the routing decision
+//! ([`Ticket::route`], from `routing::choose`), so the routing decision
 //! sees the fleet as it is at dispatch. The slot is released when the
 //! request's [`Held`] state is dropped: in `logging` on every path, or with
 //! the context.
@@ -31,19 +31,22 @@ use pingora::Result;
 use tokio::sync::{oneshot, Notify};
 
 mod affinity;
+mod scheduler;
 #[cfg(test)]
 mod tests;
+mod ticket;
 
 pub use affinity::wait_for_affine;
+pub use ticket::Ticket;
 
 use super::context::RequestCtx;
-use super::fleet::Fleet;
 use super::reply::{write_error_with, ErrorReply};
 use crate::config::queue::Queue;
 use crate::config::Config;
+use crate::fleet::Fleet;
 use crate::queue::{Arrival, Refusal, Scheduler};
 use crate::record::Outcome;
-use crate::telemetry::queue::{ClassLabels, QueueMetrics, SlotLabels};
+use crate::telemetry::queue::QueueMetrics;
 use crate::tenant::{Priority, TenantId, Tenants};
 
 /// How often a waiting request re-reads the fleet's capacity.
@@ -85,18 +88,6 @@ pub struct Held {
     pub queued_now: bool,
     /// Its slot, once granted.
     pub ticket: Option<Ticket>,
-}
-
-/// A granted slot: pending until routed, then bound to one upstream.
-/// Dropping it frees the slot and dispatches the next request.
-pub struct Ticket {
-    admission: Arc<Admission>,
-    /// Its class index and tenant key, for the scheduler's count of each
-    /// tenant's granted requests.
-    who: (usize, usize),
-    bound: Option<usize>,
-    /// The upstream whose next free slot it awaits (`queue.affinity_wait_ms`).
-    awaiting: Option<usize>,
 }
 
 /// Takes a still-queued entry out when the waiting future ends for any
@@ -162,156 +153,6 @@ impl Admission {
             .and_then(|v| Priority::parse(v.trim()));
         crate::queue::class(key, header, self.config.trust_priority_header)
     }
-
-    /// Runs `f` on the scheduler, then dispatches what can go and updates
-    /// the gauges.
-    fn with<R>(&self, f: impl FnOnce(&mut Scheduler<Waker>) -> R) -> Option<R> {
-        let mut s = self.scheduler.lock().ok()?;
-        let r = f(&mut s);
-        self.pump(&mut s);
-        Some(r)
-    }
-
-    /// Reads every upstream's capacity and state from the fleet (a free
-    /// id, or a draining member, takes nothing).
-    fn refresh(&self, s: &mut Scheduler<Waker>) {
-        let members = self.fleet.members();
-        let any_usable = members.iter().any(|m| self.fleet.usable(m.id));
-        let mut present = vec![false; self.fleet.capacity()];
-        for m in &members {
-            let capacity = m
-                .upstream
-                .max_inflight
-                .or(self.config.max_inflight)
-                .or_else(|| m.total_slots());
-            // When no upstream is usable every one is tried, as routing does.
-            let up = !m.draining() && (!any_usable || self.fleet.usable(m.id));
-            s.set_upstream(m.id, capacity, up);
-            if let Some(p) = present.get_mut(m.id) {
-                *p = true;
-            }
-        }
-        for (i, _) in present.iter().enumerate().filter(|(_, p)| !**p) {
-            s.set_upstream(i, Some(0), false);
-        }
-    }
-
-    /// Refuses the requests displaced from a full class, and grants slots
-    /// while some are free and requests wait.
-    fn pump(&self, s: &mut Scheduler<Waker>) {
-        while let Some(d) = s.displaced() {
-            // Its waiter answers `503` `queue_full`; one gone already (its
-            // entry would have left the queue first) needs nothing.
-            let _ = d.waker.send(Verdict::Displaced);
-        }
-        while let Some(d) = s.dispatch() {
-            if d.waker.send(Verdict::Granted).is_err() {
-                // Its waiter is gone: the slot goes to the next one.
-                s.abandon();
-                s.tenant_done(d.class, d.tenant);
-            }
-        }
-        if let Some(m) = &self.metrics {
-            for p in Priority::ALL {
-                let class = ClassLabels { class: p.as_str() };
-                let depth = s.depth(p as usize);
-                m.depth
-                    .get_or_create(&class)
-                    .set(i64::try_from(depth).unwrap_or(i64::MAX));
-                if depth == 0 {
-                    m.oldest_wait.get_or_create(&class).set(0.0);
-                }
-            }
-            let loads = s.upstreams();
-            self.fleet.each_member(|member| {
-                let Some(u) = loads.get(member.id) else {
-                    return;
-                };
-                let l = SlotLabels {
-                    upstream: member.upstream.name.clone(),
-                };
-                m.in_use.get_or_create(&l).set(i64::from(u.in_flight));
-                m.capacity
-                    .get_or_create(&l)
-                    .set(u.capacity.map_or(-1, i64::from));
-            });
-        }
-    }
-
-    fn oldest_waits(&self, s: &mut Scheduler<Waker>, now: Instant) {
-        if let Some(m) = &self.metrics {
-            for p in Priority::ALL {
-                let w = s.oldest_wait(p as usize, now).unwrap_or_default();
-                m.oldest_wait
-                    .get_or_create(&ClassLabels { class: p.as_str() })
-                    .set(w.as_secs_f64());
-            }
-        }
-    }
-}
-
-impl Ticket {
-    /// Routes the request among the upstreams with a free slot: `choose`
-    /// gets the upstreams to leave out (full or down) and returns the one
-    /// chosen, which the slot is then bound to. A retry after a failed
-    /// connect moves the slot to the new choice. When every upstream with a
-    /// free slot is left out (capacity changed since the grant), `choose`
-    /// is asked again without that filter: the request goes on rather than
-    /// fail.
-    pub fn route<T, E>(
-        &mut self,
-        mut choose: impl FnMut(&[usize]) -> std::result::Result<T, E>,
-        upstream_of: impl Fn(&T) -> usize,
-    ) -> std::result::Result<T, E> {
-        let adm = Arc::clone(&self.admission);
-        let Ok(mut s) = adm.scheduler.lock() else {
-            return choose(&[]);
-        };
-        if let Some(previous) = self.bound.take() {
-            s.unbind(previous);
-        }
-        // The slot it awaited is its own now.
-        if let Some(awaited) = self.awaiting.take() {
-            s.unawait(awaited);
-        }
-        adm.refresh(&mut s);
-        let open: Vec<usize> = s.open_upstreams().collect();
-        let full: Vec<usize> = (0..s.upstreams().len())
-            .filter(|i| !open.contains(i))
-            .collect();
-        let chosen = match choose(&full) {
-            Ok(c) => Ok(c),
-            Err(_) if !full.is_empty() => choose(&[]),
-            Err(e) => Err(e),
-        };
-        if let Ok(c) = &chosen {
-            let i = upstream_of(c);
-            s.bind(i);
-            self.bound = Some(i);
-        }
-        chosen
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let bound = self.bound.take();
-        let awaiting = self.awaiting.take();
-        let (class, tenant) = self.who;
-        self.admission.with(|s| {
-            s.tenant_done(class, tenant);
-            if let Some(i) = awaiting {
-                s.unawait(i);
-            }
-            match bound {
-                Some(i) => s.release(i),
-                None => s.abandon(),
-            }
-        });
-        if bound.is_some() {
-            self.admission.freed.notify_waiters();
-        }
-    }
 }
 
 /// Waits for a slot, in `request_filter`. `Ok(true)`: llamatap answered
@@ -372,8 +213,7 @@ pub async fn wait(
         .headers
         .contains_key(http::header::EXPECT)
         && (session.is_body_done() || {
-            let _ =
-                super::fleet::steps::preread(session, super::fleet::steps::REPLAY_LIMIT).await?;
+            let _ = super::routing::preread(session, super::routing::REPLAY_LIMIT).await?;
             session.is_body_done()
         });
     let (tx, rx) = oneshot::channel();

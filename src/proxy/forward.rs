@@ -32,9 +32,9 @@ use pingora::proxy::{ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
-use super::client::Exchange;
 use super::context::RequestCtx;
 use super::LlamaProxy;
+use crate::upstream::client::Exchange;
 
 /// Whether a request takes this path.
 pub fn eligible(session: &Session, ctx: &RequestCtx) -> bool {
@@ -58,7 +58,7 @@ pub async fn run(proxy: &LlamaProxy, session: &mut Session, ctx: &mut RequestCtx
 }
 
 /// Connects to the upstream the routing picks, on its spare connection when
-/// one is ready ([`super::spare`]); a refused or timed-out connect fails
+/// one is ready ([`crate::upstream::spare`]); a refused or timed-out connect fails
 /// over as [`LlamaProxy::fail_to_connect`] decides.
 async fn connect(
     proxy: &LlamaProxy,

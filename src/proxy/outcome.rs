@@ -6,7 +6,7 @@
 //! Decisions only; the hooks act on them.
 
 use pingora::proxy::Session;
-use pingora::{Error, ErrorType};
+use pingora::{Error, ErrorSource, ErrorType};
 
 use super::context::RequestCtx;
 use super::errors;
@@ -92,4 +92,43 @@ pub fn outcome(
             (None, _) => (Outcome::Ok, None),
         },
     }
+}
+
+/// Whether a failed attempt on a reused connection may go again on a new
+/// one: no response yet, the connection closed or reset, the body still
+/// buffered, and nothing of the request usable written ([`unsent`]).
+pub fn stale_connection(
+    session: &mut Session,
+    ctx: &RequestCtx,
+    e: &Error,
+    client_reused: bool,
+) -> bool {
+    client_reused
+        && ctx.upstream_headers.is_none()
+        && !session.as_ref().retry_buffer_truncated()
+        && matches!(
+            e.etype(),
+            ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+        )
+        && unsent(session, e.etype())
+}
+
+/// Whether Pingora's error line about a request is left out: a client
+/// hang-up is normal traffic, and a failed connect was logged once already,
+/// naming the upstream ([`super::attempt::connect_failed`]).
+pub fn quiet(ctx: &RequestCtx, error: &Error) -> bool {
+    let hangup = error.esource() == &ErrorSource::Downstream
+        && matches!(
+            error.etype(),
+            ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+        );
+    let connect = ctx.routed.ejected
+        && matches!(
+            error.etype(),
+            ErrorType::ConnectRefused
+                | ErrorType::ConnectTimedout
+                | ErrorType::ConnectError
+                | ErrorType::SocketError
+        );
+    hangup || connect
 }

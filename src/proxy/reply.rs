@@ -1,12 +1,14 @@
 //! llamatap's own error answers (refusals and proxy failures alike), in the
-//! OpenAI shape, with `traceresponse` when tracing is on. Sends them; decides
-//! nothing.
+//! OpenAI shape, with `traceresponse` when tracing is on, or as the error
+//! event that ends a started stream. Sends them; what an error means is
+//! [`errors::classify`]'s.
 
 use std::time::Instant;
 
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
-use pingora::proxy::Session;
+use pingora::proxy::{FailToProxy, Session};
+use pingora::Error;
 
 use super::context::RequestCtx;
 use super::errors;
@@ -71,4 +73,44 @@ pub async fn write_error_with(
     ctx.status = Some(reply.status);
     let ds = session.as_downstream_mut();
     let _ = ds.write_error_response(resp, Bytes::from(body)).await;
+}
+
+/// A fatal error of a request (`upstream`: the upstream of its last
+/// attempt, named in the log line and the span only): an OpenAI-shaped
+/// error when nothing was answered yet, or an error event ending a started
+/// event stream (never a silent cut, never `[DONE]`).
+pub async fn fail(
+    session: &mut Session,
+    e: &Error,
+    ctx: &mut RequestCtx,
+    upstream: Option<&str>,
+) -> FailToProxy {
+    let f = errors::classify(e);
+    // The log line and the span name the upstream; the client hears a
+    // plain reason.
+    let msg = errors::message(&f, e);
+    ctx.ended.get_or_insert_with(Instant::now);
+    ctx.failure = Some((f.outcome, f.code, errors::message_naming(&f, e, upstream)));
+    let mut code = f.status;
+    if f.status != 0 {
+        if session.as_downstream().response_written().is_none() {
+            let reply = ErrorReply {
+                status: f.status,
+                kind: f.kind,
+                code: f.code,
+                message: &msg,
+            };
+            write_error(session, ctx, reply).await;
+        } else if ctx.streaming {
+            let mid = ctx.observer.as_ref().is_some_and(|o| o.mid_event());
+            let event = errors::sse_error_event(&msg, f.kind, f.code, mid);
+            let ds = session.as_downstream_mut();
+            let _ = ds.write_response_body(Bytes::from(event), true).await;
+            code = ctx.status.unwrap_or(200);
+        }
+    }
+    FailToProxy {
+        error_code: code,
+        can_reuse_downstream: false,
+    }
 }

@@ -3,7 +3,7 @@
 //! concurrency slot and the token charge in `logging`.
 //!
 //! Counts live in this process ([`Window`] per tenant, an atomic in-flight
-//! count) and, with `[auth.store]`, in Redis ([`super::store`]), which then
+//! count) and, with `[auth.store]`, in Redis ([`crate::store`]), which then
 //! decides the per-minute limits for every replica. The concurrency limit is
 //! always per replica. When the store fails, `on_error = "allow"` lets this
 //! replica's own counts decide; `"deny"` refuses limited tenants with 503.
@@ -25,7 +25,7 @@ use crate::tenant::{TenantId, Tenants};
 
 use super::context::RequestCtx;
 use super::reply::{write_error_with, ErrorReply};
-use super::store::Store;
+use crate::store::Store;
 
 /// A held concurrency slot: released when dropped (in `logging`, or with the
 /// request's context on any other path).

@@ -96,7 +96,7 @@ async fn an_unreachable_store_follows_on_error() {
 
 #[tokio::test]
 async fn a_reply_that_is_not_resp_follows_on_error_and_never_panics() {
-    use crate::proxy::store::standin::{Answer, StandIn, Step};
+    use crate::store::standin::{Answer, StandIn, Step};
     // A first character of two bytes in UTF-8, where a type byte belongs.
     let s = StandIn::start(|st: &Step<'_>| match st.args[0].as_str() {
         "INCR" => Answer::Bytes("é12\r\n".as_bytes().to_vec()),

@@ -1,5 +1,5 @@
 //! One connected, never-used upstream connection kept ready per upstream for
-//! the direct loop ([`super::forward`]), so that a streaming request does not
+//! the direct loop ([`crate::proxy`]'s forwarding loop), so that a streaming request does not
 //! wait for a TCP connect (and for llama-server to accept) before its bytes
 //! go out.
 //!

@@ -22,7 +22,7 @@
 //! the next call tries again). Changes of state (unreachable, reachable
 //! again) are logged once each, with `host:port`, never the URL's
 //! credentials. Deliberately not here: Sentinel and Cluster redirections;
-//! what a failure means for a request (`on_error`) is [`super::tenant`]'s.
+//! what a failure means for a request (`on_error`) is [`crate::proxy::tenant`]'s.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -1,4 +1,4 @@
-//! The fleet's steps in the proxy hooks: what the hooks do before and after
+//! Routing in the proxy hooks: what the hooks do before and after
 //! the router's pure decision ([`crate::router`]).
 //!
 //! - [`prepare`] (in `request_filter`, several upstreams only): reads the
@@ -27,12 +27,12 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 
-use super::super::context::RequestCtx;
-use super::super::errors;
-use super::watch::HEALTH_INTERVAL;
-use super::{Fleet, NoRoute};
+use super::context::RequestCtx;
+use super::errors;
 use crate::cachebreak::PromptDigest;
 use crate::config::Config;
+use crate::fleet::watch::HEALTH_INTERVAL;
+use crate::fleet::{Fleet, NoRoute};
 use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
 use crate::request;
 use crate::router::{session_key, Chain, Observation};

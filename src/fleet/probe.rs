@@ -1,6 +1,6 @@
 //! One GET to an upstream for llamatap's own checks (`/health`, `/slots`,
 //! `/metrics`, the model list), on the same HTTP/1 client the streaming
-//! routes use ([`super::super::client`]): the same head parser, the same
+//! routes use ([`crate::upstream::client`]): the same head parser, the same
 //! `Content-Length` / chunked / close framing, the same limits.
 //!
 //! Every call is bounded as a whole by its timeout (connect, write, head and
@@ -13,7 +13,7 @@ use std::time::Duration;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 
-use super::super::client::Exchange;
+use crate::upstream::client::Exchange;
 
 /// Largest body read from a check.
 pub const MAX_BODY_BYTES: usize = 1 << 20;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use crate::config::Overrides;
-use crate::proxy::fleet::*;
+use crate::fleet::*;
 use crate::request::Route;
 
 /// A fleet with one discovered name and no member yet.

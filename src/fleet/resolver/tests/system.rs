@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use super::testkit::*;
-use crate::proxy::fleet::resolver::*;
+use crate::fleet::resolver::*;
 
 /// The system's rules with `server` as nameserver and `search` domains.
 fn source(server: &Server, search: &[&str], ndots: usize, hosts: Hosts) -> Source {

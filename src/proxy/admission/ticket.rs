@@ -1,0 +1,86 @@
+//! A granted slot ([`Ticket`]): pending until routed, then bound to the
+//! upstream chosen among those with a free slot; moved on a retry, and
+//! released (the next request dispatched) when dropped.
+//!
+//! Deliberately not here: choosing the upstream (the router, through the
+//! `choose` callback) and waiting for the grant ([`super::wait`]).
+
+use std::sync::Arc;
+
+use super::Admission;
+
+/// A granted slot: pending until routed, then bound to one upstream.
+/// Dropping it frees the slot and dispatches the next request.
+pub struct Ticket {
+    pub(super) admission: Arc<Admission>,
+    /// Its class index and tenant key, for the scheduler's count of each
+    /// tenant's granted requests.
+    pub(super) who: (usize, usize),
+    pub(super) bound: Option<usize>,
+    /// The upstream whose next free slot it awaits (`queue.affinity_wait_ms`).
+    pub(super) awaiting: Option<usize>,
+}
+
+impl Ticket {
+    /// Routes the request among the upstreams with a free slot: `choose`
+    /// gets the upstreams to leave out (full or down) and returns the one
+    /// chosen, which the slot is then bound to. A retry after a failed
+    /// connect moves the slot to the new choice. When every upstream with a
+    /// free slot is left out (capacity changed since the grant), `choose`
+    /// is asked again without that filter: the request goes on rather than
+    /// fail.
+    pub fn route<T, E>(
+        &mut self,
+        mut choose: impl FnMut(&[usize]) -> std::result::Result<T, E>,
+        upstream_of: impl Fn(&T) -> usize,
+    ) -> std::result::Result<T, E> {
+        let adm = Arc::clone(&self.admission);
+        let Ok(mut s) = adm.scheduler.lock() else {
+            return choose(&[]);
+        };
+        if let Some(previous) = self.bound.take() {
+            s.unbind(previous);
+        }
+        // The slot it awaited is its own now.
+        if let Some(awaited) = self.awaiting.take() {
+            s.unawait(awaited);
+        }
+        adm.refresh(&mut s);
+        let open: Vec<usize> = s.open_upstreams().collect();
+        let full: Vec<usize> = (0..s.upstreams().len())
+            .filter(|i| !open.contains(i))
+            .collect();
+        let chosen = match choose(&full) {
+            Ok(c) => Ok(c),
+            Err(_) if !full.is_empty() => choose(&[]),
+            Err(e) => Err(e),
+        };
+        if let Ok(c) = &chosen {
+            let i = upstream_of(c);
+            s.bind(i);
+            self.bound = Some(i);
+        }
+        chosen
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let bound = self.bound.take();
+        let awaiting = self.awaiting.take();
+        let (class, tenant) = self.who;
+        self.admission.with(|s| {
+            s.tenant_done(class, tenant);
+            if let Some(i) = awaiting {
+                s.unawait(i);
+            }
+            match bound {
+                Some(i) => s.release(i),
+                None => s.abandon(),
+            }
+        });
+        if bound.is_some() {
+            self.admission.freed.notify_waiters();
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! What the hooks keep of each body as it passes, without changing a byte:
+//! the request body's bounded copy (read for its facts and the prompt's
+//! digest at its end), the kind of answer (an event stream gets an
+//! observer, a JSON answer a bounded copy for its usage), and each answer
+//! chunk handed to the observer.
+//!
+//! Deliberately not here: reading the events (the observer,
+//! `crate::observe`) and forwarding (the hooks and [`super::forward`]).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::Result;
+
+use super::cachebreak::{self, Breaks};
+use super::context::RequestCtx;
+use super::errors;
+use crate::config::Config;
+use crate::observe::{StreamEnd, StreamObserver};
+use crate::request;
+use crate::telemetry::Telemetry;
+
+/// A request body chunk: counted against `limits.max_body_bytes`, and kept
+/// (up to `telemetry.max_inspect_bytes`) for the body's facts, read once
+/// the body is whole.
+pub fn request_chunk(
+    ctx: &mut RequestCtx,
+    body: Option<&Bytes>,
+    end_of_stream: bool,
+    config: &Config,
+    breaks: &Breaks,
+) -> Result<()> {
+    if let Some(b) = body {
+        ctx.request_bytes += b.len() as u64;
+        if ctx.request_bytes > config.max_body_bytes {
+            return Err(errors::too_large());
+        }
+    }
+    if ctx.route.operation_name().is_none() {
+        return Ok(());
+    }
+    if let Some(b) = body {
+        let limit = config.telemetry.max_inspect_bytes;
+        if !ctx.body_truncated && ctx.body.len() + b.len() <= limit {
+            ctx.body.extend_from_slice(b);
+        } else {
+            ctx.body_truncated = true;
+            ctx.body = Vec::new();
+        }
+    }
+    if end_of_stream && !ctx.body_truncated && !ctx.body.is_empty() {
+        if ctx.routed.prompt.is_none() {
+            // One parse gives the facts and the prompt's digest.
+            let capture = breaks.capture();
+            let (facts, prompt) = cachebreak::inspect(ctx.route, &ctx.body, capture);
+            ctx.request = facts;
+            ctx.routed.prompt = prompt;
+        } else {
+            ctx.request = request::inspect_body(&ctx.body);
+        }
+        ctx.body = Vec::new();
+    }
+    Ok(())
+}
+
+/// The answer's head arrived: an event stream gets an observer, a JSON
+/// answer a bounded copy (for its usage); anything else is only counted.
+pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telemetry: &Telemetry) {
+    let format = ctx.format();
+    if is_event_stream(resp) {
+        ctx.streaming = true;
+        ctx.stream_counted = true;
+        telemetry.stream_active(true);
+        if let Some(f) = format {
+            let t = &config.telemetry;
+            ctx.observer = Some(Box::new(StreamObserver::new(
+                f,
+                t.max_event_bytes,
+                t.capture_content,
+            )));
+        }
+    } else if format.is_some() && is_json(resp) {
+        ctx.json_body = Some(Vec::new());
+    }
+}
+
+/// An answer chunk: counted, handed to the observer (or to the JSON copy);
+/// at the end, the observer's facts are kept.
+pub fn response_chunk(
+    ctx: &mut RequestCtx,
+    body: Option<&Bytes>,
+    end_of_stream: bool,
+    config: &Config,
+) {
+    let now = Instant::now();
+    if let Some(b) = body {
+        ctx.response_bytes += b.len() as u64;
+        if let Some(o) = ctx.observer.as_mut() {
+            o.on_chunk(b, now);
+        } else if let Some(j) = ctx.json_body.as_mut() {
+            if j.len() + b.len() <= config.telemetry.max_inspect_bytes {
+                j.extend_from_slice(b);
+            } else {
+                ctx.json_body = None;
+            }
+        }
+    }
+    if end_of_stream {
+        ctx.ended = Some(now);
+        if let Some(o) = ctx.observer.take() {
+            ctx.stream_facts = Some(Box::new(o.finish(now, StreamEnd::Complete)));
+        }
+    }
+}
+
+fn is_event_stream(resp: &ResponseHeader) -> bool {
+    resp.headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+fn is_json(resp: &ResponseHeader) -> bool {
+    resp.headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("json"))
+}
