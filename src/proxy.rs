@@ -19,10 +19,11 @@ mod outcome;
 mod reply;
 mod request_head;
 mod routing;
+mod steps;
 pub mod tenant;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -41,47 +42,19 @@ use crate::telemetry::spans::Tracing;
 use crate::telemetry::Telemetry;
 use context::RequestCtx;
 use reply::refuse;
+pub use steps::Steps;
 
-/// The llamatap proxy service.
+/// The llamatap proxy service: Pingora's hooks over the request's
+/// [`Steps`].
 pub struct LlamaProxy {
-    config: Arc<Config>,
-    telemetry: Arc<Telemetry>,
-    fleet: Arc<Fleet>,
-    /// The direct path's connector ([`forward`]; never pooled), with a
-    /// connected, never-used connection per upstream.
-    spares: Arc<crate::upstream::spare::Spares>,
-    /// Tenant limits: per-tenant counts and the optional shared store.
-    limiter: Arc<tenant::Limiter>,
-    /// Recent conversations, for the cache-break diagnosis.
-    breaks: Arc<cachebreak::Breaks>,
-    /// The admission queue (`[queue]`).
-    admission: Arc<admission::Admission>,
+    steps: Steps,
 }
 
 impl LlamaProxy {
     /// A proxy for `config`'s upstreams.
     pub fn new(config: Arc<Config>, telemetry: Arc<Telemetry>, fleet: Arc<Fleet>) -> Self {
-        let spares = Arc::new(crate::upstream::spare::Spares::new(
-            fleet.capacity(),
-            config.pool_idle_timeout,
-        ));
-        let limiter = Arc::new(tenant::Limiter::new(
-            &config,
-            telemetry.metrics.tenants.store_up.clone(),
-        ));
-        let breaks = Arc::new(cachebreak::Breaks::new(config.telemetry.capture_content));
-        let metrics = telemetry
-            .metrics_enabled
-            .then(|| telemetry.metrics.queue.clone());
-        let admission = admission::Admission::new(&config, fleet.clone(), metrics);
         LlamaProxy {
-            config,
-            telemetry,
-            fleet,
-            spares,
-            limiter,
-            breaks,
-            admission,
+            steps: Steps::new(config, telemetry, fleet),
         }
     }
 }
@@ -122,7 +95,7 @@ impl ProxyHttp for LlamaProxy {
         // routed by llama-server, as it came.
         ctx.route = Route::from_target(req.raw_path());
         let direct = forward::eligible(session, ctx);
-        if !direct || self.fleet.is_fleet() || self.admission.enabled() {
+        if !direct || self.steps.fleet.is_fleet() || self.steps.admission.enabled() {
             // Keep (up to Pingora's 64 KiB) the body as it is forwarded, so
             // that a request sent on a pooled connection the upstream had
             // already closed can be sent again (see error_while_proxy), and
@@ -131,8 +104,8 @@ impl ProxyHttp for LlamaProxy {
         }
         let req = session.req_header();
         ctx.started = true;
-        self.telemetry.request_started();
-        if let Some(t) = &self.telemetry.tracing {
+        self.steps.telemetry.request_started();
+        if let Some(t) = &self.steps.telemetry.tracing {
             let span = t.start_request(
                 header(req, "traceparent"),
                 header(req, "tracestate"),
@@ -144,7 +117,7 @@ impl ProxyHttp for LlamaProxy {
         // The steps before forwarding are boxed, so that the hook's own
         // future, which a held stream keeps, is the size of the forwarding
         // loop, not of the largest step.
-        match guard::check(req, ctx.route, &self.config) {
+        match guard::check(req, ctx.route, &self.steps.config) {
             Ok(id) => ctx.tenant = id,
             Err(r) => {
                 Box::pin(refuse(session, ctx, r)).await;
@@ -152,20 +125,32 @@ impl ProxyHttp for LlamaProxy {
             }
         }
         if !guard::public(ctx.route, &req.method)
-            && Box::pin(tenant::admit(session, ctx, &self.limiter, &self.telemetry)).await
+            && Box::pin(tenant::admit(
+                session,
+                ctx,
+                &self.steps.limiter,
+                &self.steps.telemetry,
+            ))
+            .await
         {
             return Ok(true);
         }
-        if self.fleet.is_fleet()
-            && Box::pin(routing::prepare(session, ctx, &self.fleet, &self.config)).await?
+        if self.steps.fleet.is_fleet()
+            && Box::pin(routing::prepare(
+                session,
+                ctx,
+                &self.steps.fleet,
+                &self.steps.config,
+            ))
+            .await?
         {
             return Ok(true);
         }
-        if Box::pin(admission::wait(session, ctx, &self.admission)).await? {
+        if Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
             return Ok(true);
         }
         if direct {
-            forward::run(self, session, ctx).await?;
+            forward::run(&self.steps, session, ctx).await?;
             return Ok(true);
         }
         Ok(false)
@@ -178,16 +163,7 @@ impl ProxyHttp for LlamaProxy {
         _session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        ctx.upstream_attempts += 1;
-        // A retry replays the body from its start.
-        ctx.body.clear();
-        ctx.body_truncated = false;
-        ctx.request_bytes = 0;
-        if ctx.upstream_attempts == 1 {
-            admission::wait_for_affine(&self.admission, &self.fleet, ctx).await;
-        }
-        let address = routing::choose(&self.fleet, ctx)?;
-        Ok(Box::new(attempt::peer(&self.config, address)))
+        self.steps.peer(ctx).await
     }
 
     /// The upstream refused or did not answer the connect: eject it for a
@@ -200,7 +176,7 @@ impl ProxyHttp for LlamaProxy {
         ctx: &mut RequestCtx,
         e: Box<Error>,
     ) -> Box<Error> {
-        attempt::connect_failed(&self.fleet, session, ctx, e)
+        self.steps.connect_failed(session, ctx, e)
     }
 
     /// Headers are built: shape them for llama-server (see [`request_head`])
@@ -211,15 +187,7 @@ impl ProxyHttp for LlamaProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let member = ctx.member.and_then(|i| self.fleet.member(i));
-        let base = member
-            .as_ref()
-            .map_or("", |m| m.upstream.base_path.as_str());
-        request_head::shape(upstream_request, ctx, base, &self.config)?;
-        if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_deref_mut()) {
-            request_head::trace(upstream_request, t, span)?;
-        }
-        Ok(())
+        self.steps.upstream_request(upstream_request, ctx)
     }
 
     /// Each request body chunk passes unchanged; a bounded copy is kept to read the model.
@@ -230,13 +198,7 @@ impl ProxyHttp for LlamaProxy {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        bodies::request_chunk(
-            ctx,
-            body.as_ref(),
-            end_of_stream,
-            &self.config,
-            &self.breaks,
-        )
+        self.steps.request_chunk(ctx, body.as_ref(), end_of_stream)
     }
 
     /// Upstream headers arrived: note the moment and how to watch the body.
@@ -246,10 +208,7 @@ impl ProxyHttp for LlamaProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        ctx.upstream_headers = Some(Instant::now());
-        ctx.status = Some(upstream_response.status.as_u16());
-        attempt::answered(&self.fleet, ctx, upstream_response.status.as_u16());
-        bodies::watch(ctx, upstream_response, &self.config, &self.telemetry);
+        self.steps.upstream_response(upstream_response, ctx);
         Ok(())
     }
 
@@ -261,21 +220,7 @@ impl ProxyHttp for LlamaProxy {
         resp: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if ctx.streaming {
-            if resp.headers.get("x-accel-buffering").is_none() {
-                resp.insert_header("X-Accel-Buffering", "no")?;
-            }
-            if resp.headers.get(http::header::CACHE_CONTROL).is_none() {
-                resp.insert_header("Cache-Control", "no-cache")?;
-            }
-        }
-        if let Some(span) = &ctx.span {
-            resp.insert_header("traceresponse", Tracing::traceresponse(span))?;
-        }
-        for (name, value) in crate::tenant::window::quota_headers(&ctx.quota) {
-            resp.insert_header(name, value)?;
-        }
-        Ok(())
+        self.steps.downstream_response(resp, ctx)
     }
 
     /// Each body chunk is forwarded as it is; the observer only reads it.
@@ -286,7 +231,7 @@ impl ProxyHttp for LlamaProxy {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<Option<Duration>> {
-        bodies::response_chunk(ctx, body.as_ref(), end_of_stream, &self.config);
+        self.steps.response_chunk(ctx, body.as_ref(), end_of_stream);
         Ok(None)
     }
 
@@ -300,7 +245,7 @@ impl ProxyHttp for LlamaProxy {
     ) -> FailToProxy {
         let upstream = ctx
             .member
-            .and_then(|i| self.fleet.member(i))
+            .and_then(|i| self.steps.fleet.member(i))
             .map(|m| m.upstream.name.clone());
         reply::fail(session, e, ctx, upstream.as_deref()).await
     }
@@ -351,7 +296,7 @@ impl ProxyHttp for LlamaProxy {
         }
         if ctx.stream_counted {
             ctx.stream_counted = false;
-            self.telemetry.stream_active(false);
+            self.steps.telemetry.stream_active(false);
         }
         let (outcome, error) = outcome::outcome(e, ctx);
         let req = session.req_header();
@@ -359,11 +304,12 @@ impl ProxyHttp for LlamaProxy {
         let path = logged_path(req);
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, outcome, error, client);
-        rec.upstream = routing::finish(&self.fleet, ctx, &rec);
+        rec.upstream = routing::finish(&self.steps.fleet, ctx, &rec);
         rec.cache_break =
-            self.breaks
+            self.steps
+                .breaks
                 .finish(ctx.routed.prompt.take(), ctx.session, ctx.tenant, &rec);
-        tenant::finish(&self.limiter, ctx, &mut rec);
+        tenant::finish(&self.steps.limiter, ctx, &mut rec);
         // The queue's slot is free: the next request is dispatched.
         ctx.admission = None;
         if e.is_none() && rec.outcome == Outcome::UpstreamError {
@@ -378,7 +324,8 @@ impl ProxyHttp for LlamaProxy {
                 rec.error_message.as_deref().unwrap_or("")
             );
         }
-        self.telemetry
+        self.steps
+            .telemetry
             .request_finished(&rec, ctx.span.take().map(|s| *s));
     }
 }

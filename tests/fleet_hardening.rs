@@ -532,18 +532,33 @@ struct Flappy {
 }
 
 impl Flappy {
+    /// Its port stays held the whole test by a socket bound to it that
+    /// never listens (`SO_REUSEPORT`): while the listener is closed, a
+    /// connect is refused, and no other socket can take the port meanwhile
+    /// (a server that another test starts on a "free" port, say).
     fn start(script: Arc<Script>) -> Flappy {
-        let port = common::free_port();
+        use socket2::{Domain, Socket, Type};
+        let bound = |addr: &std::net::SocketAddr| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.set_reuse_port(true).unwrap();
+            s.bind(&(*addr).into()).unwrap();
+            s
+        };
+        let holder = bound(&"127.0.0.1:0".parse().unwrap());
+        let addr = holder.local_addr().unwrap().as_socket().unwrap();
+        let port = addr.port();
         let open = Arc::new(AtomicBool::new(true));
         let want = open.clone();
         std::thread::spawn(move || {
+            let _holder = holder;
             let mut listener: Option<std::net::TcpListener> = None;
             loop {
                 match (want.load(Ordering::SeqCst), listener.is_some()) {
                     (true, false) => {
-                        let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-                        l.set_nonblocking(true).unwrap();
-                        listener = Some(l);
+                        let s = bound(&addr);
+                        s.listen(128).unwrap();
+                        s.set_nonblocking(true).unwrap();
+                        listener = Some(s.into());
                     }
                     (false, true) => listener = None,
                     _ => {}

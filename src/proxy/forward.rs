@@ -5,11 +5,12 @@
 //! upstream for a stall.
 //!
 //! Pingora still accepts and parses the request, runs the hooks before this
-//! path (guard, routing) and after it (`fail_to_proxy`, `logging`), makes the
-//! upstream connection and reads and writes the client's HTTP/1; the
-//! upstream's HTTP/1 is [`super::client`]'s. The hooks that shape the
-//! request and observe the response are the proxy's own, called here in
-//! Pingora's order, so both paths behave alike. What this path leaves out is
+//! path (guard, routing) and after it (`fail_to_proxy`, `logging`), and
+//! reads and writes the client's HTTP/1; the upstream's HTTP/1 is
+//! [`crate::upstream::client`]'s. What shapes the request and observes the
+//! response are the request's [`Steps`], which Pingora's hooks call too, in
+//! the same order, so both paths behave alike; this loop calls no hook. What
+//! this path leaves out is
 //! Pingora's HTTP/1 proxy loop: two halves joined by a channel, a batch vector
 //! per chunk, and a second poll of the request's task for every chunk (the
 //! half that read it wakes the half that writes it), which on one worker
@@ -28,12 +29,12 @@ use bytes::{BufMut, Bytes};
 use http::header;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::http_req_header_to_wire;
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::proxy::Session;
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
-use super::LlamaProxy;
+use super::Steps;
 use crate::upstream::client::Exchange;
 
 /// Whether a request takes this path.
@@ -48,38 +49,38 @@ pub fn eligible(session: &Session, ctx: &RequestCtx) -> bool {
 
 /// Forwards the request and its answer; `Ok` once the answer is complete.
 /// An error goes to `fail_to_proxy` and `logging` as on Pingora's path.
-pub async fn run(proxy: &LlamaProxy, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
+pub async fn run(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
     // The connect and the request are boxed: their futures are large and
     // over before the answer, which is what a held stream keeps.
-    let (mut up, peer) = Box::pin(connect(proxy, session, ctx)).await?;
-    Box::pin(send_request(proxy, session, &mut up, &peer, ctx)).await?;
+    let (mut up, peer) = Box::pin(connect(steps, session, ctx)).await?;
+    Box::pin(send_request(steps, session, &mut up, &peer, ctx)).await?;
     let header = read_header(session, &mut up, &peer).await?;
-    respond(proxy, session, &mut up, header, &peer, ctx).await
+    respond(steps, session, &mut up, header, &peer, ctx).await
 }
 
 /// Connects to the upstream the routing picks, on its spare connection when
 /// one is ready ([`crate::upstream::spare`]); a refused or timed-out connect fails
-/// over as [`LlamaProxy::fail_to_connect`] decides.
+/// over as [`Steps::connect_failed`] decides.
 async fn connect(
-    proxy: &LlamaProxy,
+    steps: &Steps,
     session: &mut Session,
     ctx: &mut RequestCtx,
 ) -> Result<(Exchange, Box<HttpPeer>)> {
     loop {
-        let peer = proxy.upstream_peer(session, ctx).await?;
+        let peer = steps.peer(ctx).await?;
         let member = ctx.member.unwrap_or(0);
-        if let Some(stream) = proxy.spares.take(member, &peer).await {
-            proxy.spares.refill(member, &peer);
+        if let Some(stream) = steps.spares.take(member, &peer).await {
+            steps.spares.refill(member, &peer);
             return Ok((Exchange::new(stream), peer));
         }
-        match proxy.spares.connect(&peer).await {
+        match steps.spares.connect(&peer).await {
             Ok(stream) => {
-                proxy.spares.refill(member, &peer);
+                steps.spares.refill(member, &peer);
                 return Ok((Exchange::new(stream), peer));
             }
             Err(mut e) => {
                 e.as_up();
-                let e = proxy.fail_to_connect(session, &peer, ctx, e);
+                let e = steps.connect_failed(session, ctx, e);
                 if !e.retry() {
                     return Err(e.into_up());
                 }
@@ -93,7 +94,7 @@ async fn connect(
 /// The head goes out with the first body chunk, a body read whole with it
 /// in one write.
 async fn send_request(
-    proxy: &LlamaProxy,
+    steps: &Steps,
     session: &mut Session,
     up: &mut Exchange,
     peer: &HttpPeer,
@@ -102,9 +103,7 @@ async fn send_request(
     let mut req = session.req_header().clone();
     req.set_version(http::Version::HTTP_11);
     strip_hop_by_hop(&mut req);
-    proxy
-        .upstream_request_filter(session, &mut req, ctx)
-        .await?;
+    steps.upstream_request(&mut req, ctx)?;
     if !session.as_mut().is_body_empty()
         && !req.headers.contains_key(header::CONTENT_LENGTH)
         && !req.headers.contains_key(header::TRANSFER_ENCODING)
@@ -134,11 +133,8 @@ async fn send_request(
                 .map_err(|e| e.into_down())?,
         };
         let end = chunk.is_none() || session.as_mut().is_body_done();
-        let mut body = chunk;
-        proxy
-            .request_body_filter(session, &mut body, end, ctx)
-            .await?;
-        if let Some(b) = body.filter(|b| !b.is_empty()) {
+        steps.request_chunk(ctx, chunk.as_ref(), end)?;
+        if let Some(b) = chunk.filter(|b| !b.is_empty()) {
             if chunked {
                 out.put_slice(format!("{:x}\r\n", b.len()).as_bytes());
                 out.put_slice(&b);
@@ -188,7 +184,7 @@ async fn read_header(
 
 /// Sends the head downstream and moves the body chunk by chunk.
 async fn respond(
-    proxy: &LlamaProxy,
+    steps: &Steps,
     session: &mut Session,
     up: &mut Exchange,
     mut header: Box<ResponseHeader>,
@@ -197,9 +193,7 @@ async fn respond(
 ) -> Result<()> {
     let mut end = up.is_body_done();
     let bodiless_answer = end;
-    proxy
-        .upstream_response_filter(session, &mut header, ctx)
-        .await?;
+    steps.upstream_response(&header, ctx);
     // An HTTP/1.0-style answer (neither length nor chunks) is sent chunked,
     // so that the client connection can be kept, as Pingora does.
     let bodiless = matches!(header.status.as_u16(), 204 | 304);
@@ -211,7 +205,7 @@ async fn respond(
         header.set_version(http::Version::HTTP_11);
         header.insert_header(header::TRANSFER_ENCODING, "chunked")?;
     }
-    proxy.response_filter(session, &mut header, ctx).await?;
+    steps.downstream_response(&mut header, ctx)?;
     session
         .as_downstream_mut()
         .write_response_header(header)
@@ -249,10 +243,9 @@ async fn respond(
             }
         };
         last = Instant::now();
-        let mut body = chunk;
-        proxy.response_body_filter(session, &mut body, end, ctx)?;
+        steps.response_chunk(ctx, chunk.as_ref(), end);
         let ds = session.as_downstream_mut();
-        if let Some(b) = body.filter(|b| !b.is_empty()) {
+        if let Some(b) = chunk.filter(|b| !b.is_empty()) {
             ds.write_response_body(b, end)
                 .await
                 .map_err(|e| e.into_down())?;
@@ -265,8 +258,7 @@ async fn respond(
     }
     if bodiless_answer {
         // The loop never ran: end the body here.
-        let mut none = None;
-        proxy.response_body_filter(session, &mut none, true, ctx)?;
+        steps.response_chunk(ctx, None, true);
         session
             .as_downstream_mut()
             .write_response_body(Bytes::new(), true)

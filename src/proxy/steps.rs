@@ -1,0 +1,163 @@
+//! The steps of a request around its upstream exchange, shared by both
+//! forwarding loops: Pingora's (through the hooks) and the direct one of
+//! the streaming routes ([`super::forward`]). Each loop calls these in the
+//! same order; neither calls the other, and these never call a hook.
+//!
+//! - [`Steps::peer`]: one attempt's upstream (the affinity wait on the
+//!   first, the routing decision, the peer);
+//! - [`Steps::connect_failed`]: a refused or timed-out connect (ejection,
+//!   failover);
+//! - [`Steps::upstream_request`]: the request head llama-server gets;
+//! - [`Steps::request_chunk`], [`Steps::response_chunk`]: what is kept of
+//!   each body as it passes, unchanged;
+//! - [`Steps::upstream_response`], [`Steps::downstream_response`]: the
+//!   answer's head as it comes, and as the client gets it.
+//!
+//! Deliberately not here: the steps before forwarding (guard, tenant
+//! limits, routing's pre-read, the queue: `request_filter`), and those
+//! after it (failures and `logging`), which only Pingora's hooks run.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::proxy::Session;
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, Result};
+
+use super::cachebreak::Breaks;
+use super::context::RequestCtx;
+use super::{admission, attempt, bodies, request_head, routing, tenant};
+use crate::config::Config;
+use crate::fleet::Fleet;
+use crate::telemetry::spans::Tracing;
+use crate::telemetry::Telemetry;
+use crate::upstream::spare::Spares;
+
+/// What every request's steps use, built once for the process.
+pub struct Steps {
+    pub(super) config: Arc<Config>,
+    pub(super) telemetry: Arc<Telemetry>,
+    pub(super) fleet: Arc<Fleet>,
+    /// The direct loop's connector ([`super::forward`]; never pooled), with
+    /// a connected, never-used connection per upstream.
+    pub(super) spares: Arc<Spares>,
+    /// Tenant limits: per-tenant counts and the optional shared store.
+    pub(super) limiter: Arc<tenant::Limiter>,
+    /// Recent conversations, for the cache-break diagnosis.
+    pub(super) breaks: Arc<Breaks>,
+    /// The admission queue (`[queue]`).
+    pub(super) admission: Arc<admission::Admission>,
+}
+
+impl Steps {
+    /// The steps of `config`'s proxy over `fleet`.
+    pub fn new(config: Arc<Config>, telemetry: Arc<Telemetry>, fleet: Arc<Fleet>) -> Self {
+        let spares = Arc::new(Spares::new(fleet.capacity(), config.pool_idle_timeout));
+        let limiter = Arc::new(tenant::Limiter::new(
+            &config,
+            telemetry.metrics.tenants.store_up.clone(),
+        ));
+        let breaks = Arc::new(Breaks::new(config.telemetry.capture_content));
+        let metrics = telemetry
+            .metrics_enabled
+            .then(|| telemetry.metrics.queue.clone());
+        let admission = admission::Admission::new(&config, fleet.clone(), metrics);
+        Steps {
+            config,
+            telemetry,
+            fleet,
+            spares,
+            limiter,
+            breaks,
+            admission,
+        }
+    }
+
+    /// One attempt's upstream: the first waits (bounded) for the upstream
+    /// holding its prefix when the queue says so; each asks the fleet
+    /// ([`routing::choose`]), and a retry never goes back to one that
+    /// already failed.
+    pub async fn peer(&self, ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
+        ctx.upstream_attempts += 1;
+        // A retry replays the body from its start.
+        ctx.body.clear();
+        ctx.body_truncated = false;
+        ctx.request_bytes = 0;
+        if ctx.upstream_attempts == 1 {
+            admission::wait_for_affine(&self.admission, &self.fleet, ctx).await;
+        }
+        let address = routing::choose(&self.fleet, ctx)?;
+        Ok(Box::new(attempt::peer(&self.config, address)))
+    }
+
+    /// The attempt's connect failed ([`attempt::connect_failed`]).
+    pub fn connect_failed(
+        &self,
+        session: &Session,
+        ctx: &mut RequestCtx,
+        e: Box<Error>,
+    ) -> Box<Error> {
+        attempt::connect_failed(&self.fleet, session, ctx, e)
+    }
+
+    /// The request head as llama-server gets it ([`request_head`]), with
+    /// the trace context handed on.
+    pub fn upstream_request(&self, req: &mut RequestHeader, ctx: &mut RequestCtx) -> Result<()> {
+        let member = ctx.member.and_then(|i| self.fleet.member(i));
+        let base = member
+            .as_ref()
+            .map_or("", |m| m.upstream.base_path.as_str());
+        request_head::shape(req, ctx, base, &self.config)?;
+        if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_deref_mut()) {
+            request_head::trace(req, t, span)?;
+        }
+        Ok(())
+    }
+
+    /// A request body chunk, passed unchanged ([`bodies::request_chunk`]).
+    pub fn request_chunk(
+        &self,
+        ctx: &mut RequestCtx,
+        body: Option<&Bytes>,
+        end_of_stream: bool,
+    ) -> Result<()> {
+        bodies::request_chunk(ctx, body, end_of_stream, &self.config, &self.breaks)
+    }
+
+    /// The upstream's answer head arrived: its moment, what it says of the
+    /// upstream, and how its body is watched.
+    pub fn upstream_response(&self, resp: &ResponseHeader, ctx: &mut RequestCtx) {
+        ctx.upstream_headers = Some(Instant::now());
+        let status = resp.status.as_u16();
+        ctx.status = Some(status);
+        attempt::answered(&self.fleet, ctx, status);
+        bodies::watch(ctx, resp, &self.config, &self.telemetry);
+    }
+
+    /// The head the client gets: event streams kept unbuffered by any hop
+    /// in front, the trace id handed back, the tenant's quota headers.
+    pub fn downstream_response(&self, resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
+        if ctx.streaming {
+            if resp.headers.get("x-accel-buffering").is_none() {
+                resp.insert_header("X-Accel-Buffering", "no")?;
+            }
+            if resp.headers.get(http::header::CACHE_CONTROL).is_none() {
+                resp.insert_header("Cache-Control", "no-cache")?;
+            }
+        }
+        if let Some(span) = &ctx.span {
+            resp.insert_header("traceresponse", Tracing::traceresponse(span))?;
+        }
+        for (name, value) in crate::tenant::window::quota_headers(&ctx.quota) {
+            resp.insert_header(name, value)?;
+        }
+        Ok(())
+    }
+
+    /// An answer body chunk, passed unchanged ([`bodies::response_chunk`]).
+    pub fn response_chunk(&self, ctx: &mut RequestCtx, body: Option<&Bytes>, end_of_stream: bool) {
+        bodies::response_chunk(ctx, body, end_of_stream, &self.config);
+    }
+}
