@@ -20,8 +20,8 @@ mod tests;
 mod toml_error;
 mod upstreams;
 
+pub use llamatap_telemetry::settings::{AccessLogTarget, OtlpProtocol, MAX_EXPORT_QUEUE_SIZE};
 pub use raw::{RawAdmin, RawAuth, RawConfig, RawLimits, RawModels, RawTelemetry, RawTimeouts};
-pub use telemetry::{AccessLogTarget, OtlpProtocol, Telemetry, MAX_EXPORT_QUEUE_SIZE};
 pub use tenant::{OnError, RawKey, RawStore, Store};
 pub use upstreams::{
     parse_upstream, RawRouting, RawUpstream, Routing, UpstreamConfig, MAX_UPSTREAMS,
@@ -125,7 +125,7 @@ pub struct Config {
     /// Idle pooled upstream connections are closed after this.
     pub pool_idle_timeout: Duration,
     /// Telemetry.
-    pub telemetry: Telemetry,
+    pub telemetry: llamatap_telemetry::settings::Settings,
     /// Model names accepted as labels in addition to the upstream's list.
     pub model_aliases: Vec<String>,
     /// Model list refresh interval.

@@ -12,26 +12,27 @@
 //!   [`framing`], [`tracecontext`], [`text`];
 //! - `llamatap-policy`: [`router`], [`queue`], [`tenant`], [`cachebreak`].
 //!
-//! Pure modules of this crate: [`access_line`] (the access log's JSON line),
-//! [`record`] (the finished facts of one request).
+//! Telemetry is the `llamatap-telemetry` crate ([`telemetry`], with
+//! [`record`], [`observe`] and [`access_line`]): it takes finished facts
+//! and settings of its own, never a session or the whole configuration.
 //!
-//! Framework modules: [`config`], [`proxy`], [`telemetry`], [`admin`],
-//! [`server`], [`shutdown`], [`pidfile`].
+//! This crate: [`config`], [`proxy`] (the hooks), [`fleet`], [`upstream`]
+//! (the HTTP/1 client), [`store`], [`admin`], [`server`], [`shutdown`],
+//! [`pidfile`], [`cli`].
 
-pub mod access_line;
 pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod fleet;
-pub mod observe;
 pub mod pidfile;
 pub mod proxy;
-pub mod record;
 pub mod server;
 pub mod shutdown;
 pub mod store;
-pub mod telemetry;
 pub mod upstream;
 
 pub use llamatap_policy::{cachebreak, queue, router, tenant};
+/// Telemetry (the `llamatap-telemetry` crate).
+pub use llamatap_telemetry as telemetry;
+pub use llamatap_telemetry::{access_line, observe, record};
 pub use llamatap_wire::{framing, llama, request, sentence, sse, text, tracecontext};

@@ -64,7 +64,20 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
         None => None,
     };
     let config = Arc::new(config);
-    let telemetry = Telemetry::start(&config)?;
+    let first = &config.upstreams[0];
+    let telemetry = Telemetry::start(&llamatap_telemetry::Start {
+        settings: &config.telemetry,
+        upstreams: config
+            .upstreams
+            .iter()
+            .filter(|u| !u.discover)
+            .map(|u| u.name.as_str())
+            .collect(),
+        default_server: (first.host.as_str(), first.port),
+        tenants: config.tenants.label_values(),
+        model_aliases: &config.model_aliases,
+        recent_requests: config.recent_requests,
+    })?;
     let fleet = Arc::new(Fleet::new(&config));
     UpstreamWatch::resolve_now(&fleet).map_err(StartError::Upstreams)?;
 

@@ -2,7 +2,9 @@
 //! (`llamatap-wire`, `llamatap-policy`) depend on no runtime, framework or
 //! telemetry SDK, by any edge (normal, build or dev), as `cargo tree` sees
 //! the locked dependency graph. A manifest that gained one fails here, before
-//! any import of it could be reviewed.
+//! any import of it could be reviewed. The telemetry crate
+//! (`llamatap-telemetry`) has its SDKs and a runtime for export, but no
+//! proxy framework, no Redis and no DNS: it is handed finished facts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -45,7 +47,14 @@ fn tree(package: &str) -> Vec<String> {
         .collect()
 }
 
+/// What the telemetry crate must not reach: the proxy and its I/O.
+const NOT_IN_TELEMETRY: &[&str] = &["pingora", "redis", "hickory-resolver"];
+
 fn assert_pure(package: &str, expected: &[&str]) {
+    assert_reaches_none(package, expected, FORBIDDEN);
+}
+
+fn assert_reaches_none(package: &str, expected: &[&str], forbidden: &[&str]) {
     let names = tree(package);
     // The tree is the real one: the crate itself and what it does use.
     for name in [package].iter().chain(expected) {
@@ -57,14 +66,14 @@ fn assert_pure(package: &str, expected: &[&str]) {
     let reached: Vec<&String> = names
         .iter()
         .filter(|n| {
-            FORBIDDEN
+            forbidden
                 .iter()
                 .any(|f| n.as_str() == *f || n.starts_with(&format!("{f}-")))
         })
         .collect();
     assert!(
         reached.is_empty(),
-        "{package} depends on {reached:?}: a pure crate lists no runtime, framework or telemetry SDK"
+        "{package} depends on {reached:?}, which its layer must not reach"
     );
 }
 
@@ -78,6 +87,20 @@ fn the_policy_crate_depends_on_no_runtime_or_framework() {
     assert_pure(
         "llamatap-policy",
         &["llamatap-wire", "subtle", "xxhash-rust"],
+    );
+}
+
+#[test]
+fn the_telemetry_crate_depends_on_no_proxy_framework() {
+    assert_reaches_none(
+        "llamatap-telemetry",
+        &[
+            "llamatap-wire",
+            "llamatap-policy",
+            "opentelemetry",
+            "prometheus-client",
+        ],
+        NOT_IN_TELEMETRY,
     );
 }
 

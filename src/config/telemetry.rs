@@ -2,72 +2,14 @@
 //! variables and their flags): where spans go and how, what is recorded,
 //! and the bounds on what the proxy reads of a request to record it.
 //!
-//! Validation only: the exporters, the metrics and the access-log writer
-//! live in `crate::telemetry`.
-
-use std::path::PathBuf;
+//! Validation only: the settings' type, the exporters, the metrics and the
+//! access-log writer live in the `llamatap-telemetry` crate.
 
 use super::check::{pick, positive, within};
 use super::{invalid, ConfigError, Overrides, RawTelemetry};
-
-/// Largest `telemetry.export_queue_size`: spans waiting for export, each
-/// holding at most about 20 KiB of strings (they are bounded), so a full
-/// queue stays within a few hundred MiB even then.
-pub const MAX_EXPORT_QUEUE_SIZE: usize = 16_384;
-
-/// OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OtlpProtocol {
-    /// OTLP/gRPC (default port 4317).
-    Grpc,
-    /// OTLP/HTTP with protobuf bodies (default port 4318).
-    HttpProtobuf,
-}
-
-/// Validated telemetry settings.
-#[derive(Debug, Clone)]
-pub struct Telemetry {
-    /// OTLP endpoint; `None` disables tracing entirely.
-    pub otlp_endpoint: Option<String>,
-    /// OTLP transport.
-    pub otlp_protocol: OtlpProtocol,
-    /// `service.name`.
-    pub service_name: String,
-    /// Ratio sampler for new traces (parents' decisions are respected).
-    pub sample_ratio: f64,
-    /// Bounded export queue, spans.
-    pub export_queue_size: usize,
-    /// Record Prometheus metrics.
-    pub metrics: bool,
-    /// Put first-sentence text into telemetry.
-    pub capture_content: bool,
-    /// SSE events above this size are skipped by the reader (still forwarded).
-    pub max_event_bytes: usize,
-    /// Request body prefix inspected for model and parameters.
-    pub max_inspect_bytes: usize,
-    /// Where the access log goes; `None`: no access log.
-    pub access_log: Option<AccessLogTarget>,
-}
-
-/// Where access-log lines are written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AccessLogTarget {
-    /// Standard output (`-`).
-    Stdout,
-    /// A file, opened for appending (created if missing).
-    File(PathBuf),
-}
-
-impl AccessLogTarget {
-    /// `-` is stdout, empty is none, anything else a path.
-    fn parse(s: &str) -> Option<AccessLogTarget> {
-        match s.trim() {
-            "" => None,
-            "-" => Some(AccessLogTarget::Stdout),
-            _ => Some(AccessLogTarget::File(PathBuf::from(s))),
-        }
-    }
-}
+use llamatap_telemetry::settings::{
+    AccessLogTarget, OtlpProtocol, Settings, MAX_EXPORT_QUEUE_SIZE,
+};
 
 /// An OTLP endpoint this build can send to: `http://` only, since it has no
 /// TLS (an `https://` one would fail every export, and spans would be lost
@@ -101,7 +43,7 @@ fn parse_protocol(s: &str) -> Result<OtlpProtocol, ConfigError> {
 }
 
 /// The validated `[telemetry]` table, with the overrides applied.
-pub(super) fn telemetry(o: &Overrides, t: &RawTelemetry) -> Result<Telemetry, ConfigError> {
+pub(super) fn telemetry(o: &Overrides, t: &RawTelemetry) -> Result<Settings, ConfigError> {
     let endpoint = o
         .otlp_endpoint
         .clone()
@@ -118,7 +60,7 @@ pub(super) fn telemetry(o: &Overrides, t: &RawTelemetry) -> Result<Telemetry, Co
             "must be between 0.0 and 1.0",
         ));
     }
-    Ok(Telemetry {
+    Ok(Settings {
         otlp_endpoint: endpoint,
         otlp_protocol: parse_protocol(&protocol)?,
         service_name: o

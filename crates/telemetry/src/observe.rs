@@ -15,10 +15,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::llama::{self, StreamFormat, Timings, Usage};
 use crate::record;
-use crate::sentence::SentenceRule;
-use crate::sse::SseReader;
+use llamatap_wire::llama::{self, StreamFormat, Timings, Usage};
+use llamatap_wire::sentence::SentenceRule;
+use llamatap_wire::sse::SseReader;
 
 #[cfg(test)]
 mod tests;
@@ -225,7 +225,7 @@ fn flush_sentence(
 
 fn record_sentence(
     facts: &mut StreamFacts,
-    s: crate::sentence::Sentence,
+    s: llamatap_wire::sentence::Sentence,
     capture: bool,
     now: Instant,
 ) {

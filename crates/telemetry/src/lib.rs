@@ -6,6 +6,7 @@
 //! arrival and [`Telemetry::request_finished`] in `logging`. Nothing here runs
 //! per event.
 
+pub mod access_line;
 pub mod access_log;
 pub mod cachebreak;
 pub mod export;
@@ -13,12 +14,15 @@ pub mod exposition;
 pub mod logs;
 pub mod metrics;
 pub mod models;
+pub mod observe;
 pub mod order;
 pub mod queue;
 pub mod recent;
+pub mod record;
 pub mod reexport;
 pub mod semconv;
 pub mod served;
+pub mod settings;
 pub mod spans;
 pub mod tenant;
 pub mod upstreams;
@@ -27,12 +31,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{AccessLogTarget, Config};
 use crate::record::RequestRecord;
 use access_log::AccessLog;
 use metrics::{Metrics, TraceExemplar};
 use models::ModelNames;
 use recent::{RecentRequest, RecentRequests};
+use settings::{AccessLogTarget, Settings};
 use spans::{RequestSpan, Tracing};
 
 /// Failure to start telemetry.
@@ -69,21 +73,35 @@ pub struct Telemetry {
     inflight: AtomicI64,
 }
 
+/// What telemetry starts from: its settings, and the names it seeds its
+/// series with.
+#[derive(Debug)]
+pub struct Start<'a> {
+    /// The validated `[telemetry]` settings.
+    pub settings: &'a Settings,
+    /// The configured upstreams' names (a discovered name's members are
+    /// seeded as they join).
+    pub upstreams: Vec<&'a str>,
+    /// `server.address` and `server.port` of a request that was never
+    /// routed: the first configured upstream's.
+    pub default_server: (&'a str, u16),
+    /// The tenants' label values.
+    pub tenants: Vec<&'a str>,
+    /// `[models] aliases`: model labels known before any upstream answers.
+    pub model_aliases: &'a [String],
+    /// How many recent requests the latency page keeps.
+    pub recent_requests: usize,
+}
+
 impl Telemetry {
     /// Builds metrics and, with an endpoint, tracing.
-    pub fn start(cfg: &Config) -> Result<Arc<Telemetry>, TelemetryError> {
+    pub fn start(cfg: &Start<'_>) -> Result<Arc<Telemetry>, TelemetryError> {
         let metrics = Metrics::new();
         // A discovered name's members are seeded as they join.
-        let names: Vec<&str> = cfg
-            .upstreams
-            .iter()
-            .filter(|u| !u.discover)
-            .map(|u| u.name.as_str())
-            .collect();
-        metrics.upstreams.seed_upstreams(&names);
-        metrics.tenants.seed(&cfg.tenants.label_values());
-        let tracing = Tracing::start(&cfg.telemetry, &cfg.upstreams[0], metrics.spans.clone())?;
-        let access = match &cfg.telemetry.access_log {
+        metrics.upstreams.seed_upstreams(&cfg.upstreams);
+        metrics.tenants.seed(&cfg.tenants);
+        let tracing = Tracing::start(cfg.settings, cfg.default_server, metrics.spans.clone())?;
+        let access = match &cfg.settings.access_log {
             Some(target) => Some(
                 AccessLog::open(target, metrics.access_lines.clone()).map_err(|source| {
                     TelemetryError::AccessLog {
@@ -97,14 +115,14 @@ impl Telemetry {
             ),
             None => None,
         };
-        let models = ModelNames::new(cfg.model_aliases.clone());
+        let models = ModelNames::new(cfg.model_aliases.to_vec());
         // The aliases are known now; the upstreams' names come with their /v1/models.
         for alias in models.list() {
             metrics.seed_model(&alias);
         }
         Ok(Arc::new(Telemetry {
             metrics,
-            metrics_enabled: cfg.telemetry.metrics,
+            metrics_enabled: cfg.settings.metrics,
             tracing,
             models,
             recent: RecentRequests::new(cfg.recent_requests),

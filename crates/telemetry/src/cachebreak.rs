@@ -1,4 +1,4 @@
-//! The cache-break diagnosis ([`crate::cachebreak`]) as telemetry: span
+//! The cache-break diagnosis ([`llamatap_policy::cachebreak`]) as telemetry: span
 //! attributes and the `cache_break` event, and the counters by cause.
 //!
 //! The `cause` label takes its values from the fixed list
@@ -16,8 +16,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use super::semconv as sc;
-use crate::cachebreak::{Cause, Diagnosis};
 use crate::record::RequestRecord;
+use llamatap_policy::cachebreak::{Cause, Diagnosis};
 
 /// `{cause}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

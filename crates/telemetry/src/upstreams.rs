@@ -18,7 +18,7 @@ use super::metrics::{
     observe, ResultLabels, TraceExemplar, TracedHistogram, TracedHistograms, STAGE_BUCKETS,
 };
 use crate::record::{Outcome, RequestRecord};
-use crate::router::Reason;
+use llamatap_policy::router::Reason;
 
 /// Results of comparing a predicted cached prefix with `cache_n`.
 pub const PREDICTION_RESULTS: &[&str] = &["confirmed", "shortfall", "unpredicted", "cold"];

@@ -2,9 +2,9 @@
 //! `/metrics`, each sample with an `upstream` label naming the llama-server
 //! it came from: one scrape target for the whole fleet.
 //!
-//! The upstream watcher ([`crate::proxy::watch`]) reads each upstream's
+//! The upstream watcher (the fleet's watcher) reads each upstream's
 //! `/metrics` at its interval and hands the parsed, bounded families
-//! ([`crate::llama::server_metrics`]) to [`LlamacppSeries::set`]; an upstream that is
+//! ([`llamatap_wire::llama::server_metrics`]) to [`LlamacppSeries::set`]; an upstream that is
 //! down, or runs without `--metrics`, has its series removed rather than
 //! frozen. Values are exported as last read (at most one check interval
 //! old); nothing is aggregated or renamed, except that a counter without
@@ -16,7 +16,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
-use crate::llama::server_metrics::{Family, Kind, UPSTREAM_LABEL};
+use llamatap_wire::llama::server_metrics::{Family, Kind, UPSTREAM_LABEL};
 
 /// The latest families read from each upstream, by configured name.
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::metrics::{ResultLabels, SpanCounts};
-use crate::config::AccessLogTarget;
+use crate::settings::AccessLogTarget;
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //!
 //! Every label value comes from a fixed list (the three classes, the two
 //! refusal reasons, the configured upstream names), seeded at zero at start
-//! (with the queue off too, so that the dashboards' queries show 0). The gauges are set by [`crate::proxy::admission`]
+//! (with the queue off too, so that the dashboards' queries show 0). The gauges are set by the admission queue
 //! as requests enter and leave the queue; refusals are counted once, in
 //! `logging`, from the record. Deliberately no tenant label here: tenants
 //! have their own families ([`super::tenant`]).
@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 use crate::record::{Outcome, RequestRecord};
-use crate::tenant::Priority;
+use llamatap_policy::tenant::Priority;
 
 /// The refusal reasons: `error.type` values of a request the queue refused.
 pub const REFUSAL_REASONS: [&str; 3] = ["queue_timeout", "queue_full", "tenant_queue_full"];

@@ -3,7 +3,7 @@
 //! status, model or trace id.
 //!
 //! Pure: no framework, no I/O (the writer lives in
-//! [`crate::telemetry::access_log`]). A line holds no prompt or completion text,
+//! [`crate::access_log`]). A line holds no prompt or completion text,
 //! never a header, and only strings with a bound: the path is
 //! [`RequestRecord::bound`]'s (1,024 bytes), the method 256 bytes, the model
 //! is the bounded metric label, the upstream and the tenant configured names, and the

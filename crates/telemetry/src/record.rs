@@ -10,8 +10,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::llama::{Timings, Usage};
-use crate::request::{RequestFacts, Route};
+use llamatap_wire::llama::{Timings, Usage};
+use llamatap_wire::request::{RequestFacts, Route};
 pub use llamatap_wire::text::{bounded, truncate, CUT_MARKER};
 
 #[cfg(test)]
@@ -170,11 +170,11 @@ pub struct RequestRecord {
     /// llamatap itself).
     pub upstream: Option<UpstreamFacts>,
     /// The tenant's name (a configured name); `None`: the shared
-    /// [`crate::tenant::ANONYMOUS`].
+    /// [`llamatap_policy::tenant::ANONYMOUS`].
     pub tenant: Option<std::sync::Arc<str>>,
-    /// Why this chat turn recomputed its prompt (see [`crate::cachebreak`]);
+    /// Why this chat turn recomputed its prompt (see [`llamatap_policy::cachebreak`]);
     /// `None` when not judged. Its excerpts are bounded (40 characters).
-    pub cache_break: Option<crate::cachebreak::Diagnosis>,
+    pub cache_break: Option<llamatap_policy::cachebreak::Diagnosis>,
     /// The admission queue's facts; `None` when the queue is off or the
     /// route does not queue.
     pub queue: Option<QueueFacts>,
@@ -220,7 +220,7 @@ impl RequestRecord {
     /// [`MAX_NAME_BYTES`] (at most [`MAX_FINISH_REASONS`] of them), the path
     /// to [`MAX_PATH_BYTES`], the error message to [`MAX_MESSAGE_BYTES`]. The
     /// request's model is bounded where it is read
-    /// ([`crate::request::MAX_MODEL_BYTES`]), the first sentence by the
+    /// ([`llamatap_wire::request::MAX_MODEL_BYTES`]), the first sentence by the
     /// sentence rule.
     pub fn bound(&mut self) {
         truncate(&mut self.method, MAX_NAME_BYTES);
@@ -284,9 +284,11 @@ impl RequestRecord {
         self.outcome == Outcome::Ok
     }
 
-    /// The tenant label: a configured name or [`crate::tenant::ANONYMOUS`].
+    /// The tenant label: a configured name or [`llamatap_policy::tenant::ANONYMOUS`].
     pub fn tenant(&self) -> &str {
-        self.tenant.as_deref().unwrap_or(crate::tenant::ANONYMOUS)
+        self.tenant
+            .as_deref()
+            .unwrap_or(llamatap_policy::tenant::ANONYMOUS)
     }
 
     /// The model to label with: the upstream's, else the request's.

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::request::RequestFacts;
+use llamatap_wire::request::RequestFacts;
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
@@ -31,7 +31,7 @@ fn record() -> RequestRecord {
         response_id: None,
         finish_reasons: vec![],
         timings: None,
-        usage: Some(crate::llama::Usage {
+        usage: Some(llamatap_wire::llama::Usage {
             output_tokens: Some(10),
             ..Default::default()
         }),
@@ -156,7 +156,7 @@ fn absurd_timings_make_no_stage_and_no_panic() {
     let m = Metrics::new();
     let mut rec = record();
     for (prompt, predicted) in [(1e30, -5.0), (1e308, f64::NAN), (f64::INFINITY, 1e15)] {
-        rec.timings = Some(crate::llama::Timings {
+        rec.timings = Some(llamatap_wire::llama::Timings {
             prompt_n: Some(u64::MAX),
             prompt_ms: Some(prompt),
             predicted_n: Some(3),

@@ -43,7 +43,7 @@ impl Metrics {
     /// LLM routes and, on the other routes, `ok` (their failures appear at
     /// their first occurrence).
     pub fn seeded_requests(model: &str) -> impl Iterator<Item = (Route, Outcome)> + '_ {
-        let none = model == crate::telemetry::models::NONE;
+        let none = model == crate::models::NONE;
         Route::all().iter().flat_map(move |route| {
             let llm = route.operation_name().is_some();
             Outcome::ALL.into_iter().filter_map(move |outcome| {

@@ -2,7 +2,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::*;
 use crate::record::{Outcome, UpstreamFacts};
-use crate::request::{RequestFacts, Route};
+use llamatap_wire::request::{RequestFacts, Route};
 
 fn record() -> RequestRecord {
     RequestRecord {
@@ -31,7 +31,7 @@ fn record() -> RequestRecord {
         response_model: Some("tiny".into()),
         response_id: Some("chatcmpl-1".into()),
         finish_reasons: vec!["stop".into()],
-        timings: Some(crate::llama::Timings {
+        timings: Some(llamatap_wire::llama::Timings {
             prompt_n: Some(4),
             cache_n: Some(6),
             predicted_n: Some(12),

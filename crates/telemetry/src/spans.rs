@@ -20,10 +20,10 @@ use opentelemetry_sdk::Resource;
 use super::export::{self, ExportQueue};
 use super::metrics::SpanCounts;
 use super::semconv as sc;
-use crate::config::{OtlpProtocol, Telemetry as TelemetryConfig, UpstreamConfig};
 use crate::record::{Outcome, RequestRecord};
-use crate::tracecontext::{self, TraceParent};
+use crate::settings::{OtlpProtocol, Settings};
 use attributes::add_events;
+use llamatap_wire::tracecontext::{self, TraceParent};
 
 mod attributes;
 
@@ -49,10 +49,11 @@ pub struct RequestSpan {
 }
 
 impl Tracing {
-    /// Starts the provider with a bounded OTLP export queue.
+    /// Starts the provider with a bounded OTLP export queue; a request never
+    /// routed names `default_server` as its `server.address`/`server.port`.
     pub fn start(
-        cfg: &TelemetryConfig,
-        upstream: &UpstreamConfig,
+        cfg: &Settings,
+        default_server: (&str, u16),
         counts: SpanCounts,
     ) -> Result<Option<Tracing>, TracingError> {
         let Some(endpoint) = &cfg.otlp_endpoint else {
@@ -107,8 +108,8 @@ impl Tracing {
             provider,
             tracer,
             capture_content: cfg.capture_content,
-            server_address: upstream.host.clone(),
-            server_port: i64::from(upstream.port),
+            server_address: default_server.0.to_string(),
+            server_port: i64::from(default_server.1),
         }))
     }
 

@@ -2,7 +2,7 @@
 //! refusals by the limit that refused them.
 //!
 //! The `tenant` label's values are the configured names plus
-//! [`crate::tenant::ANONYMOUS`] (the flat key list, requests without a key,
+//! [`llamatap_policy::tenant::ANONYMOUS`] (the flat key list, requests without a key,
 //! refused strangers), all seeded at zero at start: no client can add a
 //! series, whatever bearer token it sends. Recording happens once per
 //! request, in `logging`, from the [`RequestRecord`]; a refusal is counted
@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::record::{Outcome, RequestRecord};
-use crate::tenant::window::LimitKind;
+use llamatap_policy::tenant::window::LimitKind;
 
 /// The `limit` value of a refusal because the shared store failed
 /// (`auth.store.on_error = "deny"`).

@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 
 use super::exposition::Exposition;
 use crate::record::{HangupPhase, Outcome, RequestRecord};
-use crate::request::Route;
+use llamatap_wire::request::Route;
 
 mod labels;
 mod record;

@@ -131,7 +131,7 @@ fn in_band_error_is_recorded() {
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = format!(
-        "{}/crates/wire/tests/fixtures/sse/{name}",
+        "{}/../wire/tests/fixtures/sse/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
