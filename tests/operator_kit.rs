@@ -470,13 +470,27 @@ fn dockerfile_is_multi_stage_and_copies_what_cargo_needs() {
             copied.push(src.trim_end_matches('/').to_string());
         }
     }
-    // Cargo needs the manifest, the lock file, src/ and every declared target's file.
+    // Cargo needs the manifest, the lock file, src/, every declared target's
+    // file, and every workspace member's manifest and library.
     let manifest: toml::Value = toml::from_str(&read("Cargo.toml")).unwrap();
     let mut needed = vec![
         "Cargo.toml".to_string(),
         "Cargo.lock".into(),
         "src/lib.rs".into(),
     ];
+    let members = manifest["workspace"]["members"].as_array().unwrap();
+    assert!(
+        members.len() > 1,
+        "the workspace lists its crates: {members:?}"
+    );
+    for m in members
+        .iter()
+        .filter_map(|m| m.as_str())
+        .filter(|m| *m != ".")
+    {
+        needed.push(format!("{m}/Cargo.toml"));
+        needed.push(format!("{m}/src/lib.rs"));
+    }
     for kind in ["bin", "bench", "example", "test"] {
         for t in manifest
             .get(kind)
