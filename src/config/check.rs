@@ -5,12 +5,14 @@ use std::net::SocketAddr;
 
 use super::ConfigError;
 
+/// The flag's value, else the file's, else `default`.
 pub(super) fn pick(flag: &Option<String>, file: &Option<String>, default: &str) -> String {
     flag.clone()
         .or_else(|| file.clone())
         .unwrap_or_else(|| default.to_string())
 }
 
+/// The one-line error of `key`.
 pub(super) fn invalid(key: &'static str, message: &str) -> ConfigError {
     ConfigError::Invalid {
         key,
@@ -18,6 +20,7 @@ pub(super) fn invalid(key: &'static str, message: &str) -> ConfigError {
     }
 }
 
+/// `v` (or `default`), refused when zero.
 pub(super) fn positive(
     key: &'static str,
     v: Option<usize>,
@@ -29,6 +32,7 @@ pub(super) fn positive(
     }
 }
 
+/// `v` (or `default`), refused when zero or above `max`.
 pub(super) fn within(
     key: &'static str,
     v: Option<usize>,
@@ -44,6 +48,7 @@ pub(super) fn within(
     }
 }
 
+/// [`positive`] for a `u64`.
 pub(super) fn positive_u64(
     key: &'static str,
     v: Option<u64>,
@@ -55,6 +60,7 @@ pub(super) fn positive_u64(
     }
 }
 
+/// An `IP:port` listen address.
 pub(super) fn parse_addr(key: &'static str, s: &str) -> Result<SocketAddr, ConfigError> {
     s.parse().map_err(|_| ConfigError::Invalid {
         key,

@@ -16,6 +16,7 @@ pub struct Ticket {
     /// Its class index and tenant key, for the scheduler's count of each
     /// tenant's granted requests.
     pub(super) who: (usize, usize),
+    /// The upstream it is bound to, once routed.
     pub(super) bound: Option<usize>,
     /// The upstream whose next free slot it awaits (`queue.affinity_wait_ms`).
     pub(super) awaiting: Option<usize>,
