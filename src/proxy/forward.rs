@@ -9,10 +9,9 @@
 //! reads and writes the client's HTTP/1; the upstream's HTTP/1 is
 //! [`crate::upstream::client`]'s. What shapes the request and observes the
 //! response are the request's [`Steps`], which Pingora's hooks call too, in
-//! the same order, so both paths behave alike; this loop calls no hook. What
-//! this path leaves out is
-//! Pingora's HTTP/1 proxy loop: two halves joined by a channel, a batch vector
-//! per chunk, and a second poll of the request's task for every chunk (the
+//! the same order, so both paths behave alike; this loop calls no hook.
+//! What this path leaves out is Pingora's HTTP/1 proxy loop: two halves
+//! joined by a channel, a batch vector per chunk, and a second poll of the request's task for every chunk (the
 //! half that read it wakes the half that writes it), which on one worker
 //! thread queues each chunk behind the whole run queue.
 //!
