@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,14 @@ struct Turn {
     body: String,
 }
 
-fn send(addr: &str, messages: &Value, max_tokens: u32) -> Turn {
+/// Sends one turn; `first_token`, when given, hears once the first content
+/// arrived (llama-server has counted the prompt by then).
+fn send(
+    addr: &str,
+    messages: &Value,
+    max_tokens: u32,
+    first_token: Option<mpsc::Sender<()>>,
+) -> Turn {
     let body = serde_json::json!({
         "messages": messages,
         "max_tokens": max_tokens,
@@ -49,6 +57,9 @@ fn send(addr: &str, messages: &Value, max_tokens: u32) -> Turn {
     while let Ok(Some(p)) = r.next_piece() {
         if ttft.is_none() && String::from_utf8_lossy(&p).contains("\"content\":\"") {
             ttft = Some(sent.elapsed());
+            if let Some(tx) = &first_token {
+                let _ = tx.send(());
+            }
         }
         raw.extend_from_slice(&p);
     }
@@ -104,7 +115,7 @@ fn run(servers: &[LlamaServer], stem: &str, wait_ms: u64, occupier_tokens: u32) 
     let question = servers[0].prompt_of_tokens_from(stem, 1500);
     let turn1 = serde_json::json!([{"role": "user", "content": question}]);
     let before: Vec<f64> = servers.iter().map(|s| s.metric(PROMPT_TOKENS)).collect();
-    let first = send(&t.addr(), &turn1, 1);
+    let first = send(&t.addr(), &turn1, 1, None);
     assert_eq!(first.status, 200, "{}", first.body);
     let home = (0..servers.len())
         .find(|i| servers[*i].metric(PROMPT_TOKENS) > before[*i] + 1000.0)
@@ -113,8 +124,14 @@ fn run(servers: &[LlamaServer], stem: &str, wait_ms: u64, occupier_tokens: u32) 
     // home, where it holds llamatap's one slot.
     let addr = t.addr();
     let again = turn1.clone();
-    let occupier = thread::spawn(move || send(&addr, &again, occupier_tokens));
-    assert!(wait_for(Duration::from_secs(30), || busy(&servers[home])).is_some());
+    let (tx, streaming) = mpsc::channel();
+    let occupier = thread::spawn(move || send(&addr, &again, occupier_tokens, Some(tx)));
+    // Once its first token is out, its prompt is in the home upstream's
+    // counter, so any later growth there is turn 2's.
+    streaming
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the long answer started streaming");
+    assert!(busy(&servers[home]), "the long answer holds its upstream");
     assert!(!busy(&servers[1 - home]), "the other upstream is free");
     let turn2 = serde_json::json!([
         {"role": "user", "content": question},
@@ -122,7 +139,7 @@ fn run(servers: &[LlamaServer], stem: &str, wait_ms: u64, occupier_tokens: u32) 
         {"role": "user", "content": "Now summarise it in one line."}
     ]);
     let before: Vec<f64> = servers.iter().map(|s| s.metric(PROMPT_TOKENS)).collect();
-    let next = send(&t.addr(), &turn2, 4);
+    let next = send(&t.addr(), &turn2, 4, None);
     assert_eq!(next.status, 200, "{}", next.body);
     assert_eq!(occupier.join().unwrap().status, 200);
     let on_home = servers[home].metric(PROMPT_TOKENS) > before[home];
@@ -160,9 +177,9 @@ fn a_bounded_wait_for_the_prefix_upstream_reuses_the_prefix_and_gives_up_in_time
     ];
     let runs = [
         run(&servers, "alpha", 0, 400),
-        run(&servers, "bravo", 10000, 400),
+        run(&servers, "bravo", 60000, 400),
         run(&servers, "charlie", 300, 2000),
-        run(&servers, "delta", 10000, 40),
+        run(&servers, "delta", 60000, 40),
     ];
     eprintln!(
         "\nnext turn of a 1,500-token conversation whose upstream is busy (max_inflight 1 each)\n\
