@@ -206,8 +206,13 @@ impl Quickstart {
         std::fs::create_dir_all(&dir).unwrap();
         let mut ports = vec![port, free_port(), free_port()];
         let log = std::fs::File::create(dir.join("quickstart.log")).unwrap();
-        let mut cmd =
-            Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/quickstart.sh"));
+        // SIGINT and SIGTERM at their defaults: a shell that started with
+        // one ignored (a background job of a non-interactive shell starts
+        // with SIGINT ignored, and so does everything it runs) cannot trap
+        // it, and the test is about the script's traps, not its parent's.
+        let mut cmd = Command::new("env");
+        cmd.arg("--default-signal=INT,TERM")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/quickstart.sh"));
         if let Some(u) = upstream {
             cmd.args(["--upstream", &u.base_url]);
         }
