@@ -22,14 +22,14 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::wait_until;
+use super::{free_port, wait_until};
 
 /// How long `start` waits for `/health` to say ok.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -391,11 +391,6 @@ pub fn chat_with_system(
         "stream": stream, "max_tokens": max_tokens, "temperature": 0.7, "seed": seed,
     })
     .to_string()
-}
-
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
 }
 
 /// `$LLAMATAP_CACHE`, else `~/.cache/llamatap`.

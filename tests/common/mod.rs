@@ -13,13 +13,23 @@ pub mod proxy;
 pub mod redis;
 pub mod upstream;
 
-/// A free loopback port (bound then released).
+/// A free loopback port (bound then released), never one this test binary
+/// was given before: the kernel may hand a released port out again at the
+/// next bind, and two listeners given the same number (a proxy and its own
+/// admin listener, say) would have one answer for the other.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Writes a temporary config file and returns its path.
