@@ -27,7 +27,7 @@ pub use upstreams::{
     parse_upstream, RawRouting, RawUpstream, Routing, UpstreamConfig, MAX_UPSTREAMS,
 };
 
-use check::{invalid, parse_addr, pick, positive, positive_u64, within};
+use check::{invalid, parse_addr, pick, positive, positive_u64, separate_listeners, within};
 
 /// Default proxy listener.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -183,11 +183,14 @@ impl Config {
         let queue = queue::queue(raw.queue)?;
         let discovery = discovery::discovery(raw.discovery)?;
         let telemetry = telemetry::telemetry(o, &raw.telemetry)?;
+        let listen = parse_addr("listen", &listen)?;
+        let admin_listen = parse_addr("admin_listen", &admin)?;
+        separate_listeners(listen, admin_listen)?;
         Ok(Config {
-            listen: parse_addr("listen", &listen)?,
+            listen,
             upstreams,
             routing,
-            admin_listen: parse_addr("admin_listen", &admin)?,
+            admin_listen,
             threads,
             grace_period: Duration::from_secs(
                 o.grace_period_seconds

@@ -67,3 +67,22 @@ pub(super) fn parse_addr(key: &'static str, s: &str) -> Result<SocketAddr, Confi
         message: format!("{s:?} is not an IP:port address"),
     })
 }
+
+/// Refuses an admin listener that would share the proxy's port: the same
+/// address, or the same port with either side on every address (`0.0.0.0`,
+/// `[::]`). Two listeners on one port would split connections between them.
+pub(super) fn separate_listeners(listen: SocketAddr, admin: SocketAddr) -> Result<(), ConfigError> {
+    let overlap = listen.port() == admin.port()
+        && (listen.ip() == admin.ip()
+            || listen.ip().is_unspecified()
+            || admin.ip().is_unspecified());
+    if overlap {
+        return Err(invalid(
+            "admin_listen",
+            &format!(
+                "{admin} overlaps listen ({listen}); give the admin listener a port of its own"
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -338,3 +338,33 @@ fn discovery_mistakes_are_named() {
         assert!(e.contains(needle), "{toml}: {e}");
     }
 }
+
+#[test]
+fn the_admin_listener_needs_a_port_of_its_own() {
+    for (listen, admin) in [
+        ("127.0.0.1:8080", "127.0.0.1:8080"),
+        ("0.0.0.0:8080", "127.0.0.1:8080"),
+        ("127.0.0.1:8080", "0.0.0.0:8080"),
+        ("[::]:8080", "127.0.0.1:8080"),
+    ] {
+        let e = load(&format!(
+            "listen = \"{listen}\"\nadmin_listen = \"{admin}\""
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("admin_listen") && e.to_string().contains("overlaps"),
+            "{listen} / {admin}: {e}"
+        );
+    }
+    for (listen, admin) in [
+        ("127.0.0.1:8080", "127.0.0.1:9090"),
+        ("127.0.0.2:8080", "127.0.0.1:8080"),
+        ("0.0.0.0:8080", "127.0.0.1:9090"),
+    ] {
+        let c = load(&format!(
+            "listen = \"{listen}\"\nadmin_listen = \"{admin}\""
+        ))
+        .unwrap();
+        assert_eq!(c.admin_listen.to_string(), admin);
+    }
+}
