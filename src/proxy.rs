@@ -1,11 +1,19 @@
 //! The Pingora proxy: every request to llama-server unchanged, every stream
 //! unbuffered, and the moments of each answer observed on the way.
 //!
+//! Pingora accepts, parses and keeps client connections; three hooks do the
+//! rest. `request_filter` runs the steps before forwarding (guard, tenant
+//! limits, routing, the queue) and then forwards the request itself
+//! ([`forward`], the one forwarding loop, on llamatap's own upstream client);
+//! `fail_to_proxy` answers an error in the OpenAI shape; `logging` records
+//! the request. Pingora's own proxy loop and its upstream client are never
+//! used: `upstream_peer` is unreachable.
+//!
 //! Each hook is short and delegates: request facts to [`crate::request`],
 //! body observation to [`crate::observe`], error shapes to [`errors`], and
-//! everything recorded to [`crate::telemetry`] in `logging`. Hang-ups are left
-//! to Pingora's default (`abort_on_close`): the upstream connection is dropped,
-//! never pooled, the moment the client goes.
+//! everything recorded to [`crate::telemetry`] in `logging`. A client
+//! hang-up drops the upstream connection (never pooled) the moment it is
+//! seen.
 
 pub mod admission;
 mod attempt;
@@ -23,11 +31,9 @@ mod steps;
 pub mod tenant;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::http::RequestHeader;
 use pingora::modules::http::HttpModules;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
@@ -85,21 +91,18 @@ impl ProxyHttp for LlamaProxy {
     /// compresses or decompresses, bodies pass as they are.
     fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
 
-    /// Runs first for each request: classify the route, start the spans.
-    /// Routes that can stream are then forwarded here, by [`forward`];
-    /// every other request goes on to Pingora's proxy loop.
+    /// Runs first for each request: classify the route, start the spans,
+    /// run the steps before forwarding, and forward ([`forward`]). Always
+    /// answers by itself (`Ok(true)`); an error goes to `fail_to_proxy`.
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let req = session.req_header();
         // The target as it goes upstream, not `uri.path()`: a target that
         // is not origin-form is rooted at `/` in the URI but forwarded, and
         // routed by llama-server, as it came.
         ctx.route = Route::from_target(req.raw_path());
-        let direct = forward::eligible(session, ctx);
-        if !direct || self.steps.fleet.is_fleet() || self.steps.admission.enabled() {
-            // Keep (up to Pingora's 64 KiB) the body as it is forwarded, so
-            // that a request sent on a pooled connection the upstream had
-            // already closed can be sent again (see error_while_proxy), and
-            // so that a body read before routing is forwarded whole.
+        if self.steps.fleet.is_fleet() || self.steps.admission.enabled() {
+            // Keep (up to Pingora's 64 KiB) what is read of the body before
+            // routing, so that it is forwarded whole.
             session.enable_retry_buffering();
         }
         let req = session.req_header();
@@ -149,90 +152,23 @@ impl ProxyHttp for LlamaProxy {
         if Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
             return Ok(true);
         }
-        if direct {
-            forward::run(&self.steps, session, ctx).await?;
-            return Ok(true);
-        }
-        Ok(false)
+        forward::run(&self.steps, session, ctx).await?;
+        Ok(true)
     }
 
-    /// Each attempt asks the fleet for an upstream (see [`routing`]); a
-    /// retry never goes back to one that already failed.
+    /// Never called: `request_filter` answers every request ([`forward`]
+    /// connects to the upstream itself), so Pingora's proxy loop never
+    /// starts. Should that change, the request fails with a 502, not a
+    /// panic.
     async fn upstream_peer(
         &self,
         _session: &mut Session,
-        ctx: &mut RequestCtx,
+        _ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        self.steps.peer(ctx).await
-    }
-
-    /// The upstream refused or did not answer the connect: eject it for a
-    /// while, and try another one that can serve the request (the request
-    /// has not reached any llama-server).
-    fn fail_to_connect(
-        &self,
-        session: &mut Session,
-        _peer: &HttpPeer,
-        ctx: &mut RequestCtx,
-        e: Box<Error>,
-    ) -> Box<Error> {
-        self.steps.connect_failed(session, ctx, e)
-    }
-
-    /// Headers are built: shape them for llama-server (see [`request_head`])
-    /// and hand the trace context on.
-    async fn upstream_request_filter(
-        &self,
-        _session: &mut Session,
-        upstream_request: &mut RequestHeader,
-        ctx: &mut RequestCtx,
-    ) -> Result<()> {
-        self.steps.upstream_request(upstream_request, ctx)
-    }
-
-    /// Each request body chunk passes unchanged; a bounded copy is kept to read the model.
-    async fn request_body_filter(
-        &self,
-        _session: &mut Session,
-        body: &mut Option<Bytes>,
-        end_of_stream: bool,
-        ctx: &mut RequestCtx,
-    ) -> Result<()> {
-        self.steps.request_chunk(ctx, body.as_ref(), end_of_stream)
-    }
-
-    /// Upstream headers arrived: note the moment and how to watch the body.
-    async fn upstream_response_filter(
-        &self,
-        _session: &mut Session,
-        upstream_response: &mut ResponseHeader,
-        ctx: &mut RequestCtx,
-    ) -> Result<()> {
-        self.steps.upstream_response(upstream_response, ctx);
-        Ok(())
-    }
-
-    /// Downstream headers: keep event streams unbuffered by any hop in front,
-    /// and hand the trace id back.
-    async fn response_filter(
-        &self,
-        _session: &mut Session,
-        resp: &mut ResponseHeader,
-        ctx: &mut RequestCtx,
-    ) -> Result<()> {
-        self.steps.downstream_response(resp, ctx)
-    }
-
-    /// Each body chunk is forwarded as it is; the observer only reads it.
-    fn response_body_filter(
-        &self,
-        _session: &mut Session,
-        body: &mut Option<Bytes>,
-        end_of_stream: bool,
-        ctx: &mut RequestCtx,
-    ) -> Result<Option<Duration>> {
-        self.steps.response_chunk(ctx, body.as_ref(), end_of_stream);
-        Ok(None)
+        Error::e_explain(
+            pingora::ErrorType::InternalError,
+            "Pingora's proxy loop is not used: request_filter forwards every request",
+        )
     }
 
     /// A fatal error: answer with an OpenAI-shaped error, or end a started
@@ -250,28 +186,6 @@ impl ProxyHttp for LlamaProxy {
         reply::fail(session, e, ctx, upstream.as_deref()).await
     }
 
-    /// llama-server closes its connection right after a streamed answer,
-    /// without `Connection: close`; a request that took that connection from
-    /// the pool before the close arrived fails before any response byte.
-    /// Retry on a new connection only when the request provably never reached
-    /// llama-server whole: reused connection, no response yet, closed or
-    /// reset, the body still buffered, and nothing of the request usable
-    /// written (see [`outcome::unsent`]). A request llama-server may have started is
-    /// never sent twice: it fails with 502.
-    fn error_while_proxy(
-        &self,
-        peer: &HttpPeer,
-        session: &mut Session,
-        e: Box<Error>,
-        ctx: &mut RequestCtx,
-        client_reused: bool,
-    ) -> Box<Error> {
-        let mut e = e.more_context(format!("Peer: {peer}"));
-        let stale = outcome::stale_connection(session, ctx, &e, client_reused);
-        e.set_retry(stale);
-        e
-    }
-
     /// Pingora's own error line about a request ("Fail to proxy: …") ends
     /// with this: its summary, and the trace id when tracing is on.
     fn request_summary(&self, session: &Session, ctx: &RequestCtx) -> String {
@@ -284,7 +198,7 @@ impl ProxyHttp for LlamaProxy {
 
     /// Client hang-ups are normal traffic, not errors worth a log line.
     /// A failed connect was logged once already, naming the upstream (see
-    /// `fail_to_connect`).
+    /// [`Steps::connect_failed`]).
     fn suppress_error_log(&self, _session: &Session, ctx: &RequestCtx, error: &Error) -> bool {
         outcome::quiet(ctx, error)
     }

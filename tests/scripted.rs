@@ -7,6 +7,7 @@
 mod common;
 
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -997,16 +998,14 @@ fn bodies(up: &Scripted) -> Vec<String> {
 
 #[test]
 fn a_post_the_upstream_read_whole_is_never_sent_twice() {
-    // A kept-alive connection (a route that cannot stream keeps its
-    // connections pooled); the second request on it is read whole
-    // (llama-server would now be working on it), then the connection is reset
-    // before any response byte. The POST reached llama-server: sending it
-    // again would run it twice.
-    let up = Scripted::start_conn(|mut s, log| {
-        let mut served = 0;
+    // The upstream reads the second POST whole (llama-server would now be
+    // working on it), then resets the connection before any response byte.
+    // The POST reached llama-server: sending it again would run it twice.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let up = Scripted::start_conn(move |mut s, log| {
         while next_request(&mut s, log).is_some() {
-            served += 1;
-            if served == 2 {
+            if count.fetch_add(1, Ordering::SeqCst) == 1 {
                 upstream::reset(s);
                 return;
             }
@@ -1046,78 +1045,60 @@ fn a_post_the_upstream_read_whole_is_never_sent_twice() {
         1.0,
         "{m}"
     );
-    assert_eq!(
-        common::proxy::metric_value(&m, "llamatap_upstream_retries_total"),
-        Some(0.0),
-        "{m}"
-    );
     let span = server_span(&received, "/v1/embeddings", 1);
     assert_eq!(
-        common::otlp::attr_int(&span, "llamatap.upstream.retries"),
-        Some(0)
+        common::otlp::attr_str(&span, "error.type").as_deref(),
+        Some("upstream_disconnected")
     );
 }
 
 #[test]
-fn a_request_whose_body_never_left_is_retried_on_a_new_connection() {
-    // The pooled connection is reset after the upstream read only the second
-    // request's head: not one body byte was written, so llama-server cannot
-    // have started it, and it goes out again on a new connection.
-    let reset = Arc::new(Mutex::new(false));
-    let flag = reset.clone();
+fn every_request_goes_out_on_a_connection_of_its_own() {
+    // An upstream that keeps its connections open and resets any second
+    // request on one (as a kept-alive connection races llama-server's close
+    // after a stream): no request is ever sent on a used connection, so
+    // none fails, whatever its route or method.
+    let reused = Arc::new(AtomicUsize::new(0));
+    let count = reused.clone();
     let up = Scripted::start_conn(move |mut s, log| {
         let mut served = 0;
-        loop {
-            if served == 1 {
-                if upstream::read_head(&mut s).is_some() {
-                    upstream::reset(s);
-                    *flag.lock().unwrap() = true;
-                }
-                return;
-            }
-            if next_request(&mut s, log).is_none() {
+        while let Some(req) = next_request(&mut s, log) {
+            if served > 0 {
+                count.fetch_add(1, Ordering::SeqCst);
+                upstream::reset(s);
                 return;
             }
             served += 1;
-            upstream::json(&mut s, 200, r#"{"ok":true}"#);
+            match req.path.as_str() {
+                "/v1/chat/completions" => {
+                    upstream::sse_head(&mut s);
+                    upstream::chunk(&mut s, &chat_stream_bytes(&["Hi", "."]));
+                    upstream::end_chunks(&mut s);
+                }
+                _ => upstream::json(&mut s, 200, r#"{"ok":true}"#),
+            }
         }
     });
-    let (proxy, received) = traced_proxy(&up.url());
-    let first = r#"{"model":"tiny.gguf","input":"first"}"#;
-    let second = r#"{"model":"tiny.gguf","input":"second"}"#;
-    let mut r = http::post(&proxy.addr(), "/v1/embeddings", first).unwrap();
-    assert_eq!(r.head.status, 200);
-    r.read_all().unwrap();
-    // The head now, the body once the upstream has reset the pooled connection.
-    let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
-    write!(
-        s,
-        "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        second.len()
-    )
-    .unwrap();
-    let start = Instant::now();
-    while !*reset.lock().unwrap() {
-        assert!(start.elapsed() < Duration::from_secs(10), "no reset");
-        std::thread::sleep(Duration::from_millis(5));
+    let proxy = Llamatap::start(&up.url(), &[]);
+    for round in 0..3 {
+        for path in ["/v1/embeddings", "/tokenize", "/v1/chat/completions"] {
+            let mut r = http::post(&proxy.addr(), path, CHAT).unwrap();
+            assert_eq!(r.head.status, 200, "{path}, round {round}");
+            r.read_all().unwrap();
+        }
+        let (status, _) = http::get(&proxy.addr(), "/props").unwrap();
+        assert_eq!(status, 200, "GET /props, round {round}");
     }
-    s.write_all(second.as_bytes()).unwrap();
-    let mut r = http::Reader::read_head(s).unwrap();
-    assert_eq!(r.head.status, 200);
-    r.read_all().unwrap();
-    assert_eq!(bodies(&up), [first, second]);
-    let m = proxy.wait_metrics(Duration::from_secs(5), |m| {
-        metric_sum(m, "llamatap_requests_total", &["outcome=\"ok\""]) >= 2.0
-    });
     assert_eq!(
-        common::proxy::metric_value(&m, "llamatap_upstream_retries_total"),
-        Some(1.0),
-        "{m}"
+        reused.load(Ordering::SeqCst),
+        0,
+        "a request went out on a used connection"
     );
-    let span = server_span(&received, "/v1/embeddings", 1);
-    assert_eq!(
-        common::otlp::attr_int(&span, "llamatap.upstream.retries"),
-        Some(1)
+    let reqs = up.requests.lock().unwrap().clone();
+    assert_eq!(reqs.len(), 12);
+    assert!(
+        reqs.iter().all(|r| r.header("connection") == Some("close")),
+        "every request asks for Connection: close"
     );
 }
 
@@ -1172,7 +1153,7 @@ fn a_connection_that_carried_a_stream_is_never_reused() {
     let reqs = up.requests.lock().unwrap().clone();
     assert_eq!(reqs.len(), 4);
     assert!(reqs.iter().all(|r| r.header("connection") == Some("close")));
-    // Routes that cannot stream keep their pooled connections.
+    // Nor is a connection that carried a route that cannot stream.
     for _ in 0..2 {
         let mut r = http::post(&proxy.addr(), "/v1/embeddings", "{}").unwrap();
         assert_eq!(r.head.status, 200);
@@ -1180,8 +1161,8 @@ fn a_connection_that_carried_a_stream_is_never_reused() {
     }
     assert_eq!(
         *pooled.lock().unwrap(),
-        1,
-        "the pooled connection was not reused"
+        0,
+        "a connection was used for a second request"
     );
 }
 

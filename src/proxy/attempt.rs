@@ -1,11 +1,10 @@
-//! One upstream attempt's verdicts, in one place for both forwarding paths:
+//! One upstream attempt's verdicts, in one place:
 //! the peer it connects to, a failed connect (the upstream is ejected for a
 //! while, and another is tried when one can serve the request), and what
 //! the answer's status says of the upstream (ejected when unwell, healthy
 //! otherwise).
 //!
-//! Deliberately not here: choosing the upstream ([`super::routing`])
-//! and the safe-retry rule of a reused connection ([`super::outcome`]).
+//! Deliberately not here: choosing the upstream ([`super::routing`]).
 
 use std::net::SocketAddr;
 
@@ -28,7 +27,6 @@ pub fn peer(config: &Config, address: SocketAddr) -> HttpPeer {
     o.total_connection_timeout = Some(config.connect_timeout);
     o.read_timeout = Some(config.read_timeout);
     o.write_timeout = Some(config.write_timeout);
-    o.idle_timeout = Some(config.pool_idle_timeout);
     peer
 }
 

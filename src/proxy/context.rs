@@ -201,13 +201,6 @@ impl RequestCtx {
             max_token_gap: facts.max_token_gap,
             skipped_events: facts.skipped_events,
             response_bytes: self.response_bytes,
-            // Attempts after the first that went to an upstream already
-            // tried: a stale pooled connection sent again. Failovers to
-            // another upstream after a failed connect are counted apart
-            // (`llamatap.route.failovers`).
-            upstream_retries: self.upstream_attempts.checked_sub(1).map(|n| {
-                n.saturating_sub(u32::try_from(self.routed.tried.len()).unwrap_or(u32::MAX))
-            }),
             client_address,
             upstream: None,
             tenant: None,

@@ -1,26 +1,30 @@
-//! The direct forwarding path of the routes that can stream (chat,
-//! completions, messages, responses): one task reads an upstream chunk, hands
-//! it to the observer and writes it to the client before it reads the next,
+//! The forwarding loop of every request: one task connects to the upstream
+//! the routing picks, sends the request, reads each upstream chunk, hands it
+//! to the observer and writes it to the client before it reads the next,
 //! and the same `select` watches the client socket for a hang-up and the
 //! upstream for a stall.
 //!
-//! Pingora still accepts and parses the request, runs the hooks before this
-//! path (guard, routing) and after it (`fail_to_proxy`, `logging`), and
-//! reads and writes the client's HTTP/1; the upstream's HTTP/1 is
-//! [`crate::upstream::client`]'s. What shapes the request and observes the
-//! response are the request's [`Steps`], which Pingora's hooks call too, in
-//! the same order, so both paths behave alike; this loop calls no hook.
-//! What this path leaves out is Pingora's HTTP/1 proxy loop: two halves
-//! joined by a channel, a batch vector per chunk, and a second poll of the request's task for every chunk (the
-//! half that read it wakes the half that writes it), which on one worker
-//! thread queues each chunk behind the whole run queue.
+//! Pingora accepts and parses the request, runs `request_filter` (guard,
+//! tenant limits, routing, the queue, then this loop) and, after it,
+//! `fail_to_proxy` and `logging`; it reads and writes the client's HTTP.
+//! The upstream's HTTP/1 is [`crate::upstream::client`]'s, the connection
+//! [`crate::upstream::spare`]'s connector. What shapes the request and
+//! observes the response are the request's [`Steps`]; this loop calls no
+//! hook and nothing here calls back into the proxy.
 //!
-//! Deliberately not handled here (those requests take Pingora's path):
-//! methods other than POST, `Expect`, `Upgrade`, HTTP/2 clients, and every
-//! route that cannot stream. Upstream connections are never pooled (these
-//! routes ask llama-server for `Connection: close`), and a request is never
-//! sent again once its connection is made: only a failed connect fails over
-//! to another upstream.
+//! What this path leaves out is Pingora's HTTP/1 proxy loop: two halves
+//! joined by a channel, a batch vector per chunk, and a second poll of the
+//! request's task for every chunk (the half that read it wakes the half
+//! that writes it), which on one worker thread queues each chunk behind the
+//! whole run queue.
+//!
+//! Upstream connections are never pooled (every request asks llama-server
+//! for `Connection: close`, see [`super::request_head`]), and a request is
+//! never sent again once its connection is made: only a failed connect
+//! fails over to another upstream. `Expect: 100-continue` is answered here
+//! (the upstream is not asked); an `Upgrade` is not offered upstream
+//! (llama-server has no such route), so the request is answered as a plain
+//! one.
 
 use std::time::{Duration, Instant};
 
@@ -36,25 +40,42 @@ use super::context::RequestCtx;
 use super::Steps;
 use crate::upstream::client::Exchange;
 
-/// Whether a request takes this path.
-pub fn eligible(session: &Session, ctx: &RequestCtx) -> bool {
-    let req = session.req_header();
-    ctx.format().is_some()
-        && req.method == http::Method::POST
-        && session.as_downstream().as_http1().is_some()
-        && !req.headers.contains_key(header::EXPECT)
-        && !req.headers.contains_key(header::UPGRADE)
-}
-
 /// Forwards the request and its answer; `Ok` once the answer is complete.
-/// An error goes to `fail_to_proxy` and `logging` as on Pingora's path.
+/// An error goes to `fail_to_proxy` and `logging`.
 pub async fn run(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
+    answer_continue(session, ctx).await?;
     // The connect and the request are boxed: their futures are large and
     // over before the answer, which is what a held stream keeps.
     let (mut up, peer) = Box::pin(connect(steps, session, ctx)).await?;
+    if session.req_header().method == http::Method::HEAD {
+        up.head_request();
+    }
     Box::pin(send_request(steps, session, &mut up, &peer, ctx)).await?;
     let header = read_header(session, &mut up, &peer).await?;
     respond(steps, session, &mut up, header, &peer, ctx).await
+}
+
+/// Answers `Expect: 100-continue` (once) when the client still has a body
+/// to send: a client that waits for the `100` before sending it would
+/// otherwise stall, and the upstream that could send one is not chosen yet
+/// (the upstream is not asked again, see [`super::request_head`]).
+pub(super) async fn answer_continue(session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
+    let expects = session
+        .req_header()
+        .headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"));
+    if !expects || ctx.continue_sent || session.as_mut().is_body_empty() {
+        return Ok(());
+    }
+    session
+        .as_downstream_mut()
+        .write_continue_response()
+        .await
+        .map_err(|e| e.into_down())?;
+    ctx.continue_sent = true;
+    Ok(())
 }
 
 /// Connects to the upstream the routing picks, on its spare connection when
@@ -88,8 +109,9 @@ async fn connect(
     }
 }
 
-/// Writes the request head (through `upstream_request_filter`) and the body
-/// (each chunk through `request_body_filter`, which enforces the body limit).
+/// Writes the request head (shaped by [`Steps::upstream_request`]) and the
+/// body (each chunk through [`Steps::request_chunk`], which enforces the body
+/// limit).
 /// The head goes out with the first body chunk, a body read whole with it
 /// in one write.
 async fn send_request(

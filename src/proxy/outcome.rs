@@ -1,11 +1,9 @@
 //! Judging an attempt or a finished request: whether an answer shows the
-//! upstream unwell (passive ejection), whether a failed attempt provably
-//! never reached llama-server (a retry is safe), and the request's outcome
-//! and error type for telemetry.
+//! upstream unwell (passive ejection), and the request's outcome and error
+//! type for telemetry.
 //!
 //! Decisions only; the hooks act on them.
 
-use pingora::proxy::Session;
 use pingora::{Error, ErrorSource, ErrorType};
 
 use super::context::RequestCtx;
@@ -22,17 +20,6 @@ use crate::request::Route;
 /// that does work counts it. 502 and 504 come from a proxy in front of it.
 pub fn unwell_answer(status: u16, route: Route) -> bool {
     matches!(status, 502..=504) && route.operation_name().is_some()
-}
-
-/// Whether a failed attempt left llama-server without a whole request, so
-/// that it cannot have started it. Pingora counts the body bytes it wrote on
-/// the attempt; none were written, and either the request has a body (the
-/// head alone is an incomplete request: llama-server reads the whole body
-/// before it runs anything) or the failure was a write (a bodiless request's
-/// only write is its head, so the head itself did not go out).
-pub fn unsent(session: &mut Session, etype: &ErrorType) -> bool {
-    session.upstream_body_bytes_sent() == Some(0)
-        && (!session.as_mut().is_body_empty() || *etype == ErrorType::WriteError)
 }
 
 /// The stream's terminal event was written to the client, with no in-band
@@ -92,25 +79,6 @@ pub fn outcome(
             (None, _) => (Outcome::Ok, None),
         },
     }
-}
-
-/// Whether a failed attempt on a reused connection may go again on a new
-/// one: no response yet, the connection closed or reset, the body still
-/// buffered, and nothing of the request usable written ([`unsent`]).
-pub fn stale_connection(
-    session: &mut Session,
-    ctx: &RequestCtx,
-    e: &Error,
-    client_reused: bool,
-) -> bool {
-    client_reused
-        && ctx.upstream_headers.is_none()
-        && !session.as_ref().retry_buffer_truncated()
-        && matches!(
-            e.etype(),
-            ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
-        )
-        && unsent(session, e.etype())
 }
 
 /// Whether Pingora's error line about a request is left out: a client

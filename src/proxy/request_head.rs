@@ -2,9 +2,10 @@
 //! client's head, and why. The body is never touched.
 //!
 //! - The upstream's base path goes in front of the path.
-//! - Routes that can stream ask for `Connection: close` (llama-server
-//!   closes after a streamed answer anyway, a moment after its last byte
-//!   and without saying so; a pooled connection would race that close).
+//! - Every request asks for `Connection: close`: upstream connections are
+//!   never pooled (llama-server closes after a streamed answer anyway, a
+//!   moment after its last byte and without saying so, and a kept-alive
+//!   connection holds one of its HTTP threads while idle).
 //! - `Expect` goes when llamatap answered `100 Continue` itself.
 //! - `Authorization` is llama-server's key (`auth.upstream_api_key`), or
 //!   removed when the client's key was llamatap's.
@@ -37,9 +38,7 @@ pub fn shape(
             .map_err(|e| Error::because(ErrorType::InternalError, "bad upstream path", e))?;
         upstream_request.set_uri(uri);
     }
-    if ctx.format().is_some() {
-        upstream_request.insert_header("Connection", "close")?;
-    }
+    upstream_request.insert_header("Connection", "close")?;
     if ctx.continue_sent {
         // The client has its `100 Continue` and the body is read.
         upstream_request.remove_header("Expect");

@@ -7,13 +7,14 @@
 //!   `GET /v1/models` with the models servable now; refuses a model no
 //!   upstream serves (404), a request naming none where several are
 //!   served (400), or a model none healthy serves now (503).
-//! - [`choose`] (in `upstream_peer`, every attempt): asks the fleet,
+//! - [`choose`] (in [`super::Steps::peer`], every attempt): asks the fleet,
 //!   excluding upstreams that already failed this request.
 //! - [`finish`] (in `logging`): releases the upstream's load, teaches the
 //!   router from llama-server's `cache_n`, and returns the routing facts.
 //!
-//! Body pre-read limit: Pingora forwards what `request_filter` read from its
-//! retry buffer, which holds 64 KiB; a larger pre-read would be lost. So a
+//! Body pre-read limit: the forwarding loop sends first what was read into
+//! Pingora's retry buffer, which holds 64 KiB; a larger pre-read would be
+//! lost. So a
 //! body whose `Content-Length` is at most 64 KiB (and at most
 //! `telemetry.max_inspect_bytes`) is read whole; any other body is read one
 //! network read deep (always within the buffer), and the model and the
@@ -67,16 +68,9 @@ pub async fn prepare(
     if ctx.route.operation_name().is_none() {
         return Ok(false);
     }
-    if expects_continue(session.req_header()) {
-        // The client waits for `100 Continue` before it sends the body, and
-        // the upstream that would send it is not chosen yet: answer it here
-        // (and do not ask the upstream again, see `upstream_request_filter`).
-        session
-            .as_downstream_mut()
-            .write_continue_response()
-            .await?;
-        ctx.continue_sent = true;
-    }
+    // The client may wait for `100 Continue` before it sends the body read
+    // here.
+    super::forward::answer_continue(session, ctx).await?;
     let limit = config.telemetry.max_inspect_bytes.min(REPLAY_LIMIT);
     let (body, whole) = preread(session, limit).await?;
     if body.is_empty() {
@@ -138,13 +132,6 @@ pub async fn prepare(
 }
 
 /// The request asks for `100 Continue` before its body (RFC 9110 10.1.1).
-fn expects_continue(req: &pingora::http::RequestHeader) -> bool {
-    req.headers
-        .get(http::header::EXPECT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
-}
-
 /// Reads the body as far as Pingora can replay it: whole when its length is
 /// known and within `limit`, else one read. Returns the bytes and whether
 /// they are the whole body.

@@ -1,7 +1,6 @@
-//! The steps of a request around its upstream exchange, shared by both
-//! forwarding loops: Pingora's (through the hooks) and the direct one of
-//! the streaming routes ([`super::forward`]). Each loop calls these in the
-//! same order; neither calls the other, and these never call a hook.
+//! The steps of a request around its upstream exchange, which the
+//! forwarding loop ([`super::forward`]) calls in order; these never call a
+//! hook, and nothing below them calls back into the proxy.
 //!
 //! - [`Steps::peer`]: one attempt's upstream (the affinity wait on the
 //!   first, the routing decision, the peer);
@@ -15,7 +14,7 @@
 //!
 //! Deliberately not here: the steps before forwarding (guard, tenant
 //! limits, routing's pre-read, the queue: `request_filter`), and those
-//! after it (failures and `logging`), which only Pingora's hooks run.
+//! after it (failures and `logging`), which Pingora's hooks run.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,8 +39,8 @@ pub struct Steps {
     pub(super) config: Arc<Config>,
     pub(super) telemetry: Arc<Telemetry>,
     pub(super) fleet: Arc<Fleet>,
-    /// The direct loop's connector ([`super::forward`]; never pooled), with
-    /// a connected, never-used connection per upstream.
+    /// The forwarding loop's connector ([`super::forward`]; never pooled),
+    /// with a connected, never-used connection per upstream.
     pub(super) spares: Arc<Spares>,
     /// Tenant limits: per-tenant counts and the optional shared store.
     pub(super) limiter: Arc<tenant::Limiter>,

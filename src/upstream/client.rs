@@ -1,8 +1,7 @@
 //! llamatap's own HTTP/1 client to the upstreams: one exchange on a
 //! connection of its own, written and read without Pingora's client
-//! session. The direct loop of the streaming routes (`forward`)
-//! and the watcher's checks (`fleet::probe`) use it; only the routes that
-//! cannot stream go through Pingora's proxy loop and its pooled client.
+//! session. The forwarding loop (`proxy::forward`, every route) and the
+//! watcher's checks (`fleet::probe`) use it; it is the only upstream client.
 //!
 //! The caller writes the request in as few writes as its body allows (the
 //! head goes out with the first body chunk). The response head is parsed
@@ -14,7 +13,7 @@
 //! between two events keeps no read buffer, where Pingora's client session
 //! keeps a 4 KiB head buffer and a 64 KiB body buffer.
 //!
-//! Deliberately not: keep-alive (these routes ask llama-server for
+//! Deliberately not: keep-alive (every request asks llama-server for
 //! `Connection: close`; the connection is dropped after one exchange),
 //! upgrades, `Expect`, HTTP/2, TLS.
 
@@ -58,6 +57,9 @@ pub struct Exchange {
     buf: BytesMut,
     read_size: usize,
     body: Body,
+    /// The request was `HEAD`: its answer has no body, whatever its head
+    /// declares.
+    head_request: bool,
 }
 
 impl Exchange {
@@ -68,7 +70,14 @@ impl Exchange {
             buf: BytesMut::new(),
             read_size: FIRST_READ,
             body: Body::Head,
+            head_request: false,
         }
+    }
+
+    /// Marks the exchange's request as `HEAD` (RFC 9112 §6.3: the answer
+    /// ends with its head).
+    pub fn head_request(&mut self) {
+        self.head_request = true;
     }
 
     /// Writes `bytes` whole, within `timeout` when there is one.
@@ -147,7 +156,12 @@ impl Exchange {
             }
         };
         let header = build_header(&resp)?;
-        self.set_framing(framing_of(&header)?);
+        let framing = if self.head_request && !header.status.is_informational() {
+            Framing::Empty
+        } else {
+            framing_of(&header)?
+        };
+        self.set_framing(framing);
         self.buf.advance(len);
         Ok(Some(header))
     }

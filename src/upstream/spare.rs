@@ -1,7 +1,6 @@
-//! One connected, never-used upstream connection kept ready per upstream for
-//! the direct loop ([`crate::proxy`]'s forwarding loop), so that a streaming request does not
-//! wait for a TCP connect (and for llama-server to accept) before its bytes
-//! go out.
+//! The forwarding loop's connector, and one connected, never-used upstream
+//! connection kept ready per upstream, so that a request does not wait for
+//! a TCP connect (and for llama-server to accept) before its bytes go out.
 //!
 //! A spare is made in the background each time one is taken (or a request
 //! had to connect itself), so under traffic every request finds one; an idle
@@ -9,7 +8,7 @@
 //! (below llama-server's 5 s keep-alive, which closes a connection that sent
 //! nothing) is dropped, and one the upstream already closed is never used.
 //! A spare never carried a request, so it cannot be one llama-server is about
-//! to close after a streamed answer (the reason these routes are not pooled).
+//! to close after a streamed answer (the reason connections are not pooled).
 //!
 //! Deliberately not: a pool. One per upstream bounds what a spare holds on
 //! llama-server's side (an HTTP thread waiting for a request).

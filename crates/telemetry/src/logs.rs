@@ -14,8 +14,7 @@
 //!
 //! Pingora's own lines (the `log` crate) come through the same writer,
 //! except those that would repeat one of llamatap's for the same event: its
-//! server lifecycle lines ([`QUIET_PINGORA_SERVER`]) and its warning about
-//! a connect it retries ([`ConnectRetries`]). `RUST_LOG` sets the filter
+//! server lifecycle lines ([`QUIET_PINGORA_SERVER`]). `RUST_LOG` sets the filter
 //! (default [`DEFAULT_FILTER`]).
 
 use std::fmt;
@@ -60,7 +59,6 @@ pub fn init() {
         .event_format(Line);
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(ConnectRetries)
         .with(tracing_subscriber::filter::filter_fn(no_header_dump))
         .with(lines)
         .with(tracing_opentelemetry::layer())
@@ -80,58 +78,6 @@ fn filter(rust_log: Option<&str>) -> EnvFilter {
         }
     }
     filter
-}
-
-/// Drops Pingora's warning about a failed connect that it is about to retry
-/// on another upstream (`WARN pingora_proxy: Fail to proxy: … Fail to
-/// connect … retry: true`): only a fleet retries a connect, and there
-/// llamatap's own warning for it (`connect failed (…); upstream ejected
-/// upstream=…`) already names the upstream and the error. Pingora's final
-/// line about the request (`ERROR pingora_proxy: Fail to proxy` or `Fail to
-/// filter request`, with its status and trace id) is kept, as are its retry
-/// warnings about anything but a connect (a reused connection that had
-/// closed).
-struct ConnectRetries;
-
-impl<S: Subscriber> tracing_subscriber::Layer<S> for ConnectRetries {
-    fn event_enabled(
-        &self,
-        event: &Event<'_>,
-        _ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) -> bool {
-        let normalized = event.normalized_metadata();
-        let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        if *meta.level() != tracing::Level::WARN || meta.target() != "pingora_proxy" {
-            return true;
-        }
-        let mut message = Message(String::new());
-        event.record(&mut message);
-        !is_connect_retry(&message.0)
-    }
-}
-
-/// Whether a Pingora line is its warning about a connect it retries.
-fn is_connect_retry(message: &str) -> bool {
-    message.starts_with("Fail to proxy")
-        && message.contains("Fail to connect")
-        && message.contains("retry: true")
-}
-
-/// An event's `message` field, as text.
-struct Message(String);
-
-impl tracing::field::Visit for Message {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = format!("{value:?}");
-        }
-    }
-
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        if field.name() == "message" {
-            self.0 = value.to_string();
-        }
-    }
 }
 
 /// Leaves out the events that dump a whole request head (Pingora's proxy

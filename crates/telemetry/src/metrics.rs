@@ -121,8 +121,6 @@ pub struct Metrics {
     pub upstreams: super::upstreams::UpstreamMetrics,
     /// llama-server's own `llamacpp:*` series, re-exported.
     pub llamacpp: Arc<super::reexport::LlamacppSeries>,
-    /// `llamatap_upstream_retries_total`.
-    pub upstream_retries: Counter,
     /// `llamatap_upstream_models{model,upstream}`.
     pub upstream_models: Family<ServedLabels, Gauge>,
     /// `llamatap_build_info{version}`.
@@ -216,12 +214,6 @@ impl Metrics {
         let tenants = super::tenant::TenantMetrics::register(&mut r);
         let cachebreak = super::cachebreak::CacheBreakMetrics::register(&mut r);
         let queue = super::queue::QueueMetrics::register(&mut r);
-        let upstream_retries = Counter::default();
-        r.register(
-            "llamatap_upstream_retries",
-            "Requests sent again on a new upstream connection because the first one provably never reached llama-server whole",
-            upstream_retries.clone(),
-        );
         let upstream_models = Family::<ServedLabels, Gauge>::default();
         r.register(
             "llamatap_upstream_models",
@@ -253,7 +245,6 @@ impl Metrics {
             access_lines,
             upstreams,
             llamacpp,
-            upstream_retries,
             upstream_models,
             build_info,
             tenants,

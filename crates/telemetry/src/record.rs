@@ -160,9 +160,6 @@ pub struct RequestRecord {
     pub skipped_events: u64,
     /// Response body bytes forwarded.
     pub response_bytes: u64,
-    /// Times the request was sent again on a new upstream connection (None:
-    /// it never went upstream).
-    pub upstream_retries: Option<u32>,
     /// Client and server addresses, for `client.address` and friends.
     pub client_address: Option<String>,
     /// Which upstream answered and why it was chosen; `None` when the

@@ -59,8 +59,6 @@ pub const LLAMATAP_OUTCOME: &str = "llamatap.outcome";
 pub const LLAMATAP_TOKEN_EVENTS: &str = "llamatap.token_events";
 /// llamatap's own: longest gap between tokens, seconds.
 pub const LLAMATAP_MAX_TOKEN_GAP: &str = "llamatap.max_token_gap_s";
-/// llamatap's own: times the request was sent again on a new upstream connection.
-pub const LLAMATAP_UPSTREAM_RETRIES: &str = "llamatap.upstream.retries";
 /// llamatap's own: events skipped for size.
 pub const LLAMATAP_SKIPPED_EVENTS: &str = "llamatap.sse.skipped_events";
 

@@ -42,7 +42,6 @@ fn record() -> RequestRecord {
         max_token_gap: None,
         skipped_events: 0,
         response_bytes: 100,
-        upstream_retries: Some(0),
         client_address: Some("127.0.0.1:5555".into()),
         upstream: Some(UpstreamFacts {
             name: "gpu-a".into(),

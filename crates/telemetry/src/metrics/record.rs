@@ -20,8 +20,6 @@ impl Metrics {
                 route: rec.route.as_str(),
             })
             .inc();
-        self.upstream_retries
-            .inc_by(u64::from(rec.upstream_retries.unwrap_or(0)));
         let mut key = StageLabels {
             model: model.to_string(),
             stage: "",

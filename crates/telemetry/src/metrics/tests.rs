@@ -39,7 +39,6 @@ fn record() -> RequestRecord {
         max_token_gap: Some(Duration::from_millis(40)),
         skipped_events: 0,
         response_bytes: 100,
-        upstream_retries: Some(0),
         client_address: None,
         upstream: None,
         tenant: None,

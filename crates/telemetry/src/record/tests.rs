@@ -32,7 +32,6 @@ fn record() -> RequestRecord {
         response_bytes: 0,
         client_address: None,
         upstream: None,
-        upstream_retries: None,
         tenant: None,
         cache_break: None,
         queue: None,

@@ -140,10 +140,6 @@ impl Tracing {
                 rec.max_token_gap.map(|d| Value::F64(d.as_secs_f64())),
             );
         }
-        put(
-            sc::LLAMATAP_UPSTREAM_RETRIES,
-            rec.upstream_retries.map(|n| Value::I64(i64::from(n))),
-        );
         if rec.skipped_events > 0 {
             put(sc::LLAMATAP_SKIPPED_EVENTS, int(Some(rec.skipped_events)));
         }
