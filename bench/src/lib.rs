@@ -6,5 +6,6 @@ pub mod clock;
 pub mod ctl;
 pub mod events;
 pub mod http;
+pub mod plain;
 pub mod procs;
 pub mod proxies;

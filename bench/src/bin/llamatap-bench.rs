@@ -11,7 +11,10 @@
 //!    long until the upstream sees each close;
 //! 3. memory: RSS of each proxy at 0, 1,000 and 10,000 held slow streams,
 //!    and whether every stream was held without error;
-//! 4. real llama-server (tiny model): TTFT direct vs through llamatap.
+//! 4. real llama-server (tiny model): TTFT direct vs through llamatap;
+//! 5. plain: answers that do not stream (`/tokenize`, `/health`) from the
+//!    real llama-server through each variant, one at a time
+//!    (`llamatap_bench::plain`).
 //!
 //! `--help` lists the knobs.
 
@@ -49,6 +52,8 @@ struct Args {
     mem_interval_ms: u64,
     ramp: f64,
     real_requests: usize,
+    plain_rounds: usize,
+    plain_requests: usize,
     llamatap: PathBuf,
     llamatap_alt: PathBuf,
     venv: PathBuf,
@@ -82,7 +87,9 @@ fn usage() -> ! {
   --mem-interval-ms MS   token interval of held slow streams (default 1000)
   --ramp R               new held streams per second (default 1000)
   --real-requests N      requests per side against the real llama-server (default 50)
-  --skip LIST            phases to skip: latency,hangup,memory,real
+  --plain-rounds N       rounds of the plain-request phase (default 10)
+  --plain-requests N     requests per variant per plain round (default 200)
+  --skip LIST            phases to skip: latency,hangup,memory,real,plain
   --upstream-keepalive   the scripted upstream keeps a connection open after a
                          streamed answer (by default it closes it, as llama-server does)
   --no-rt                do not run under SCHED_RR (see below)
@@ -119,6 +126,8 @@ fn parse_args() -> Args {
         mem_interval_ms: 1000,
         ramp: 1000.0,
         real_requests: 50,
+        plain_rounds: 10,
+        plain_requests: 200,
         llamatap: repo.join("target/release/llamatap"),
         llamatap_alt: PathBuf::new(),
         venv: home().join(".cache/llamatap/bench-venv"),
@@ -155,6 +164,8 @@ fn parse_args() -> Args {
             "--mem-interval-ms" => a.mem_interval_ms = num(v()) as u64,
             "--ramp" => a.ramp = num(v()),
             "--real-requests" => a.real_requests = num(v()) as usize,
+            "--plain-rounds" => a.plain_rounds = num(v()) as usize,
+            "--plain-requests" => a.plain_requests = num(v()) as usize,
             "--skip" => a.skip = list(v()),
             "--nice" => a.nice = num(v()) as i32,
             "--no-rt" => a.rt = false,
@@ -619,6 +630,9 @@ fn main() {
         }
         if !args.skip.iter().any(|s| s == "real") {
             results["real_llama_server"] = real_phase(&args, &dir, sink).await;
+        }
+        if !args.skip.iter().any(|s| s == "plain") {
+            results["plain"] = plain_phase(&args, &dir, sink).await;
         }
     });
 
@@ -1183,6 +1197,67 @@ async fn real_phase(args: &Args, dir: &Path, sink: SocketAddr) -> Value {
     })
 }
 
+/// The plain-request phase: every variant but LiteLLM in front of one real
+/// llama-server.
+async fn plain_phase(args: &Args, dir: &Path, sink: SocketAddr) -> Value {
+    if !args.llama_server.exists() || !args.model.exists() {
+        return json!({"skipped": format!("{} or {} missing (scripts/ensure-deps.sh builds them)", args.llama_server.display(), args.model.display())});
+    }
+    let mut ls = match proxies::start_llama_server(&args.llama_server, &args.model, dir) {
+        Ok(r) => r,
+        Err(e) => return json!({"skipped": format!("cannot start llama-server: {e}")}),
+    };
+    let mut running: Vec<(String, Running)> = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    for name in &args.variants {
+        let Some(kind) = Kind::parse(name) else { continue };
+        if matches!(kind, Kind::Litellm { .. }) {
+            continue;
+        }
+        let run_name = format!("plain-{name}");
+        match proxies::start(&run_name, &kind, ls.addr, sink, dir, &args.llamatap, &args.llamatap_alt, &args.venv) {
+            Ok(r) => running.push((name.clone(), r)),
+            Err(e) => failed.push(format!("{name}: {e}")),
+        }
+    }
+    // Ready: llama-server healthy, and a /health through every side.
+    let t = tokio::time::Instant::now();
+    let mut ready = false;
+    while t.elapsed() < Duration::from_secs(120) && !ls.exited() {
+        let mut all = true;
+        for (_, r) in &running {
+            all &= matches!(ctl::get(r.addr, "/health").await, Some((200, _)));
+        }
+        if all {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let result = if !ready {
+        json!({"skipped": "llama-server or a proxy in front of it did not become ready"})
+    } else {
+        let sides: Vec<llamatap_bench::plain::Side> = running
+            .iter()
+            .map(|(name, r)| llamatap_bench::plain::Side {
+                name: name.clone(),
+                addr: r.addr,
+                pid: r.pid(),
+            })
+            .collect();
+        let upstream_pid = ls.pid().unwrap_or(0);
+        let mut r = llamatap_bench::plain::run(&sides, upstream_pid, args.plain_rounds, args.plain_requests).await;
+        r["failed_to_start"] = json!(failed);
+        log(llamatap_bench::plain::markdown(&r));
+        r
+    };
+    for (_, r) in running.iter_mut() {
+        r.stop();
+    }
+    ls.stop();
+    result
+}
+
 fn variant_json(args: &Args, v: &Variant) -> Value {
     let a = &v.acc;
     let per_1k = |cpu: f64| {
@@ -1449,6 +1524,12 @@ fn markdown(r: &Value, args: &Args) -> String {
         );
     } else if real.is_object() {
         s += &format!("\nReal llama-server: skipped ({}).\n", real["skipped"]);
+    }
+    let plain = &r["plain"];
+    if plain["sides"].is_object() {
+        s += &llamatap_bench::plain::markdown(plain);
+    } else if plain.is_object() {
+        s += &format!("\nPlain requests: skipped ({}).\n", plain["skipped"]);
     }
     s
 }
