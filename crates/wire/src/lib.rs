@@ -10,12 +10,15 @@
 //! - [`framing`]: HTTP/1 response body framing and the chunked decoder.
 //! - [`tracecontext`]: W3C `traceparent`/`tracestate` parsing.
 //! - [`text`]: strings cut to a bound on a character boundary.
+//! - [`continuation`]: continuing a chat stream elsewhere: what can be
+//!   continued, the continuation's body, the re-wrapped chunks.
 //!
 //! Deliberately not here: sockets, timers, a runtime or a framework. The
 //! manifest lists none (no Pingora, tokio, tracing or OpenTelemetry), so
 //! every module is a function of the bytes it is handed, testable at every
 //! chunk cut.
 
+pub mod continuation;
 pub mod framing;
 pub mod llama;
 pub mod request;
