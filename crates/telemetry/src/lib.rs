@@ -9,6 +9,7 @@
 pub mod access_line;
 pub mod access_log;
 pub mod cachebreak;
+pub mod continuation;
 pub mod export;
 pub mod exposition;
 pub mod logs;

@@ -131,6 +131,8 @@ pub struct Metrics {
     pub cachebreak: super::cachebreak::CacheBreakMetrics,
     /// The admission queue's families.
     pub queue: super::queue::QueueMetrics,
+    /// `llamatap_continuations_total{reason,result}`.
+    pub continuation: super::continuation::ContinuationMetrics,
 }
 
 impl Metrics {
@@ -214,6 +216,7 @@ impl Metrics {
         let tenants = super::tenant::TenantMetrics::register(&mut r);
         let cachebreak = super::cachebreak::CacheBreakMetrics::register(&mut r);
         let queue = super::queue::QueueMetrics::register(&mut r);
+        let continuation = super::continuation::ContinuationMetrics::register(&mut r);
         let upstream_models = Family::<ServedLabels, Gauge>::default();
         r.register(
             "llamatap_upstream_models",
@@ -250,6 +253,7 @@ impl Metrics {
             tenants,
             cachebreak,
             queue,
+            continuation,
         };
         m.build_info
             .get_or_create(&VersionLabels {

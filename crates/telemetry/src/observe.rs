@@ -82,6 +82,22 @@ pub enum StreamEnd {
     Cut,
 }
 
+/// What a continuation needs of the answer so far (kept only when asked,
+/// see [`StreamObserver::keep_transcript`]).
+#[derive(Clone, Debug, Default)]
+pub struct Transcript {
+    /// The visible text sent so far, in order.
+    pub text: String,
+    /// The first event's data, as sent (the stream's id, `created`, model).
+    pub first_event: Option<Vec<u8>>,
+    /// A token on another channel (reasoning, tool calls) was sent: the
+    /// text alone does not say what the client has.
+    pub hidden: bool,
+    /// The text outgrew the limit and is no longer kept.
+    pub overflow: bool,
+    limit: usize,
+}
+
 /// Observes one event-stream body.
 #[derive(Debug)]
 pub struct StreamObserver {
@@ -90,6 +106,7 @@ pub struct StreamObserver {
     sentence: SentenceRule,
     capture: bool,
     facts: StreamFacts,
+    transcript: Option<Box<Transcript>>,
 }
 
 impl StreamObserver {
@@ -102,7 +119,22 @@ impl StreamObserver {
             sentence: SentenceRule::new(),
             capture,
             facts: StreamFacts::default(),
+            transcript: None,
         }
+    }
+
+    /// From now on, keeps the visible text (up to `limit` bytes) and the
+    /// first event, for a continuation.
+    pub fn keep_transcript(&mut self, limit: usize) {
+        self.transcript = Some(Box::new(Transcript {
+            limit,
+            ..Transcript::default()
+        }));
+    }
+
+    /// The transcript, when kept.
+    pub fn transcript(&self) -> Option<&Transcript> {
+        self.transcript.as_deref()
     }
 
     /// Observes one forwarded chunk, seen at `now`.
@@ -113,9 +145,13 @@ impl StreamObserver {
             sentence,
             capture,
             facts,
+            transcript,
         } = self;
         reader.feed(chunk, |event| {
             let delta = llama::parse_event(*format, event);
+            if let Some(t) = transcript.as_deref_mut() {
+                keep(t, event.data, &delta);
+            }
             apply(facts, sentence, *capture, delta, now);
         });
         facts.skipped_events = reader.skipped_events();
@@ -144,6 +180,22 @@ impl StreamObserver {
     /// The facts so far.
     pub fn facts(&self) -> &StreamFacts {
         &self.facts
+    }
+}
+
+/// Adds one event to the transcript.
+fn keep(t: &mut Transcript, data: &[u8], delta: &llama::Delta<'_>) {
+    if t.first_event.is_none() && !delta.done && data.len() <= t.limit {
+        t.first_event = Some(data.to_vec());
+    }
+    t.hidden |= delta.hidden_token;
+    if let Some(text) = delta.visible.as_deref() {
+        if t.overflow || t.text.len() + text.len() > t.limit {
+            t.overflow = true;
+            t.text = String::new();
+        } else {
+            t.text.push_str(text);
+        }
     }
 }
 

@@ -175,6 +175,9 @@ pub struct RequestRecord {
     /// The admission queue's facts; `None` when the queue is off or the
     /// route does not queue.
     pub queue: Option<QueueFacts>,
+    /// The answer's continuations (at most
+    /// [`crate::continuation::MAX_KEPT`]), each one cut by its upstream.
+    pub continuations: Vec<crate::continuation::Continued>,
 }
 
 /// A request's passage through the admission queue.

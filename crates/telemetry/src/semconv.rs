@@ -149,3 +149,23 @@ pub const LLAMATAP_CACHE_BREAK_NEW_TEXT: &str = "llamatap.cache.break.new_text";
 /// Event: the prompt stopped matching the KV cache before the previous
 /// turn's end (every cause but `reused`, `new_conversation` and `unknown`).
 pub const EVENT_CACHE_BREAK: &str = "cache_break";
+
+/// Event: the answer was cut by its upstream mid-stream, and continued
+/// elsewhere or not (see the attributes below).
+pub const EVENT_CONTINUED: &str = "llamatap.continued";
+/// Why: `upstream_died`, `stalled`.
+pub const LLAMATAP_CONTINUATION_REASON: &str = "llamatap.continuation.reason";
+/// What became of it: `continued`, `not_continuable`, `failed`.
+pub const LLAMATAP_CONTINUATION_RESULT: &str = "llamatap.continuation.result";
+/// A fixed word saying why it was not continued or failed.
+pub const LLAMATAP_CONTINUATION_WHY: &str = "llamatap.continuation.why";
+/// The upstream the answer left.
+pub const LLAMATAP_CONTINUATION_FROM: &str = "llamatap.continuation.from";
+/// The upstream it went on from.
+pub const LLAMATAP_CONTINUATION_TO: &str = "llamatap.continuation.to";
+/// Token events the client had before the cut.
+pub const LLAMATAP_CONTINUATION_TOKENS_BEFORE: &str = "llamatap.continuation.tokens_before";
+/// Prompt tokens the target computed again (its `prompt_n`).
+pub const LLAMATAP_CONTINUATION_REPREFILLED: &str = "llamatap.continuation.reprefilled_tokens";
+/// From the cut to the continuation's first token, milliseconds.
+pub const LLAMATAP_CONTINUATION_PAUSE_MS: &str = "llamatap.continuation.pause_ms";

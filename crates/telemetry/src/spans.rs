@@ -214,6 +214,7 @@ impl Tracing {
         }
         add_events(s, rec, &at, self.capture_content);
         super::cachebreak::add_event(s, rec, &at, self.capture_content);
+        super::continuation::add_events(s, rec, &at);
         if let Some(mut c) = span.client.take() {
             c.update_name(name);
             let (address, port) = self.server(rec);

@@ -56,6 +56,7 @@ fn record() -> RequestRecord {
         tenant: None,
         cache_break: None,
         queue: None,
+        continuations: Vec::new(),
     }
 }
 

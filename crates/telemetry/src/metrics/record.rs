@@ -104,5 +104,6 @@ impl Metrics {
         self.tenants.record(rec);
         self.cachebreak.record(rec);
         self.queue.record(rec);
+        self.continuation.record(rec);
     }
 }

@@ -44,6 +44,7 @@ fn record() -> RequestRecord {
         tenant: None,
         cache_break: None,
         queue: None,
+        continuations: Vec::new(),
     }
 }
 
