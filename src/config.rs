@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod check;
+pub mod continuation;
 pub mod discovery;
 pub mod queue;
 mod raw;
@@ -150,6 +151,8 @@ pub struct Config {
     pub queue: queue::Queue,
     /// How discovered upstreams are looked up.
     pub discovery: discovery::Discovery,
+    /// Continuing answers cut by their upstream.
+    pub continuation: continuation::Continuation,
 }
 
 impl Config {
@@ -182,6 +185,7 @@ impl Config {
         let store = tenant::store(raw.auth.store)?;
         let queue = queue::queue(raw.queue)?;
         let discovery = discovery::discovery(raw.discovery)?;
+        let continuation = continuation::continuation(raw.continuation)?;
         let telemetry = telemetry::telemetry(o, &raw.telemetry)?;
         let listen = parse_addr("listen", &listen)?;
         let admin_listen = parse_addr("admin_listen", &admin)?;
@@ -252,6 +256,7 @@ impl Config {
             )?,
             queue,
             discovery,
+            continuation,
         })
     }
 }

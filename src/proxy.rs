@@ -20,6 +20,7 @@ mod attempt;
 mod bodies;
 mod cachebreak;
 pub mod context;
+mod continuation;
 pub mod errors;
 mod forward;
 mod guard;

@@ -566,7 +566,8 @@ fn sigkill_one_upstream_under_load() {
     }
 
     // Every request: [DONE], unless it was already on the killed upstream
-    // when it died. Then a stream that had begun ends with an error event
+    // when it died and could not be continued elsewhere. Then a stream that
+    // had begun ends with an error event
     // (and a proper end of body), never [DONE] or a silent cut; a request
     // that had reached it without an answer byte yet may instead get a 5xx
     // OpenAI-shaped error (it may or may not be retried elsewhere). A request
@@ -627,13 +628,35 @@ fn sigkill_one_upstream_under_load() {
             _ => unreachable!(),
         }
     }
+    // A stream cut mid-answer goes on from another upstream
+    // (`[continuation]`, on by default); only one that could not be
+    // continued ends with the error event.
+    let m = proxy.metrics();
+    let count = |result: &str| {
+        common::proxy::metric_series(
+            &m,
+            "llamatap_continuations_total",
+            &["reason=\"upstream_died\"", &format!("result=\"{result}\"")],
+        )
+        .unwrap_or(0.0)
+    };
+    let continued = count("continued");
     assert!(
-        cut_streams >= 1,
-        "the killed upstream had a stream in flight, yet none ended in an error event"
+        continued >= 1.0,
+        "the killed upstream had a stream in flight, yet none was continued:\n{}",
+        m.lines()
+            .filter(|l| l.contains("continuations"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        cut_streams as f64,
+        count("not_continuable") + count("failed"),
+        "error events and uncontinued cuts differ"
     );
     eprintln!(
-        "{} requests, {} of them sent after the kill; {cut_streams} streams cut by the kill, \
-         {refused} requests without an answer byte yet got a 5xx",
+        "{} requests, {} of them sent after the kill; {continued} streams continued after the kill, \
+         {cut_streams} cut, {refused} requests without an answer byte yet got a 5xx",
         all.len(),
         all.iter().filter(|e| e.sent >= killed_at).count()
     );

@@ -51,6 +51,9 @@ pub struct RawConfig {
     /// How discovered upstreams are looked up (`[discovery]`).
     #[serde(default)]
     pub discovery: super::discovery::RawDiscovery,
+    /// Continuing answers cut by their upstream (`[continuation]`).
+    #[serde(default)]
+    pub continuation: super::continuation::RawContinuation,
 }
 
 /// `[auth]` as written.

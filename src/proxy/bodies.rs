@@ -15,6 +15,7 @@ use pingora::Result;
 
 use super::cachebreak::{self, Breaks};
 use super::context::RequestCtx;
+use super::continuation;
 use super::errors;
 use crate::config::Config;
 use crate::observe::{StreamEnd, StreamObserver};
@@ -59,7 +60,10 @@ pub fn request_chunk(
         } else {
             ctx.request = request::inspect_body(&ctx.body);
         }
-        ctx.body = Vec::new();
+        let body = Bytes::from(std::mem::take(&mut ctx.body));
+        continuation::keep_body(ctx, config.continuation.enabled, Some(body));
+    } else if end_of_stream && ctx.body_truncated {
+        continuation::keep_body(ctx, config.continuation.enabled, None);
     }
     Ok(())
 }
@@ -74,11 +78,12 @@ pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telem
         telemetry.stream_active(true);
         if let Some(f) = format {
             let t = &config.telemetry;
-            ctx.observer = Some(Box::new(StreamObserver::new(
-                f,
-                t.max_event_bytes,
-                t.capture_content,
-            )));
+            let mut observer =
+                Box::new(StreamObserver::new(f, t.max_event_bytes, t.capture_content));
+            if ctx.resume.is_some() {
+                observer.keep_transcript(t.max_inspect_bytes);
+            }
+            ctx.observer = Some(observer);
         }
     } else if format.is_some() && is_json(resp) {
         ctx.json_body = Some(Vec::new());

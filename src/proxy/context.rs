@@ -76,6 +76,9 @@ pub struct RequestCtx {
     pub quota: crate::tenant::window::Quota,
     /// The admission queue's state and the slot it granted (queue on).
     pub admission: Option<Box<super::admission::Held>>,
+    /// What a chat stream keeps to be continued elsewhere, and its
+    /// continuations (`[continuation]` on).
+    pub resume: Option<Box<super::continuation::Resume>>,
 }
 
 /// What routing keeps for a request across attempts.
@@ -128,6 +131,7 @@ impl RequestCtx {
             tenant_slot: None,
             quota: crate::tenant::window::Quota::default(),
             admission: None,
+            resume: None,
         }
     }
 
@@ -205,6 +209,11 @@ impl RequestCtx {
             upstream: None,
             tenant: None,
             cache_break: None,
+            continuations: self
+                .resume
+                .as_deref_mut()
+                .map(|r| std::mem::take(&mut r.log))
+                .unwrap_or_default(),
             queue: self.admission.as_deref().map(|a| QueueFacts {
                 class: a.class.as_str(),
                 wait: a

@@ -37,7 +37,8 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
-use super::Steps;
+use super::{continuation, Steps};
+use crate::telemetry::continuation::Reason;
 use crate::upstream::client::Exchange;
 
 /// Forwards the request and its answer; `Ok` once the answer is complete.
@@ -234,47 +235,88 @@ async fn respond(
         .map_err(|e| e.into_down())?;
 
     // The read timeout restarts with every chunk; the timer is moved only
-    // when it fires, not per chunk.
-    let timeout = peer.options.read_timeout.unwrap_or(Duration::MAX);
+    // when it fires, not per chunk (and once when a continuable answer's
+    // first token makes `continuation.stall_ms` its limit: only while
+    // another upstream could take the answer, since a stall cut with
+    // nowhere to go would only lose it).
+    let armed = continuation::armed(steps, ctx) && ctx.observer.is_some();
+    let mut timeout = peer.options.read_timeout.unwrap_or(Duration::MAX);
     let mut last = Instant::now();
     let stall = tokio::time::sleep_until(deadline(last, timeout));
     tokio::pin!(stall);
     while !end {
         let chunk = tokio::select! {
             biased;
-            r = up.read_body() => {
-                let chunk = r?;
-                end = chunk.is_none() || up.is_body_done();
-                chunk
-            }
+            r = up.read_body() => match r {
+                Ok(chunk) => {
+                    end = chunk.is_none() || up.is_body_done();
+                    chunk
+                }
+                Err(e) if armed => {
+                    return continuation::resume(steps, session, ctx, Reason::UpstreamDied, e).await;
+                }
+                Err(e) => return Err(e),
+            },
             r = session.as_downstream_mut().read_body_or_idle(true) => {
                 r.map_err(|e| e.into_down())?;
                 continue;
             }
             () = &mut stall => {
                 if last.checked_add(timeout).is_some_and(|d| Instant::now() >= d) {
-                    return Err(Error::explain(
+                    let e = Error::explain(
                         ErrorType::ReadTimedout,
                         "reading the response body (timeout)",
                     )
-                    .into_up());
+                    .into_up();
+                    if armed {
+                        return continuation::resume(steps, session, ctx, Reason::Stalled, e).await;
+                    }
+                    return Err(e);
                 }
                 stall.as_mut().reset(deadline(last, timeout));
                 continue;
             }
         };
         last = Instant::now();
-        steps.response_chunk(ctx, chunk.as_ref(), end);
+        // A continuable answer whose body ends without its terminal event
+        // is continued: this chunk is not its end.
+        let unfinished = if armed && end {
+            steps.response_chunk(ctx, chunk.as_ref(), false);
+            let done = ctx.observer.as_ref().is_some_and(|o| o.facts().done);
+            if done {
+                steps.response_chunk(ctx, None, true);
+            }
+            !done
+        } else {
+            steps.response_chunk(ctx, chunk.as_ref(), end);
+            false
+        };
         let ds = session.as_downstream_mut();
         if let Some(b) = chunk.filter(|b| !b.is_empty()) {
-            ds.write_response_body(b, end)
+            ds.write_response_body(b, end && !unfinished)
                 .await
                 .map_err(|e| e.into_down())?;
             ctx.terminal_sent |= ctx.observer.as_ref().is_some_and(|o| o.facts().done);
-        } else if end {
+        } else if end && !unfinished {
             ds.write_response_body(Bytes::new(), true)
                 .await
                 .map_err(|e| e.into_down())?;
+        }
+        if unfinished {
+            let e = Error::explain(
+                ErrorType::ConnectionClosed,
+                "the upstream ended the stream before its terminal event",
+            )
+            .into_up();
+            return continuation::resume(steps, session, ctx, Reason::UpstreamDied, e).await;
+        }
+        if armed
+            && timeout != steps.config.continuation.stall
+            && has_tokens(ctx)
+            && continuation::elsewhere(steps, ctx)
+        {
+            timeout = steps.config.continuation.stall;
+            stall.as_mut().reset(deadline(last, timeout));
         }
     }
     if bodiless_answer {
@@ -287,6 +329,13 @@ async fn respond(
             .map_err(|e| e.into_down())?;
     }
     Ok(())
+}
+
+/// The client has had a token of the answer.
+fn has_tokens(ctx: &RequestCtx) -> bool {
+    ctx.observer
+        .as_ref()
+        .is_some_and(|o| o.facts().token_events > 0)
 }
 
 /// `from + timeout` as a Tokio instant, far in the future when it overflows.

@@ -86,6 +86,11 @@ impl LlamaServer {
         Self::start_with(model, extra_args, Some(port), host)
     }
 
+    /// The server's process id (for SIGSTOP and SIGCONT).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the process now (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

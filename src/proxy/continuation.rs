@@ -1,0 +1,483 @@
+//! Continuing an answer its upstream cut: when a chat-completions stream's
+//! llama-server dies, resets or stalls mid-answer, the answer goes on from
+//! another llama-server serving the model, and the client sees one stream.
+//!
+//! The target renders the conversation (`POST /apply-template`, the
+//! client's body unchanged), then generates the rest (`POST /completion`,
+//! prompt = the rendered conversation followed by the text the client
+//! already has, the client's sampling fields and stop strings carried
+//! over, `n_predict` = its limit less the tokens it has). Each native event
+//! is re-wrapped as a chat chunk of the client's own stream (same `id`,
+//! `created`, `model`, choice index), then the finish chunk, the usage
+//! chunk when the client asked for one, and `[DONE]`. What was written goes
+//! through the observer like any upstream byte, so the transcript, TTFT and
+//! the first sentence carry across the cut, and a continuation can itself
+//! be continued (up to `continuation.max_per_answer`).
+//!
+//! Deliberately not here: what can be continued and the JSON shapes
+//! ([`crate::continuation`], pure); noticing the cut ([`super::forward`]);
+//! member drain and pre-emption, which will start continuations from
+//! elsewhere.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use pingora::http::RequestHeader;
+use pingora::protocols::http::v1::client::http_req_header_to_wire;
+use pingora::proxy::Session;
+use pingora::upstreams::peer::{HttpPeer, Peer};
+use pingora::{Error, ErrorType, Result};
+
+use super::context::RequestCtx;
+use super::{attempt, request_head, routing, Steps};
+use crate::continuation::{self as plan, AnswerUsage, Plan, StreamIds};
+use crate::llama::{self, StreamFormat};
+use crate::sse::SseReader;
+use crate::telemetry::continuation::{ContinuationResult, Continued, Reason, MAX_KEPT};
+use crate::upstream::client::Exchange;
+
+/// Largest `/apply-template` answer read.
+const MAX_TEMPLATE_ANSWER: usize = 8 << 20;
+/// Largest native event read from the continuation.
+const MAX_EVENT_BYTES: usize = 1 << 20;
+
+/// What a continuable request keeps while its answer streams.
+#[derive(Debug, Default)]
+pub struct Resume {
+    /// The request body as received; `None` when it outgrew
+    /// `telemetry.max_inspect_bytes`.
+    pub body: Option<Bytes>,
+    /// Continuations so far (the telemetry's record of each).
+    pub log: Vec<Continued>,
+    /// Continuations done.
+    pub count: u32,
+}
+
+/// How one attempt at continuing ended, short of the answer's end.
+enum Stop {
+    /// Not continuable in meaning, or no target: the client gets the error
+    /// event of the original cut.
+    Refused(ContinuationResult, &'static str),
+    /// The continuation's own upstream failed after its first token; it may
+    /// be continued again.
+    Cut(Reason, Box<Error>),
+    /// The client hung up or its connection failed: nothing to continue.
+    Client(Box<Error>),
+}
+
+/// The answer was cut by its upstream (`cause`) for `reason`. Continues it
+/// when it can (`Ok` once the client has the whole answer); otherwise
+/// returns `cause`, and the client gets the error event as before.
+pub(super) async fn resume(
+    steps: &Steps,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    mut reason: Reason,
+    mut cause: Box<Error>,
+) -> Result<()> {
+    loop {
+        let cut = Instant::now();
+        if !armed(steps, ctx) {
+            // Continued as often as allowed: this cut ends the answer.
+            return Err(cause);
+        }
+        let from = member_name(steps, ctx);
+        let before = ctx.observer.as_ref().map_or(0, |o| o.facts().token_events);
+        let mut entry = Continued {
+            at: cut.saturating_duration_since(ctx.received),
+            reason,
+            result: ContinuationResult::Continued,
+            why: None,
+            from,
+            to: None,
+            tokens_before: before,
+            reprefilled: None,
+            pause: Duration::ZERO,
+        };
+        match once(steps, session, ctx, cut, &mut entry).await {
+            Ok(()) => {
+                log(ctx, entry);
+                return Ok(());
+            }
+            Err(Stop::Client(e)) => {
+                log(ctx, entry);
+                return Err(e);
+            }
+            Err(Stop::Refused(result, why)) => {
+                entry.result = result;
+                entry.why = Some(why);
+                entry.pause = cut.elapsed();
+                log(ctx, entry);
+                return Err(cause);
+            }
+            Err(Stop::Cut(next, e)) => {
+                // It went on, then its own upstream failed: count it, and
+                // try again from where the client is now.
+                log(ctx, entry);
+                reason = next;
+                cause = e;
+            }
+        }
+    }
+}
+
+/// Whether `ctx` may be continued at all (checked before the cut is
+/// handled): on, a chat stream whose body was kept, attempts left.
+pub(super) fn armed(steps: &Steps, ctx: &RequestCtx) -> bool {
+    steps.config.continuation.enabled
+        && ctx
+            .resume
+            .as_ref()
+            .is_some_and(|r| r.count < steps.config.continuation.max_per_answer)
+}
+
+/// Another upstream could take the answer now.
+pub(super) fn elsewhere(steps: &Steps, ctx: &RequestCtx) -> bool {
+    let Some(i) = ctx.member else {
+        return false;
+    };
+    steps.fleet.is_fleet()
+        && steps
+            .fleet
+            .can_fail_over(ctx.request.model.as_deref(), i, &ctx.routed.tried)
+}
+
+fn log(ctx: &mut RequestCtx, entry: Continued) {
+    if let Some(r) = ctx.resume.as_deref_mut() {
+        if entry.result == ContinuationResult::Continued {
+            r.count += 1;
+        }
+        if r.log.len() < MAX_KEPT {
+            r.log.push(entry);
+        }
+    }
+}
+
+fn member_name(steps: &Steps, ctx: &RequestCtx) -> Option<String> {
+    let i = ctx.member?;
+    steps.fleet.member(i).map(|m| m.upstream.name.clone())
+}
+
+/// One continuation: checks, a target, the template, the rest of the answer.
+async fn once(
+    steps: &Steps,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    cut: Instant,
+    entry: &mut Continued,
+) -> std::result::Result<(), Stop> {
+    use ContinuationResult::{Failed, NotContinuable};
+    let (plan, ids, sent) =
+        what_to_continue(ctx).map_err(|why| Stop::Refused(NotContinuable, why))?;
+    let finished = ctx
+        .observer
+        .as_ref()
+        .is_some_and(|o| !o.facts().finish_reasons.is_empty());
+    if finished {
+        // Only `[DONE]` (and a usage chunk) was lost: the answer is whole.
+        return Err(Stop::Refused(NotContinuable, "finished"));
+    }
+    if plan.remaining(entry.tokens_before) == Some(0) {
+        let usage = plan.include_usage().then_some(AnswerUsage {
+            prompt_tokens: 0,
+            completion_tokens: entry.tokens_before,
+        });
+        let tail = ids.finish_events("length", usage);
+        write(steps, session, ctx, tail, true)
+            .await
+            .map_err(Stop::Client)?;
+        entry.why = Some("limit_reached");
+        return Ok(());
+    }
+    if !elsewhere(steps, ctx) {
+        return Err(Stop::Refused(Failed, "no_other_upstream"));
+    }
+    // The member that cut the answer is ejected and not chosen again.
+    if let Some(i) = ctx.member {
+        steps.fleet.eject(i);
+        ctx.routed.ejected = true;
+        if !ctx.routed.tried.contains(&i) {
+            ctx.routed.tried.push(i);
+        }
+    }
+    let address =
+        routing::choose(&steps.fleet, ctx).map_err(|_| Stop::Refused(Failed, "no_upstream"))?;
+    entry.to = member_name(steps, ctx);
+    let peer = attempt::peer(&steps.config, address);
+    let base = ctx
+        .member
+        .and_then(|i| steps.fleet.member(i))
+        .map(|m| m.upstream.base_path.clone())
+        .unwrap_or_default();
+    let host = peer.address().to_string();
+    let to = (host.as_str(), base.as_str());
+    let failed = |_| Stop::Refused(Failed, "target_failed");
+    let rendered = render(steps, ctx, &peer, to, &plan_body(ctx))
+        .await
+        .map_err(failed)?;
+    let body = plan.completion_body(&rendered, &sent, entry.tokens_before);
+    let mut up = exchange(steps, ctx, &peer).await.map_err(failed)?;
+    let head = post(ctx, &steps.config, to, "/completion", &body).map_err(failed)?;
+    up.write(&head, peer.options.write_timeout)
+        .await
+        .map_err(failed)?;
+    let header = up
+        .read_header(peer.options.read_timeout)
+        .await
+        .map_err(failed)?;
+    if header.status.as_u16() != 200 {
+        return Err(Stop::Refused(Failed, "target_refused"));
+    }
+    stream_rest(steps, session, ctx, &mut up, &peer, &plan, &ids, cut, entry).await
+}
+
+/// The plan, the stream's ids and the text sent, or why there are none.
+fn what_to_continue(
+    ctx: &RequestCtx,
+) -> std::result::Result<(Plan, StreamIds, String), &'static str> {
+    let body = ctx
+        .resume
+        .as_ref()
+        .and_then(|r| r.body.as_ref())
+        .ok_or("body_not_kept")?;
+    let plan = plan::plan(body).map_err(|r| r.as_str())?;
+    let observer = ctx.observer.as_ref().ok_or("not_observed")?;
+    if observer.mid_event() {
+        return Err("cut_mid_event");
+    }
+    let t = observer.transcript().ok_or("not_observed")?;
+    if t.hidden {
+        return Err("hidden_tokens");
+    }
+    if t.overflow {
+        return Err("text_too_long");
+    }
+    let ids = t
+        .first_event
+        .as_deref()
+        .and_then(plan::stream_ids)
+        .ok_or("no_stream_ids")?;
+    Ok((plan, ids, t.text.clone()))
+}
+
+fn plan_body(ctx: &RequestCtx) -> Bytes {
+    ctx.resume
+        .as_ref()
+        .and_then(|r| r.body.clone())
+        .unwrap_or_default()
+}
+
+/// A connection to `peer` (its spare, or a new one).
+async fn exchange(steps: &Steps, ctx: &RequestCtx, peer: &HttpPeer) -> Result<Exchange> {
+    let member = ctx.member.unwrap_or(0);
+    if let Some(stream) = steps.spares.take(member, peer).await {
+        steps.spares.refill(member, peer);
+        return Ok(Exchange::new(stream));
+    }
+    let stream = steps.spares.connect(peer).await?;
+    steps.spares.refill(member, peer);
+    Ok(Exchange::new(stream))
+}
+
+/// A `POST` of a JSON body to `path` on the target, head and body in one
+/// buffer, shaped as every request llamatap sends upstream.
+fn post(
+    ctx: &RequestCtx,
+    config: &crate::config::Config,
+    (host, base): (&str, &str),
+    path: &str,
+    body: &[u8],
+) -> Result<Vec<u8>> {
+    let mut req = RequestHeader::build("POST", path.as_bytes(), None)?;
+    req.insert_header("Host", host)?;
+    req.insert_header("Content-Type", "application/json")?;
+    req.insert_header("Content-Length", body.len().to_string())?;
+    request_head::shape(&mut req, ctx, base, config)?;
+    let mut out = http_req_header_to_wire(&req)
+        .ok_or_else(|| Error::explain(ErrorType::InternalError, "invalid continuation request"))?;
+    out.extend_from_slice(body);
+    Ok(out.to_vec())
+}
+
+/// The conversation rendered by the target's `/apply-template`.
+async fn render(
+    steps: &Steps,
+    ctx: &RequestCtx,
+    peer: &HttpPeer,
+    to: (&str, &str),
+    body: &[u8],
+) -> Result<String> {
+    let mut up = exchange(steps, ctx, peer).await?;
+    let head = post(ctx, &steps.config, to, "/apply-template", body)?;
+    up.write(&head, peer.options.write_timeout).await?;
+    let header = up.read_header(peer.options.read_timeout).await?;
+    if header.status.as_u16() != 200 {
+        return Err(Error::explain(
+            ErrorType::HTTPStatus(header.status.as_u16()),
+            "apply-template refused",
+        ));
+    }
+    let mut answer = Vec::new();
+    while let Some(piece) = tokio::time::timeout(
+        peer.options
+            .read_timeout
+            .unwrap_or(Duration::from_secs(600)),
+        up.read_body(),
+    )
+    .await
+    .map_err(|_| Error::explain(ErrorType::ReadTimedout, "apply-template answer"))??
+    {
+        answer.extend_from_slice(&piece);
+        if answer.len() > MAX_TEMPLATE_ANSWER {
+            return Err(Error::explain(
+                ErrorType::InternalError,
+                "apply-template answer too large",
+            ));
+        }
+    }
+    plan::rendered_prompt(&answer)
+        .ok_or_else(|| Error::explain(ErrorType::InternalError, "apply-template answer unreadable"))
+}
+
+/// Writes `bytes` to the client as part of the answer, through the observer.
+async fn write(
+    steps: &Steps,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    bytes: Vec<u8>,
+    end: bool,
+) -> Result<()> {
+    let b = Bytes::from(bytes);
+    steps.response_chunk(ctx, Some(&b), end);
+    session
+        .as_downstream_mut()
+        .write_response_body(b, end)
+        .await
+        .map_err(|e| e.into_down())?;
+    if end {
+        ctx.terminal_sent = true;
+    }
+    Ok(())
+}
+
+/// Reads the continuation's native events and writes them to the client as
+/// chunks of its stream, watching the client for a hang-up and the target
+/// for a stall.
+#[allow(clippy::too_many_arguments)]
+async fn stream_rest(
+    steps: &Steps,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    up: &mut Exchange,
+    peer: &HttpPeer,
+    plan: &Plan,
+    ids: &StreamIds,
+    cut: Instant,
+    entry: &mut Continued,
+) -> std::result::Result<(), Stop> {
+    let mut reader = SseReader::new(MAX_EVENT_BYTES);
+    let first_wait = peer
+        .options
+        .read_timeout
+        .unwrap_or(Duration::from_secs(600));
+    let stall = steps.config.continuation.stall;
+    let mut first = true;
+    loop {
+        let wait = if first { first_wait } else { stall };
+        let chunk = tokio::select! {
+            biased;
+            r = tokio::time::timeout(wait, up.read_body()) => match r {
+                Err(_) => return Err(cut_or_refuse(first, Reason::Stalled, stalled())),
+                Ok(Err(e)) => return Err(cut_or_refuse(first, Reason::UpstreamDied, e)),
+                Ok(Ok(None)) => return Err(cut_or_refuse(first, Reason::UpstreamDied, ended())),
+                Ok(Ok(Some(b))) => b,
+            },
+            r = session.as_downstream_mut().read_body_or_idle(true) => {
+                // The client hung up: the caller's error path reports it.
+                let e = r.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed));
+                return Err(Stop::Client(e.into_down()));
+            }
+        };
+        let mut out: Vec<u8> = Vec::new();
+        let mut end: Option<(String, Option<AnswerUsage>)> = None;
+        reader.feed(&chunk, |event| {
+            let delta = llama::parse_event(StreamFormat::Native, event);
+            if let Some(text) = delta.visible.as_deref() {
+                out.extend_from_slice(&ids.content_event(text));
+            }
+            if delta.done && end.is_none() {
+                if let Some(t) = delta.timings {
+                    entry.reprefilled = t.prompt_n;
+                }
+                let usage = delta.usage.map(|u| AnswerUsage {
+                    prompt_tokens: u
+                        .input_tokens
+                        .unwrap_or(0)
+                        .saturating_sub(entry.tokens_before),
+                    completion_tokens: entry.tokens_before + u.output_tokens.unwrap_or(0),
+                });
+                let reason = plan::finish_reason(delta.finish_reason.as_deref()).to_string();
+                end = Some((reason, usage));
+            }
+        });
+        if first && !out.is_empty() {
+            first = false;
+            entry.pause = cut.elapsed();
+        }
+        if let Some((reason, usage)) = end {
+            let usage = if plan.include_usage() { usage } else { None };
+            out.extend_from_slice(&ids.finish_events(&reason, usage));
+            if first {
+                entry.pause = cut.elapsed();
+            }
+            return write(steps, session, ctx, out, true)
+                .await
+                .map_err(Stop::Client);
+        }
+        if !out.is_empty() {
+            write(steps, session, ctx, out, false)
+                .await
+                .map_err(Stop::Client)?;
+        }
+    }
+}
+
+/// Before the continuation's first token its failure is a failed
+/// continuation; after it, a new cut.
+fn cut_or_refuse(first: bool, reason: Reason, e: Box<Error>) -> Stop {
+    if first {
+        Stop::Refused(ContinuationResult::Failed, "target_failed")
+    } else {
+        Stop::Cut(reason, e)
+    }
+}
+
+fn stalled() -> Box<Error> {
+    Error::explain(
+        ErrorType::ReadTimedout,
+        "the continuation's upstream stalled",
+    )
+    .into_up()
+}
+
+fn ended() -> Box<Error> {
+    Error::explain(
+        ErrorType::ConnectionClosed,
+        "the continuation's upstream ended before its last event",
+    )
+    .into_up()
+}
+
+/// Keeps the body of a chat stream that may be continued (called when the
+/// request body is whole).
+pub(super) fn keep_body(ctx: &mut RequestCtx, enabled: bool, body: Option<Bytes>) {
+    if enabled
+        && ctx.route == crate::request::Route::ChatCompletions
+        && ctx.request.stream == Some(true)
+    {
+        ctx.resume = Some(Box::new(Resume {
+            body,
+            ..Resume::default()
+        }));
+    }
+}
