@@ -9,7 +9,9 @@
 //! is the bounded metric label, the upstream and the tenant configured names, and the
 //! rest are fixed labels, numbers and hex ids. `cache_break` is the
 //! cache-break diagnosis of a chat turn (cause, position, cost; never the
-//! excerpts), `null` when the turn was not judged.
+//! excerpts), `null` when the turn was not judged. `continuations` lists
+//! the cuts of a chat stream by its upstream (reason, result, target
+//! upstream, tokens before, pause), empty for nearly every request.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -54,6 +56,17 @@ struct Line<'a> {
     trace_id: Option<&'a str>,
     span_id: Option<&'a str>,
     cache_break: Option<CacheBreak>,
+    continuations: Vec<Continuation<'a>>,
+}
+
+/// One cut of the answer by its upstream (never its text).
+#[derive(Debug, Serialize)]
+struct Continuation<'a> {
+    reason: &'static str,
+    result: &'static str,
+    to: Option<&'a str>,
+    tokens_before: u64,
+    pause_ms: f64,
 }
 
 /// The cache-break diagnosis of a chat turn (never its text).
@@ -100,6 +113,17 @@ pub fn line(rec: &RequestRecord, model: &str, ids: Option<&SpanIds>) -> String {
             recomputed_tokens: d.recomputed_tokens,
             recomputed_ms: (d.recomputed_ms * 1000.0).round() / 1000.0,
         }),
+        continuations: rec
+            .continuations
+            .iter()
+            .map(|c| Continuation {
+                reason: c.reason.as_str(),
+                result: c.result.as_str(),
+                to: c.to.as_deref(),
+                tokens_before: c.tokens_before,
+                pause_ms: ms(c.pause),
+            })
+            .collect(),
     };
     let mut out = serde_json::to_string(&l).unwrap_or_default();
     out.push('\n');

@@ -95,6 +95,7 @@ fn a_line_has_every_field() {
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
         "span_id": "00f067aa0ba902b7",
         "cache_break": null,
+        "continuations": [],
     });
     assert_eq!(v, want);
 }
@@ -165,4 +166,27 @@ fn rfc3339_dates() {
         "1970-01-01T00:00:00.000Z"
     );
     assert!(rfc3339(SystemTime::now()).starts_with("20"));
+}
+
+#[test]
+fn a_continued_answer_lists_its_cuts() {
+    use crate::continuation::{ContinuationResult, Continued, Reason};
+    let mut r = record();
+    r.continuations = vec![Continued {
+        at: Duration::from_millis(2000),
+        reason: Reason::Stalled,
+        result: ContinuationResult::Continued,
+        why: None,
+        from: Some("gpu-a".into()),
+        to: Some("gpu-b".into()),
+        tokens_before: 40,
+        reprefilled: Some(90),
+        pause: Duration::from_micros(370_500),
+    }];
+    let v: serde_json::Value = serde_json::from_str(&line(&r, "m", None)).unwrap();
+    assert_eq!(
+        v["continuations"],
+        serde_json::json!([{"reason": "stalled", "result": "continued", "to": "gpu-b",
+            "tokens_before": 40, "pause_ms": 370.5}])
+    );
 }
