@@ -245,6 +245,9 @@ fn what_to_continue(
     if observer.mid_event() {
         return Err("cut_mid_event");
     }
+    if observer.facts().error.is_some() {
+        return Err("upstream_error_event");
+    }
     let t = observer.transcript().ok_or("not_observed")?;
     if t.hidden {
         return Err("hidden_tokens");

@@ -278,11 +278,17 @@ async fn respond(
             }
         };
         last = Instant::now();
-        // A continuable answer whose body ends without its terminal event
-        // is continued: this chunk is not its end.
-        let unfinished = if armed && end {
+        // A continuable answer whose body ends without its terminal event,
+        // while another upstream could take it, is continued: this chunk is
+        // not its end.
+        let unfinished = if armed && end && continuation::elsewhere(steps, ctx) {
             steps.response_chunk(ctx, chunk.as_ref(), false);
-            let done = ctx.observer.as_ref().is_some_and(|o| o.facts().done);
+            // An answer that ended with its upstream's in-band error event
+            // is an answer, not a cut.
+            let done = ctx
+                .observer
+                .as_ref()
+                .is_some_and(|o| o.facts().done || o.facts().error.is_some());
             if done {
                 steps.response_chunk(ctx, None, true);
             }
