@@ -174,15 +174,18 @@ async fn once(
         .as_ref()
         .is_some_and(|o| !o.facts().finish_reasons.is_empty());
     if finished {
-        // Only `[DONE]` (and a usage chunk) was lost: the answer is whole.
-        return Err(Stop::Refused(NotContinuable, "finished"));
+        // Only the end was lost (`[DONE]`, and the usage chunk when asked
+        // for, whose prompt count is not known here): the text is whole.
+        write(steps, session, ctx, b"data: [DONE]\n\n".to_vec(), true)
+            .await
+            .map_err(Stop::Client)?;
+        entry.why = Some("finished");
+        return Ok(());
     }
     if plan.remaining(entry.tokens_before) == Some(0) {
-        let usage = plan.include_usage().then_some(AnswerUsage {
-            prompt_tokens: 0,
-            completion_tokens: entry.tokens_before,
-        });
-        let tail = ids.finish_events("length", usage);
+        // Every token asked for was sent: the answer ends here (without a
+        // usage chunk, whose prompt count is not known here).
+        let tail = ids.finish_events("length", None);
         write(steps, session, ctx, tail, true)
             .await
             .map_err(Stop::Client)?;
