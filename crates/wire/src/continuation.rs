@@ -1,11 +1,14 @@
 //! Continuing a chat-completions stream on another llama-server, as wire
-//! formats: whether a request can be continued in meaning, the body of the
-//! continuation's `POST /completion`, the `/apply-template` answer, the ids
-//! of the client's stream, and the chat chunks that re-wrap the
-//! continuation's native events.
+//! formats: whether a request can be continued in meaning ([`plan`]), the
+//! body of the continuation's native `POST /completion`
+//! ([`Plan::completion_body`]), the `/apply-template` answer
+//! ([`rendered_prompt`]), the ids of the client's stream ([`stream_ids`]),
+//! and the chat chunks that re-wrap the continuation's native events
+//! ([`StreamIds::content_event`], [`StreamIds::finish_events`]).
 //!
 //! Pure: no I/O. Deliberately not here: noticing a cut, choosing the
-//! target, or sending anything (the proxy's `continuation` module).
+//! target, sending or reading anything, or parsing the native events (the
+//! proxy's `continuation` module and [`crate::llama`] do those).
 //!
 //! A continuation from text: the prompt is the rendered conversation
 //! followed by the text the client already has, tokenized again by the
@@ -18,6 +21,8 @@ use serde_json::{Map, Value};
 #[cfg(test)]
 mod tests;
 
+// === Refusal ===
+
 /// Why a request cannot be continued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -25,22 +30,25 @@ pub enum Refusal {
     NotJson,
     /// `stream` is not `true`.
     NotStreaming,
-    /// Tools or a tool choice: the answer may be a call, not text.
+    /// A non-empty `tools` array, or a `tool_choice` other than `"none"`:
+    /// the answer may be a call, not text.
     Tools,
-    /// A grammar constrains the answer.
+    /// A `grammar` constrains the answer.
     Grammar,
-    /// A JSON schema constrains the answer.
+    /// A `json_schema` constrains the answer.
     JsonSchema,
-    /// A response format other than text.
+    /// A `response_format` whose `type` is not `"text"`.
     ResponseFormat,
     /// `n` above 1.
     SeveralChoices,
-    /// No messages to render.
+    /// No `messages` (absent, not an array, or empty).
     NoMessages,
 }
 
 impl Refusal {
-    /// A fixed word for telemetry.
+    /// A fixed word for telemetry: `not_json`, `not_streaming`, `tools`,
+    /// `grammar`, `json_schema`, `response_format`, `several_choices`,
+    /// `no_messages`.
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::NotJson => "not_json",
@@ -55,10 +63,12 @@ impl Refusal {
     }
 }
 
+// === Plan ===
+
 /// Top-level fields of a chat request carried into the continuation's
-/// `/completion` unchanged: sampling, stop strings, and `model` (a router
-/// llama-server needs it).
-const CARRIED: [&str; 31] = [
+/// `/completion` as the client sent them: sampling, stop strings, and
+/// `model` (a router-mode llama-server routes on it).
+const CARRIED: [&str; 30] = [
     "model",
     "temperature",
     "top_p",
@@ -89,19 +99,21 @@ const CARRIED: [&str; 31] = [
     "dynatemp_exponent",
     "top_n_sigma",
     "n_probs",
-    "n_keep",
 ];
 
 /// What a continuable chat request keeps for its continuation.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// The [`CARRIED`] fields the request set (not null).
     carried: Map<String, Value>,
     max_tokens: Option<u64>,
     include_usage: bool,
 }
 
-/// Reads a chat-completions request body; see [`Refusal`] for what is not
-/// continued.
+/// Reads a chat-completions request body. `Ok` when it is a JSON object
+/// with `"stream": true` and a non-empty `messages` array, and no tools,
+/// grammar, JSON schema, non-text response format or `n` above 1; the first
+/// [`Refusal`] that applies otherwise, checked in the enum's order.
 pub fn plan(body: &[u8]) -> Result<Plan, Refusal> {
     let Ok(Value::Object(req)) = serde_json::from_slice::<Value>(body) else {
         return Err(Refusal::NotJson);
@@ -110,13 +122,9 @@ pub fn plan(body: &[u8]) -> Result<Plan, Refusal> {
     if set("stream") != Some(&Value::Bool(true)) {
         return Err(Refusal::NotStreaming);
     }
-    if set("messages")
+    let tools = set("tools")
         .and_then(Value::as_array)
-        .is_none_or(Vec::is_empty)
-    {
-        return Err(Refusal::NoMessages);
-    }
-    let tools = set("tools").is_some_and(|t| t.as_array().is_none_or(|a| !a.is_empty()));
+        .is_some_and(|a| !a.is_empty());
     let choice = set("tool_choice").is_some_and(|c| c.as_str() != Some("none"));
     if tools || choice {
         return Err(Refusal::Tools);
@@ -127,17 +135,27 @@ pub fn plan(body: &[u8]) -> Result<Plan, Refusal> {
     if set("json_schema").is_some() {
         return Err(Refusal::JsonSchema);
     }
-    if set("response_format").is_some_and(|f| f["type"].as_str() != Some("text")) {
+    if set("response_format").is_some_and(|f| f.get("type").and_then(Value::as_str) != Some("text"))
+    {
         return Err(Refusal::ResponseFormat);
     }
-    if set("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+    // llama-server reads `n` as an integer, 2.0 included.
+    if set("n").and_then(Value::as_f64).is_some_and(|n| n > 1.0) {
         return Err(Refusal::SeveralChoices);
     }
-    let max_tokens = ["max_completion_tokens", "max_tokens"]
+    if set("messages")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        return Err(Refusal::NoMessages);
+    }
+    // As llama-server reads the limit: the first of these set, a negative
+    // one meaning no limit.
+    let max_tokens = ["n_predict", "max_completion_tokens", "max_tokens"]
         .iter()
-        .find_map(|k| set(k).and_then(Value::as_u64));
-    let include_usage = req
-        .get("stream_options")
+        .find_map(|k| set(k))
+        .and_then(Value::as_u64);
+    let include_usage = set("stream_options")
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
@@ -153,25 +171,29 @@ pub fn plan(body: &[u8]) -> Result<Plan, Refusal> {
 }
 
 impl Plan {
-    /// The client's limit: `max_completion_tokens`, else `max_tokens`.
+    /// The client's limit, as llama-server reads it: the first of
+    /// `n_predict`, `max_completion_tokens` and `max_tokens` that is set
+    /// (null ignored); `None` when none is, or it is negative: no limit.
     pub fn max_tokens(&self) -> Option<u64> {
         self.max_tokens
     }
 
-    /// The client asked for the usage chunk (`stream_options.include_usage`).
+    /// The client asked for the usage chunk (`stream_options.include_usage`
+    /// was `true`).
     pub fn include_usage(&self) -> bool {
         self.include_usage
     }
 
-    /// Tokens still to generate after `tokens_sent`; `None`: no limit.
+    /// Tokens still to generate after `tokens_sent`: the limit less what was
+    /// sent (`Some(0)` once it is reached), `None` without a limit.
     pub fn remaining(&self, tokens_sent: u64) -> Option<u64> {
         self.max_tokens.map(|m| m.saturating_sub(tokens_sent))
     }
 
-    /// The continuation's `POST /completion` body: prompt = `rendered`
-    /// followed by `sent_text`, streamed, the prompt cache on, `n_predict`
-    /// what is left (`-1`: no limit), the carried fields as the client sent
-    /// them.
+    /// The continuation's `POST /completion` body, compact JSON: `prompt`
+    /// is `rendered` followed by `sent_text`, `stream` and `cache_prompt`
+    /// are true, `n_predict` is [`Plan::remaining`] (`-1`: no limit), and
+    /// every carried field is the client's value, verbatim.
     pub fn completion_body(&self, rendered: &str, sent_text: &str, tokens_sent: u64) -> Vec<u8> {
         let mut body = self.carried.clone();
         let mut prompt = String::with_capacity(rendered.len() + sent_text.len());
@@ -184,11 +206,13 @@ impl Plan {
             .remaining(tokens_sent)
             .map_or(Value::from(-1), Value::from);
         body.insert("n_predict".into(), n_predict);
+        // A map of JSON values always serializes.
         serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
     }
 }
 
-/// The `prompt` of an `/apply-template` answer.
+/// The `prompt` string of an `/apply-template` answer (`{"prompt": "..."}`);
+/// `None` when the answer is not a JSON object with a string `prompt`.
 pub fn rendered_prompt(answer: &[u8]) -> Option<String> {
     match serde_json::from_slice::<Value>(answer).ok()? {
         Value::Object(mut o) => match o.remove("prompt")? {
@@ -199,23 +223,26 @@ pub fn rendered_prompt(answer: &[u8]) -> Option<String> {
     }
 }
 
-/// The identity of the client's stream, from its first chat chunk.
+// === StreamIds ===
+
+/// The identity of the client's stream, read from its first chat chunk.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamIds {
-    /// `id`.
+    /// `id`, shared by every chunk of the stream.
     pub id: String,
     /// `created` of the first chunk.
     pub created: i64,
     /// `model`.
     pub model: String,
-    /// `system_fingerprint`, when there was one.
+    /// `system_fingerprint`, when the chunk had one.
     pub system_fingerprint: Option<String>,
-    /// `choices[0].index`.
+    /// `choices[0].index` (0 when absent).
     pub index: u64,
 }
 
-/// Reads [`StreamIds`] from a chat chunk's data; `None` unless `id`,
-/// `created` and `model` are there.
+/// Reads [`StreamIds`] from a chat chunk's data (an SSE event's `data`,
+/// without `data: `); `None` unless it has a string `id`, an integer
+/// `created` and a string `model`.
 pub fn stream_ids(chunk_data: &[u8]) -> Option<StreamIds> {
     let v: Value = serde_json::from_slice(chunk_data).ok()?;
     Some(StreamIds {
@@ -226,11 +253,14 @@ pub fn stream_ids(chunk_data: &[u8]) -> Option<StreamIds> {
             .get("system_fingerprint")
             .and_then(Value::as_str)
             .map(str::to_string),
-        index: v["choices"][0]["index"].as_u64().unwrap_or(0),
+        index: v
+            .pointer("/choices/0/index")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
     })
 }
 
-/// Usage of the whole answer, for its usage chunk.
+/// Usage of the whole answer, for the final chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AnswerUsage {
     /// The conversation's prompt tokens.
@@ -239,6 +269,7 @@ pub struct AnswerUsage {
     pub completion_tokens: u64,
 }
 
+/// One choice of a chat chunk, fields in llama-server's order.
 #[derive(Serialize)]
 struct Choice<'a> {
     finish_reason: Option<&'a str>,
@@ -246,12 +277,14 @@ struct Choice<'a> {
     delta: Delta<'a>,
 }
 
+/// A choice's delta: `{"content": ...}`, or `{}` in the finish chunk.
 #[derive(Serialize)]
 struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
 }
 
+/// The usage object, fields in llama-server's order.
 #[derive(Serialize)]
 struct Usage {
     completion_tokens: u64,
@@ -274,7 +307,8 @@ struct Chunk<'a> {
 }
 
 impl StreamIds {
-    fn chunk<'a>(&'a self, choices: Vec<Choice<'a>>, usage: Option<Usage>) -> Vec<u8> {
+    /// One SSE event, `data: <chunk>\n\n`, with this stream's ids.
+    fn event(&self, choices: Vec<Choice<'_>>, usage: Option<Usage>) -> Vec<u8> {
         let c = Chunk {
             choices,
             created: self.created,
@@ -291,47 +325,48 @@ impl StreamIds {
         out
     }
 
-    /// One content event of the client's stream.
+    /// One content event of the client's stream:
+    /// `data: {"choices":[{"finish_reason":null,"index":I,"delta":{"content":TEXT}}],"created":C,"id":ID,"model":M,"system_fingerprint":F,"object":"chat.completion.chunk"}`
+    /// and a blank line, keys in llama-server's order, `system_fingerprint`
+    /// left out when there was none.
     pub fn content_event(&self, text: &str) -> Vec<u8> {
-        self.chunk(
-            vec![Choice {
-                finish_reason: None,
-                index: self.index,
-                delta: Delta {
-                    content: Some(text),
-                },
-            }],
-            None,
-        )
+        let delta = Delta {
+            content: Some(text),
+        };
+        self.event(vec![self.choice(None, delta)], None)
     }
 
-    /// The stream's end: the finish chunk, the usage chunk (when `usage`),
-    /// and `data: [DONE]`.
+    /// The stream's end: the finish chunk (`"delta":{}` and
+    /// `finish_reason`), then, when `usage` is given, the usage chunk
+    /// (`"choices":[]`, `"usage":{"completion_tokens","prompt_tokens","total_tokens"}`),
+    /// then `data: [DONE]`; each event ends with a blank line.
     pub fn finish_events(&self, finish_reason: &str, usage: Option<AnswerUsage>) -> Vec<u8> {
-        let mut out = self.chunk(
-            vec![Choice {
-                finish_reason: Some(finish_reason),
-                index: self.index,
-                delta: Delta { content: None },
-            }],
-            None,
-        );
+        let delta = Delta { content: None };
+        let mut out = self.event(vec![self.choice(Some(finish_reason), delta)], None);
         if let Some(u) = usage {
-            out.extend_from_slice(&self.chunk(
-                Vec::new(),
-                Some(Usage {
-                    completion_tokens: u.completion_tokens,
-                    prompt_tokens: u.prompt_tokens,
-                    total_tokens: u.prompt_tokens + u.completion_tokens,
-                }),
-            ));
+            let usage = Usage {
+                completion_tokens: u.completion_tokens,
+                prompt_tokens: u.prompt_tokens,
+                total_tokens: u.prompt_tokens.saturating_add(u.completion_tokens),
+            };
+            out.extend_from_slice(&self.event(Vec::new(), Some(usage)));
         }
         out.extend_from_slice(b"data: [DONE]\n\n");
         out
     }
+
+    /// This stream's choice with `finish_reason` and `delta`.
+    fn choice<'a>(&self, finish_reason: Option<&'a str>, delta: Delta<'a>) -> Choice<'a> {
+        Choice {
+            finish_reason,
+            index: self.index,
+            delta,
+        }
+    }
 }
 
-/// The OpenAI `finish_reason` for a native `stop_type`.
+/// The OpenAI `finish_reason` for a native `stop_type`: `"limit"` is
+/// `"length"`; `"eos"`, `"word"` and anything else are `"stop"`.
 pub fn finish_reason(stop_type: Option<&str>) -> &'static str {
     match stop_type {
         Some("limit") => "length",

@@ -1,11 +1,13 @@
-//! What can be continued, the continuation's bodies and the re-wrapped
-//! chunks.
+//! What can be continued, the continuation's bodies, the stream's ids and
+//! the re-wrapped chunks.
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::*;
 
+/// A continuable chat request with `extra`'s keys set over it (a null is
+/// sent as null).
 fn chat(extra: Value) -> Vec<u8> {
     let mut b = json!({
         "model": "m",
@@ -18,50 +20,99 @@ fn chat(extra: Value) -> Vec<u8> {
     serde_json::to_vec(&b).unwrap()
 }
 
+fn refusal(extra: Value) -> Refusal {
+    plan(&chat(extra)).unwrap_err()
+}
+
+// === plan ===
+
 #[test]
-fn every_refusal_in_order() {
-    assert_eq!(plan(b"[1]").unwrap_err(), Refusal::NotJson);
-    assert_eq!(plan(b"{").unwrap_err(), Refusal::NotJson);
-    assert_eq!(
-        plan(&chat(json!({"stream": false}))).unwrap_err(),
-        Refusal::NotStreaming
-    );
-    assert_eq!(
-        plan(&chat(json!({"stream": null}))).unwrap_err(),
-        Refusal::NotStreaming
-    );
-    assert_eq!(
-        plan(&chat(json!({"messages": []}))).unwrap_err(),
-        Refusal::NoMessages
-    );
+fn each_refusal_and_its_word() {
     let tool = json!([{"type": "function", "function": {"name": "f"}}]);
-    assert_eq!(
-        plan(&chat(json!({"tools": tool}))).unwrap_err(),
-        Refusal::Tools
-    );
-    assert_eq!(
-        plan(&chat(json!({"tool_choice": "auto"}))).unwrap_err(),
-        Refusal::Tools
-    );
-    assert_eq!(
-        plan(&chat(json!({"grammar": "root ::= \"a\""}))).unwrap_err(),
-        Refusal::Grammar
-    );
-    assert_eq!(
-        plan(&chat(json!({"json_schema": {}}))).unwrap_err(),
-        Refusal::JsonSchema
-    );
-    assert_eq!(
-        plan(&chat(json!({"response_format": {"type": "json_object"}}))).unwrap_err(),
-        Refusal::ResponseFormat
-    );
-    assert_eq!(
-        plan(&chat(json!({"n": 2}))).unwrap_err(),
-        Refusal::SeveralChoices
-    );
-    // The words are fixed.
-    let words: Vec<&str> = [
-        Refusal::NotJson,
+    let cases = [
+        (plan(b"[1]").unwrap_err(), Refusal::NotJson, "not_json"),
+        (
+            refusal(json!({"stream": false})),
+            Refusal::NotStreaming,
+            "not_streaming",
+        ),
+        (refusal(json!({"tools": tool})), Refusal::Tools, "tools"),
+        (
+            refusal(json!({"grammar": "root ::= \"a\""})),
+            Refusal::Grammar,
+            "grammar",
+        ),
+        (
+            refusal(json!({"json_schema": {}})),
+            Refusal::JsonSchema,
+            "json_schema",
+        ),
+        (
+            refusal(json!({"response_format": {"type": "json_object"}})),
+            Refusal::ResponseFormat,
+            "response_format",
+        ),
+        (
+            refusal(json!({"n": 2})),
+            Refusal::SeveralChoices,
+            "several_choices",
+        ),
+        (
+            refusal(json!({"messages": []})),
+            Refusal::NoMessages,
+            "no_messages",
+        ),
+    ];
+    for (got, want, word) in cases {
+        assert_eq!(got, want);
+        assert_eq!(got.as_str(), word);
+    }
+}
+
+#[test]
+fn other_shapes_of_each_refusal() {
+    for body in [&b"{"[..], b"", b"\"text\"", b"null", b"{\"stream\":true} x"] {
+        assert_eq!(plan(body).unwrap_err(), Refusal::NotJson, "{body:?}");
+    }
+    for stream in [json!(null), json!("true"), json!(1)] {
+        assert_eq!(refusal(json!({"stream": stream})), Refusal::NotStreaming);
+    }
+    let absent = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    assert_eq!(plan(absent).unwrap_err(), Refusal::NotStreaming);
+    for choice in [
+        json!("auto"),
+        json!("required"),
+        json!({"type": "function"}),
+    ] {
+        assert_eq!(refusal(json!({"tool_choice": choice})), Refusal::Tools);
+    }
+    assert_eq!(refusal(json!({"grammar": ""})), Refusal::Grammar);
+    for format in [
+        json!({"type": "json_schema", "json_schema": {"schema": {}}}),
+        json!({}),
+        json!("text"),
+    ] {
+        assert_eq!(
+            refusal(json!({"response_format": format})),
+            Refusal::ResponseFormat
+        );
+    }
+    assert_eq!(refusal(json!({"n": 2.0})), Refusal::SeveralChoices);
+    for messages in [json!(null), json!("hi"), json!({})] {
+        assert_eq!(refusal(json!({"messages": messages})), Refusal::NoMessages);
+    }
+    let absent = br#"{"model":"m","stream":true}"#;
+    assert_eq!(plan(absent).unwrap_err(), Refusal::NoMessages);
+}
+
+#[test]
+fn refusals_are_checked_in_the_enums_order() {
+    let every = json!({
+        "stream": false, "tool_choice": "auto", "grammar": "g", "json_schema": {},
+        "response_format": {"type": "json_object"}, "n": 3, "messages": [],
+    });
+    let mut body = every.as_object().unwrap().clone();
+    for want in [
         Refusal::NotStreaming,
         Refusal::Tools,
         Refusal::Grammar,
@@ -69,126 +120,229 @@ fn every_refusal_in_order() {
         Refusal::ResponseFormat,
         Refusal::SeveralChoices,
         Refusal::NoMessages,
-    ]
-    .iter()
-    .map(|r| r.as_str())
-    .collect();
-    assert_eq!(words.len(), 8);
-    assert!(words
-        .iter()
-        .all(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '_')));
+    ] {
+        assert_eq!(refusal(Value::Object(body.clone())), want);
+        // Lift the refusal just seen; the next one shows.
+        match want {
+            Refusal::NotStreaming => body.insert("stream".into(), json!(true)),
+            Refusal::Tools => body.remove("tool_choice"),
+            Refusal::Grammar => body.remove("grammar"),
+            Refusal::JsonSchema => body.remove("json_schema"),
+            Refusal::ResponseFormat => body.remove("response_format"),
+            Refusal::SeveralChoices => body.remove("n"),
+            _ => body.remove("messages"),
+        };
+    }
 }
 
 #[test]
 fn harmless_fields_are_accepted() {
     for extra in [
+        json!({}),
         json!({"tool_choice": "none"}),
-        json!({"tools": []}),
-        json!({"tools": null, "grammar": null, "json_schema": null}),
+        json!({"tools": [], "tool_choice": "none"}),
+        json!({"tools": null, "tool_choice": null, "grammar": null, "json_schema": null}),
         json!({"response_format": {"type": "text"}}),
+        json!({"response_format": null}),
         json!({"n": 1}),
+        json!({"n": null}),
     ] {
         assert!(plan(&chat(extra.clone())).is_ok(), "{extra}");
     }
 }
 
 #[test]
-fn limits_and_usage() {
-    let p = plan(&chat(
-        json!({"max_completion_tokens": 10, "max_tokens": 99}),
-    ))
-    .unwrap();
-    assert_eq!(p.max_tokens(), Some(10));
-    let p = plan(&chat(
-        json!({"max_completion_tokens": null, "max_tokens": 99}),
-    ))
-    .unwrap();
-    assert_eq!(p.max_tokens(), Some(99));
-    assert_eq!(p.remaining(40), Some(59));
-    assert_eq!(p.remaining(99), Some(0));
-    assert_eq!(p.remaining(500), Some(0));
-    let p = plan(&chat(json!({}))).unwrap();
-    assert_eq!(p.max_tokens(), None);
-    assert_eq!(p.remaining(40), None);
-    assert!(!p.include_usage());
-    let p = plan(&chat(json!({"stream_options": {"include_usage": true}}))).unwrap();
-    assert!(p.include_usage());
+fn the_limit_and_the_usage_flag() {
+    let limit = |extra| plan(&chat(extra)).unwrap().max_tokens();
+    assert_eq!(
+        limit(json!({"max_completion_tokens": 10, "max_tokens": 99})),
+        Some(10)
+    );
+    assert_eq!(
+        limit(json!({"max_completion_tokens": null, "max_tokens": 99})),
+        Some(99)
+    );
+    assert_eq!(limit(json!({"max_tokens": 0})), Some(0));
+    assert_eq!(limit(json!({"max_tokens": null})), None);
+    assert_eq!(limit(json!({"max_tokens": "12"})), None);
+    assert_eq!(limit(json!({})), None);
+
+    let usage = |extra| plan(&chat(extra)).unwrap().include_usage();
+    assert!(usage(json!({"stream_options": {"include_usage": true}})));
+    assert!(!usage(json!({"stream_options": {"include_usage": false}})));
+    assert!(!usage(json!({"stream_options": {}})));
+    assert!(!usage(json!({})));
 }
 
 #[test]
-fn the_completion_body_carries_sampling_and_nothing_else() {
+fn what_remains_of_the_limit() {
+    let p = plan(&chat(json!({"max_tokens": 100}))).unwrap();
+    assert_eq!(p.remaining(0), Some(100));
+    assert_eq!(p.remaining(40), Some(60));
+    assert_eq!(p.remaining(100), Some(0));
+    assert_eq!(p.remaining(u64::MAX), Some(0));
+    let unlimited = plan(&chat(json!({}))).unwrap();
+    assert_eq!(unlimited.remaining(40), None);
+}
+
+// === completion_body ===
+
+/// Every carried field, each with a value of its own.
+fn carried_values() -> Value {
+    json!({
+        "model": "router/tiny", "temperature": 0.5, "top_p": 0.9, "top_k": 3,
+        "min_p": 0.05, "typical_p": 0.95, "seed": 7, "stop": ["\n\n", "END"],
+        "ignore_eos": true, "presence_penalty": 0.25, "frequency_penalty": -0.5,
+        "repeat_penalty": 1.1, "repeat_last_n": 64, "penalize_nl": false,
+        "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2,
+        "dry_penalty_last_n": -1, "dry_sequence_breakers": ["\n", ":"],
+        "xtc_probability": 0.1, "xtc_threshold": 0.2, "mirostat": 2,
+        "mirostat_tau": 5.0, "mirostat_eta": 0.1, "logit_bias": {"15": -100},
+        "samplers": ["top_k", "temperature"], "dynatemp_range": 0.3,
+        "dynatemp_exponent": 1.5, "top_n_sigma": 1.0, "n_probs": 2,
+    })
+}
+
+#[test]
+fn the_completion_body_carries_sampling_verbatim() {
+    let carried = carried_values();
+    assert_eq!(carried.as_object().unwrap().len(), CARRIED.len());
+    let p = plan(&chat(carried.clone())).unwrap();
+    let v: Value = serde_json::from_slice(&p.completion_body("R", "S", 0)).unwrap();
+    for (k, want) in carried.as_object().unwrap() {
+        assert_eq!(&v[k], want, "{k}");
+    }
+    // Those four and nothing more.
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.retain(|k| !carried.as_object().unwrap().contains_key(*k));
+    keys.sort_unstable();
+    assert_eq!(keys, ["cache_prompt", "n_predict", "prompt", "stream"]);
+    assert_eq!(
+        (&v["stream"], &v["cache_prompt"]),
+        (&json!(true), &json!(true))
+    );
+}
+
+#[test]
+fn the_completion_body_leaves_the_chat_fields_out() {
     let p = plan(&chat(json!({
-        "max_tokens": 160, "temperature": 0.5, "top_k": 3, "seed": 7,
-        "stop": ["\n\n", "END"], "ignore_eos": true, "logit_bias": {"15": -100},
-        "stream_options": {"include_usage": true}, "logprobs": true,
-        "response_format": {"type": "text"}, "n": 1, "user": "u",
+        "tools": [], "tool_choice": "none", "stream_options": {"include_usage": true},
+        "response_format": {"type": "text"}, "n": 1, "logprobs": true, "top_logprobs": 2,
+        "max_tokens": 160, "max_completion_tokens": 160, "user": "u",
+        "temperature": null, "seed": null,
     })))
     .unwrap();
-    let rendered = "<|im_start|>user\nhi \"quoted\"<|im_end|>\n<|im_start|>assistant\n";
-    let sent = "Once upon a time — 灯台 🌊\n";
-    let v: Value = serde_json::from_slice(&p.completion_body(rendered, sent, 40)).unwrap();
-    assert_eq!(v["prompt"].as_str().unwrap(), format!("{rendered}{sent}"));
-    assert_eq!(v["stream"], true);
-    assert_eq!(v["cache_prompt"], true);
-    assert_eq!(v["n_predict"], 120);
-    assert_eq!(v["temperature"], 0.5);
-    assert_eq!(v["top_k"], 3);
-    assert_eq!(v["seed"], 7);
-    assert_eq!(v["stop"], json!(["\n\n", "END"]));
-    assert_eq!(v["ignore_eos"], true);
-    assert_eq!(v["logit_bias"], json!({"15": -100}));
-    assert_eq!(v["model"], "m");
+    let v: Value = serde_json::from_slice(&p.completion_body("R", "S", 40)).unwrap();
     for absent in [
         "messages",
+        "tools",
+        "tool_choice",
         "stream_options",
-        "logprobs",
         "response_format",
         "n",
-        "user",
+        "logprobs",
+        "top_logprobs",
         "max_tokens",
+        "max_completion_tokens",
+        "user",
+        "temperature",
+        "seed",
     ] {
         assert!(v.get(absent).is_none(), "{absent} carried");
     }
+    assert_eq!(v["n_predict"], 120);
+    assert_eq!(v["model"], "m");
+}
+
+#[test]
+fn the_prompt_is_the_rendering_then_the_text_sent() {
+    let p = plan(&chat(json!({"max_tokens": 10}))).unwrap();
+    let rendered = "<|im_start|>user\nhi \"quoted\" \\ back<|im_end|>\n<|im_start|>assistant\n";
+    let sent = "Once upon a time — 灯台 🌊 \"so\" \\n\u{0}\n";
+    let body = p.completion_body(rendered, sent, 10);
+    assert!(!body.contains(&b'\n'), "not compact");
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["prompt"].as_str().unwrap(), format!("{rendered}{sent}"));
+    assert_eq!(v["n_predict"], 0);
+
     let unlimited = plan(&chat(json!({}))).unwrap();
-    let v: Value = serde_json::from_slice(&unlimited.completion_body("a", "b", 3)).unwrap();
-    assert_eq!(v["n_predict"], -1);
-    assert_eq!(v["prompt"], "ab");
+    let v: Value = serde_json::from_slice(&unlimited.completion_body("", "", 3)).unwrap();
+    assert_eq!((&v["prompt"], &v["n_predict"]), (&json!(""), &json!(-1)));
 }
 
 #[test]
 fn the_rendered_prompt() {
-    assert_eq!(
-        rendered_prompt(br#"{"prompt":"a\nb"}"#).as_deref(),
-        Some("a\nb")
-    );
-    assert_eq!(rendered_prompt(br#"{"prompt":1}"#), None);
-    assert_eq!(rendered_prompt(br#"{"error":{"message":"x"}}"#), None);
-    assert_eq!(rendered_prompt(b"not json"), None);
-    assert_eq!(rendered_prompt(br#"["prompt"]"#), None);
+    let good = |a: &[u8]| rendered_prompt(a).unwrap();
+    assert_eq!(good(br#"{"prompt":"a\nb \u00e9 \"q\""}"#), "a\nb é \"q\"");
+    assert_eq!(good(br#"{"prompt":""}"#), "");
+    assert_eq!(good(br#"{"prompt":"p","extra":1}"#), "p");
+    for bad in [
+        &br#"{"prompt":1}"#[..],
+        br#"{"prompt":null}"#,
+        br#"{"prompt":["a"]}"#,
+        br#"{"error":{"code":400,"message":"x","type":"invalid_request_error"}}"#,
+        br#"["prompt"]"#,
+        b"\"prompt\"",
+        b"not json",
+        b"",
+    ] {
+        assert_eq!(
+            rendered_prompt(bad),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
 }
 
+// === stream_ids and the re-wrapped chunks ===
+
+/// A first chunk as llama-server writes it: the role, no content yet.
 const FIRST: &[u8] = br#"{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"created":1733300000,"id":"chatcmpl-abc","model":"tiny.gguf","system_fingerprint":"b1-x","object":"chat.completion.chunk"}"#;
+
+fn ids() -> StreamIds {
+    stream_ids(FIRST).unwrap()
+}
 
 #[test]
 fn stream_ids_from_the_first_chunk() {
-    let ids = stream_ids(FIRST).unwrap();
+    let want = StreamIds {
+        id: "chatcmpl-abc".into(),
+        created: 1_733_300_000,
+        model: "tiny.gguf".into(),
+        system_fingerprint: Some("b1-x".into()),
+        index: 0,
+    };
+    assert_eq!(ids(), want);
+    let two = stream_ids(br#"{"id":"a","created":1,"model":"m","choices":[{"index":2}]}"#);
     assert_eq!(
-        ids,
-        StreamIds {
-            id: "chatcmpl-abc".into(),
-            created: 1_733_300_000,
-            model: "tiny.gguf".into(),
-            system_fingerprint: Some("b1-x".into()),
-            index: 0,
-        }
+        two.map(|i| (i.index, i.system_fingerprint)),
+        Some((2, None))
     );
-    assert!(stream_ids(br#"{"id":"a","model":"m"}"#).is_none());
-    assert!(stream_ids(br#"{"id":"a","created":"x","model":"m"}"#).is_none());
-    assert!(stream_ids(b"[DONE]").is_none());
-    let two = stream_ids(br#"{"id":"a","created":1,"model":"m","choices":[{"index":2}]}"#).unwrap();
-    assert_eq!((two.index, two.system_fingerprint), (2, None));
+    let bare = stream_ids(br#"{"id":"a","created":1,"model":"m","choices":[]}"#);
+    assert_eq!(bare.map(|i| i.index), Some(0));
 }
 
+#[test]
+fn stream_ids_need_id_created_and_model() {
+    for bad in [
+        &br#"{"created":1,"model":"m"}"#[..],
+        br#"{"id":"a","model":"m"}"#,
+        br#"{"id":"a","created":1}"#,
+        br#"{"id":1,"created":1,"model":"m"}"#,
+        br#"{"id":"a","created":"1","model":"m"}"#,
+        br#"{"id":"a","created":1.5,"model":"m"}"#,
+        br#"{"id":"a","created":1,"model":null}"#,
+        b"[DONE]",
+        b"data: {}",
+        &FIRST[..FIRST.len() - 1],
+        b"",
+    ] {
+        assert_eq!(stream_ids(bad), None, "{:?}", String::from_utf8_lossy(bad));
+    }
+}
+
+/// The `data` of each SSE event in `bytes`.
 fn events(bytes: &[u8]) -> Vec<String> {
     let s = std::str::from_utf8(bytes).unwrap();
     assert!(s.ends_with("\n\n"), "{s:?}");
@@ -197,60 +351,101 @@ fn events(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn content_events_keep_the_stream_and_round_trip_the_text() {
-    let ids = stream_ids(FIRST).unwrap();
-    for text in [
-        "plain",
-        "quote \" and \\ back",
-        "line\nbreak\r\n",
-        "emoji 🌊 灯台",
-        "\u{1}\u{1f}ctl",
-    ] {
-        let e = events(&ids.content_event(text));
-        assert_eq!(e.len(), 1);
-        let v: Value = serde_json::from_str(&e[0]).unwrap();
-        assert_eq!(v["choices"][0]["delta"]["content"], text);
-        assert_eq!(v["choices"][0]["finish_reason"], Value::Null);
-        assert_eq!(v["choices"][0]["index"], 0);
-        assert_eq!(
-            (v["id"].as_str(), v["created"].as_i64()),
-            (Some("chatcmpl-abc"), Some(1_733_300_000))
-        );
-        assert_eq!(v["model"], "tiny.gguf");
-        assert_eq!(v["system_fingerprint"], "b1-x");
-        assert_eq!(v["object"], "chat.completion.chunk");
-        assert!(v.get("usage").is_none());
-    }
-    // The key order is llama-server's.
-    let e = String::from_utf8(ids.content_event("x")).unwrap();
-    assert!(e.starts_with(r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"x"}}],"created":1733300000,"id":"chatcmpl-abc""#), "{e}");
+/// The one chunk of a single event, with this stream's ids.
+fn chunk_of(data: &str) -> Value {
+    let v: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(v["id"], "chatcmpl-abc");
+    assert_eq!(v["created"], 1_733_300_000);
+    assert_eq!(v["model"], "tiny.gguf");
+    assert_eq!(v["system_fingerprint"], "b1-x");
+    assert_eq!(v["object"], "chat.completion.chunk");
+    v
 }
 
 #[test]
-fn the_end_of_the_stream() {
-    let ids = stream_ids(FIRST).unwrap();
-    let e = events(&ids.finish_events("length", None));
-    assert_eq!(e.len(), 2);
-    let fin: Value = serde_json::from_str(&e[0]).unwrap();
-    assert_eq!(fin["choices"][0]["finish_reason"], "length");
-    assert_eq!(fin["choices"][0]["delta"], json!({}));
-    assert_eq!(e[1], "[DONE]");
+fn a_content_event_is_llama_servers_chunk() {
+    let e = String::from_utf8(ids().content_event("Hi")).unwrap();
+    assert_eq!(
+        e,
+        "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":\"Hi\"}}],\
+         \"created\":1733300000,\"id\":\"chatcmpl-abc\",\"model\":\"tiny.gguf\",\
+         \"system_fingerprint\":\"b1-x\",\"object\":\"chat.completion.chunk\"}\n\n"
+    );
+    let plain = StreamIds {
+        system_fingerprint: None,
+        index: 3,
+        ..ids()
+    };
+    let e = String::from_utf8(plain.content_event("Hi")).unwrap();
+    assert!(!e.contains("system_fingerprint"), "{e}");
+    assert!(e.contains(r#""index":3,"#), "{e}");
+    assert!(e.contains(r#""model":"tiny.gguf","object":"#), "{e}");
+}
 
+#[test]
+fn content_events_round_trip_the_text() {
+    for text in [
+        "",
+        "quote \" and \\ back \\n",
+        "line\nbreak\r\n\n\ttab",
+        "emoji 🌊 灯台 é",
+        "\u{0}\u{1}\u{1f}\u{7f}ctl",
+        "data: [DONE]\n\n",
+    ] {
+        let e = events(&ids().content_event(text));
+        assert_eq!(e.len(), 1, "{text:?}");
+        let v = chunk_of(&e[0]);
+        assert_eq!(v["choices"][0]["delta"], json!({"content": text}));
+        assert_eq!(v["choices"][0]["finish_reason"], Value::Null);
+        assert_eq!(v["choices"][0]["index"], 0);
+        assert!(v.get("usage").is_none());
+    }
+}
+
+#[test]
+fn the_end_without_usage() {
+    let e = events(&ids().finish_events("length", None));
+    assert_eq!(e.len(), 2);
+    let fin = chunk_of(&e[0]);
+    assert_eq!(
+        fin["choices"],
+        json!([{"finish_reason": "length", "index": 0, "delta": {}}])
+    );
+    assert!(fin.get("usage").is_none());
+    assert!(e[0].starts_with(r#"{"choices":[{"finish_reason":"length","index":0,"delta":{}}],"#));
+    assert_eq!(e[1], "[DONE]");
+}
+
+#[test]
+fn the_end_with_usage() {
     let usage = AnswerUsage {
         prompt_tokens: 30,
         completion_tokens: 160,
     };
-    let e = events(&ids.finish_events("stop", Some(usage)));
+    let e = events(&ids().finish_events("stop", Some(usage)));
     assert_eq!(e.len(), 3);
-    let u: Value = serde_json::from_str(&e[1]).unwrap();
+    assert_eq!(chunk_of(&e[0])["choices"][0]["finish_reason"], "stop");
+    let u = chunk_of(&e[1]);
     assert_eq!(u["choices"], json!([]));
     assert_eq!(
         u["usage"],
         json!({"completion_tokens": 160, "prompt_tokens": 30, "total_tokens": 190})
     );
-    assert_eq!(u["id"], "chatcmpl-abc");
+    // llama-server's key order, usage last.
+    assert!(e[1].starts_with(r#"{"choices":[],"created":"#), "{}", e[1]);
+    assert!(
+        e[1].ends_with(r#""object":"chat.completion.chunk","usage":{"completion_tokens":160,"prompt_tokens":30,"total_tokens":190}}"#),
+        "{}",
+        e[1]
+    );
     assert_eq!(e[2], "[DONE]");
+
+    let huge = AnswerUsage {
+        prompt_tokens: u64::MAX,
+        completion_tokens: 1,
+    };
+    let e = events(&ids().finish_events("stop", Some(huge)));
+    assert_eq!(chunk_of(&e[1])["usage"]["total_tokens"], u64::MAX);
 }
 
 #[test]
@@ -258,16 +453,31 @@ fn native_stop_types_become_finish_reasons() {
     assert_eq!(finish_reason(Some("limit")), "length");
     assert_eq!(finish_reason(Some("eos")), "stop");
     assert_eq!(finish_reason(Some("word")), "stop");
+    assert_eq!(finish_reason(Some("none")), "stop");
     assert_eq!(finish_reason(None), "stop");
 }
 
 proptest! {
     #[test]
     fn any_text_round_trips(text in any::<String>()) {
-        let ids = stream_ids(FIRST).unwrap();
-        let e = events(&ids.content_event(&text));
+        let e = events(&ids().content_event(&text));
         prop_assert_eq!(e.len(), 1);
         let v: Value = serde_json::from_str(&e[0]).unwrap();
         prop_assert_eq!(v["choices"][0]["delta"]["content"].as_str(), Some(text.as_str()));
     }
+}
+
+#[test]
+fn the_limit_is_read_as_llama_server_reads_it() {
+    let limit = |extra: Value| plan(&chat(extra)).unwrap().max_tokens();
+    assert_eq!(limit(json!({"n_predict": 50, "max_tokens": 99})), Some(50));
+    assert_eq!(
+        limit(json!({"n_predict": null, "max_tokens": 99})),
+        Some(99)
+    );
+    assert_eq!(
+        limit(json!({"max_completion_tokens": -1, "max_tokens": 99})),
+        None
+    );
+    assert_eq!(limit(json!({"n_predict": -1})), None);
 }
