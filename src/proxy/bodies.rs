@@ -60,7 +60,9 @@ pub fn request_chunk(
         } else {
             ctx.request = request::inspect_body(&ctx.body);
         }
-        let body = Bytes::from(std::mem::take(&mut ctx.body));
+        let mut body = std::mem::take(&mut ctx.body);
+        body.shrink_to_fit();
+        let body = Bytes::from(body);
         continuation::keep_body(ctx, config.continuation.enabled, Some(body));
     } else if end_of_stream && ctx.body_truncated {
         continuation::keep_body(ctx, config.continuation.enabled, None);

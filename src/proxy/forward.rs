@@ -239,6 +239,8 @@ async fn respond(
     // first token makes `continuation.stall_ms` its limit: only while
     // another upstream could take the answer, since a stall cut with
     // nowhere to go would only lose it).
+    // A continuation's future is boxed where it starts: it is large, and
+    // every held stream's future would otherwise carry its size.
     let armed = continuation::armed(steps, ctx) && ctx.observer.is_some();
     let mut timeout = peer.options.read_timeout.unwrap_or(Duration::MAX);
     let mut last = Instant::now();
@@ -253,7 +255,7 @@ async fn respond(
                     chunk
                 }
                 Err(e) if armed => {
-                    return continuation::resume(steps, session, ctx, Reason::UpstreamDied, e).await;
+                    return Box::pin(continuation::resume(steps, session, ctx, Reason::UpstreamDied, e)).await;
                 }
                 Err(e) => return Err(e),
             },
@@ -269,7 +271,7 @@ async fn respond(
                     )
                     .into_up();
                     if armed {
-                        return continuation::resume(steps, session, ctx, Reason::Stalled, e).await;
+                        return Box::pin(continuation::resume(steps, session, ctx, Reason::Stalled, e)).await;
                     }
                     return Err(e);
                 }
@@ -314,7 +316,14 @@ async fn respond(
                 "the upstream ended the stream before its terminal event",
             )
             .into_up();
-            return continuation::resume(steps, session, ctx, Reason::UpstreamDied, e).await;
+            return Box::pin(continuation::resume(
+                steps,
+                session,
+                ctx,
+                Reason::UpstreamDied,
+                e,
+            ))
+            .await;
         }
         if armed
             && timeout != steps.config.continuation.stall
