@@ -54,6 +54,20 @@ fn proxy(servers: &[LlamaServer], config: &str) -> (Llamatap, otlp::Received) {
     (p, spans)
 }
 
+/// The scrape once `llamatap_continuations_total{reason,result}` counts
+/// one (the client sees the end of the answer before llamatap records the
+/// request), or the last scrape after 10 s.
+fn after_count(p: &Llamatap, reason: &str, result: &str) -> String {
+    let labels = [
+        format!("reason=\"{reason}\""),
+        format!("result=\"{result}\""),
+    ];
+    p.wait_metrics(Duration::from_secs(10), |m| {
+        let l: Vec<&str> = labels.iter().map(String::as_str).collect();
+        metric_series(m, "llamatap_continuations_total", &l).is_some_and(|v| v >= 1.0)
+    })
+}
+
 /// One streamed chat answer as the client saw it.
 #[derive(Debug, Default)]
 struct Seen {
@@ -255,7 +269,7 @@ fn a_killed_upstream_mid_answer_is_continued_on_the_other() {
         fleet::tail_chars(&text, 400),
         whole.text() == text,
     );
-    let m = p.metrics();
+    let m = after_count(&p, "upstream_died", "continued");
     assert_eq!(
         metric_series(
             &m,
@@ -333,7 +347,7 @@ fn a_stopped_upstream_is_continued_after_stall_ms() {
         gap >= Duration::from_millis(1500) && gap < Duration::from_secs(8),
         "gap {gap:?}"
     );
-    let m = p.metrics();
+    let m = after_count(&p, "stalled", "continued");
     assert_eq!(
         metric_series(
             &m,
@@ -367,7 +381,7 @@ fn a_request_with_tools_still_ends_with_the_error_event() {
         fleet::tail_chars(&seen.raw, 600)
     );
     assert!(!seen.done, "a cut answer must not end with [DONE]");
-    let m = p.metrics();
+    let m = after_count(&p, "upstream_died", "not_continuable");
     assert_eq!(
         metric_series(
             &m,
