@@ -240,3 +240,37 @@ fn finish_reasons_are_capped_in_number_and_length() {
         .iter()
         .all(|r| r.len() <= crate::record::MAX_NAME_BYTES && r.starts_with("zzz")));
 }
+
+#[test]
+fn the_transcript_keeps_the_text_sent_at_every_cut() {
+    let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}],\"id\":\"c1\",\"created\":5,\"model\":\"tiny.gguf\"}\n\n";
+    let body = format!("{role}{}{}{}", chat("Once"), chat(" upon"), chat(" a \"time\"\n"));
+    let bytes = body.as_bytes();
+    let now = Instant::now();
+    // Not kept unless asked.
+    let mut plain = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    plain.on_chunk(bytes, now);
+    assert!(plain.transcript().is_none());
+    // Every cut of the bytes gives the same transcript.
+    for cut in 0..=bytes.len() {
+        let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+        o.keep_transcript(1 << 20);
+        o.on_chunk(&bytes[..cut], now);
+        o.on_chunk(&bytes[cut..], now);
+        let t = o.transcript().unwrap();
+        assert_eq!(t.text, "Once upon a \"time\"\n", "cut at {cut}");
+        assert_eq!(t.first_event.as_deref(), Some(&role.as_bytes()[6..role.len() - 2]));
+        assert!(!t.hidden && !t.overflow);
+    }
+    // Reasoning tokens mark it; a text over the limit is dropped, marked.
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.keep_transcript(6);
+    o.on_chunk(chat("Once").as_bytes(), now);
+    assert_eq!(o.transcript().unwrap().text, "Once");
+    o.on_chunk(chat(" upon").as_bytes(), now);
+    let t = o.transcript().unwrap();
+    assert!(t.overflow && t.text.is_empty());
+    let thinking = "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
+    o.on_chunk(thinking.as_bytes(), now);
+    assert!(o.transcript().unwrap().hidden);
+}
