@@ -244,7 +244,12 @@ fn finish_reasons_are_capped_in_number_and_length() {
 #[test]
 fn the_transcript_keeps_the_text_sent_at_every_cut() {
     let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}],\"id\":\"c1\",\"created\":5,\"model\":\"tiny.gguf\"}\n\n";
-    let body = format!("{role}{}{}{}", chat("Once"), chat(" upon"), chat(" a \"time\"\n"));
+    let body = format!(
+        "{role}{}{}{}",
+        chat("Once"),
+        chat(" upon"),
+        chat(" a \"time\"\n")
+    );
     let bytes = body.as_bytes();
     let now = Instant::now();
     // Not kept unless asked.
@@ -259,7 +264,10 @@ fn the_transcript_keeps_the_text_sent_at_every_cut() {
         o.on_chunk(&bytes[cut..], now);
         let t = o.transcript().unwrap();
         assert_eq!(t.text, "Once upon a \"time\"\n", "cut at {cut}");
-        assert_eq!(t.first_event.as_deref(), Some(&role.as_bytes()[6..role.len() - 2]));
+        assert_eq!(
+            t.first_event.as_deref(),
+            Some(&role.as_bytes()[6..role.len() - 2])
+        );
         assert!(!t.hidden && !t.overflow);
     }
     // Reasoning tokens mark it; a text over the limit is dropped, marked.
@@ -270,7 +278,8 @@ fn the_transcript_keeps_the_text_sent_at_every_cut() {
     o.on_chunk(chat(" upon").as_bytes(), now);
     let t = o.transcript().unwrap();
     assert!(t.overflow && t.text.is_empty());
-    let thinking = "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
+    let thinking =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
     o.on_chunk(thinking.as_bytes(), now);
     assert!(o.transcript().unwrap().hidden);
 }
