@@ -63,9 +63,7 @@ pub fn request_chunk(
         let mut body = std::mem::take(&mut ctx.body);
         body.shrink_to_fit();
         let body = Bytes::from(body);
-        continuation::keep_body(ctx, config.continuation.enabled, Some(body));
-    } else if end_of_stream && ctx.body_truncated {
-        continuation::keep_body(ctx, config.continuation.enabled, None);
+        continuation::keep_body(ctx, config.continuation.enabled, body);
     }
     Ok(())
 }

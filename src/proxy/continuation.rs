@@ -44,9 +44,9 @@ const MAX_EVENT_BYTES: usize = 1 << 20;
 /// What a continuable request keeps while its answer streams.
 #[derive(Debug, Default)]
 pub struct Resume {
-    /// The request body as received; `None` when it outgrew
-    /// `telemetry.max_inspect_bytes`.
-    pub body: Option<Bytes>,
+    /// The request body as received (kept only when within
+    /// `telemetry.max_inspect_bytes`).
+    pub body: Bytes,
     /// Continuations so far (the telemetry's record of each).
     pub log: Vec<Continued>,
     /// Continuations done.
@@ -238,11 +238,7 @@ async fn once(
 fn what_to_continue(
     ctx: &RequestCtx,
 ) -> std::result::Result<(Plan, StreamIds, String), &'static str> {
-    let body = ctx
-        .resume
-        .as_ref()
-        .and_then(|r| r.body.as_ref())
-        .ok_or("body_not_kept")?;
+    let body = &ctx.resume.as_ref().ok_or("not_kept")?.body;
     let plan = plan::plan(body).map_err(|r| r.as_str())?;
     let observer = ctx.observer.as_ref().ok_or("not_observed")?;
     if observer.mid_event() {
@@ -269,7 +265,7 @@ fn what_to_continue(
 fn plan_body(ctx: &RequestCtx) -> Bytes {
     ctx.resume
         .as_ref()
-        .and_then(|r| r.body.clone())
+        .map(|r| r.body.clone())
         .unwrap_or_default()
 }
 
@@ -476,7 +472,7 @@ fn ended() -> Box<Error> {
 
 /// Keeps the body of a chat stream that may be continued (called when the
 /// request body is whole).
-pub(super) fn keep_body(ctx: &mut RequestCtx, enabled: bool, body: Option<Bytes>) {
+pub(super) fn keep_body(ctx: &mut RequestCtx, enabled: bool, body: Bytes) {
     if enabled
         && ctx.route == crate::request::Route::ChatCompletions
         && ctx.request.stream == Some(true)

@@ -241,9 +241,12 @@ async fn respond(
     // nowhere to go would only lose it).
     // A continuation's future is boxed where it starts: it is large, and
     // every held stream's future would otherwise carry its size.
+    // Whether another upstream could take the answer is asked at most once
+    // per `stall_ms` (it reads the fleet's members), not per chunk.
     let armed = continuation::armed(steps, ctx) && ctx.observer.is_some();
     let mut timeout = peer.options.read_timeout.unwrap_or(Duration::MAX);
     let mut last = Instant::now();
+    let mut next_ask = last;
     let stall = tokio::time::sleep_until(deadline(last, timeout));
     tokio::pin!(stall);
     while !end {
@@ -325,13 +328,14 @@ async fn respond(
             ))
             .await;
         }
-        if armed
-            && timeout != steps.config.continuation.stall
-            && has_tokens(ctx)
-            && continuation::elsewhere(steps, ctx)
-        {
-            timeout = steps.config.continuation.stall;
-            stall.as_mut().reset(deadline(last, timeout));
+        let stall_ms = steps.config.continuation.stall;
+        if armed && timeout != stall_ms && last >= next_ask && has_tokens(ctx) {
+            if continuation::elsewhere(steps, ctx) {
+                timeout = stall_ms;
+                stall.as_mut().reset(deadline(last, timeout));
+            } else {
+                next_ask = last + stall_ms;
+            }
         }
     }
     if bodiless_answer {
