@@ -332,10 +332,27 @@ impl Fleet {
             .fetch_add(1, Ordering::Relaxed)
             .min(5);
         let backoff = (EJECT_BASE * 2u32.pow(n)).min(EJECT_MAX);
-        let until = self
-            .now_ms()
-            .saturating_add(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
+        let now = self.now_ms();
+        if !self.ejected(&m) {
+            m.ejected_since_ms.store(now, Ordering::Relaxed);
+        }
+        let until = now.saturating_add(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
         m.ejected_until_ms.store(until.max(1), Ordering::Relaxed);
+    }
+
+    /// How long member `i` has been on its way out without a break: draining
+    /// (its address left its name's answer), or ejected; `None` when it is
+    /// neither (or gone).
+    pub fn away_for(&self, i: usize) -> Option<Duration> {
+        let m = self.member(i)?;
+        if let Some(d) = m.draining_for() {
+            return Some(d);
+        }
+        if !self.ejected(&m) {
+            return None;
+        }
+        let since = m.ejected_since_ms.load(Ordering::Relaxed);
+        Some(Duration::from_millis(self.now_ms().saturating_sub(since)))
     }
 
     /// A response arrived from member `i` that shows it well: its failure

@@ -24,6 +24,7 @@ mod continuation;
 pub mod errors;
 mod forward;
 mod guard;
+pub mod moves;
 mod outcome;
 mod reply;
 mod request_head;
@@ -63,6 +64,11 @@ impl LlamaProxy {
         LlamaProxy {
             steps: Steps::new(config, telemetry, fleet),
         }
+    }
+
+    /// The answers that can be told to move, for the drain watch.
+    pub fn moves(&self) -> Arc<moves::Moves> {
+        Arc::clone(&self.steps.moves)
     }
 }
 

@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::fleet::watch::UpstreamWatch;
 use crate::fleet::Fleet;
 use crate::pidfile::{PidFile, PidFileError};
+use crate::proxy::moves::DrainWatch;
 use crate::proxy::LlamaProxy;
 use crate::shutdown::Signals;
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -105,6 +106,18 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     server.bootstrap();
 
     let proxy = LlamaProxy::new(config.clone(), telemetry.clone(), fleet.clone());
+    // Answers on a member that drains move to another after
+    // `continuation.drain_after_ms` (fleets only).
+    let drains = (fleet.is_fleet() && config.continuation.enabled).then(|| {
+        background_service(
+            "llamatap drain watch",
+            DrainWatch {
+                moves: proxy.moves(),
+                fleet: fleet.clone(),
+                after: config.continuation.drain_after,
+            },
+        )
+    });
     let mut proxy_service = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
         proxy,
@@ -138,6 +151,9 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     server.add_service(proxy_service);
     server.add_service(admin_service);
     server.add_service(watch);
+    if let Some(d) = drains {
+        server.add_service(d);
+    }
     // One line for the start, with what an operator checks first.
     let fleet = config.upstreams.len() > 1;
     tracing::info!(

@@ -1,9 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Stream continuation against real llama-servers: an answer whose
-//! llama-server is killed (SIGKILL) or stopped (SIGSTOP) mid-answer goes on
-//! from the other one, and the client sees one unbroken stream; a request
-//! that cannot be continued in meaning (tools) still ends with the error
-//! event.
+//! llama-server is killed (SIGKILL) or stopped (SIGSTOP) mid-answer, or
+//! whose member drains (its address leaves the DNS answer), goes on from
+//! the other one, and the client sees one unbroken stream; a request that
+//! cannot be continued in meaning (tools) still ends with the error event.
 //!
 //! Two llama-servers with the slow model (about 10 tokens/s with one
 //! thread), greedy sampling and `ignore_eos`, so that an answer of 160
@@ -13,7 +13,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::fleet::{self, serial, start_servers, upstream_name, upstream_up};
+use common::dns::DnsServer;
+use common::fleet::{self, serial, start_servers, upstream_name, upstream_up, FLEET_ARGS};
 use common::http;
 use common::llama::LlamaServer;
 use common::otlp;
@@ -390,4 +391,123 @@ fn a_request_with_tools_still_ends_with_the_error_event() {
         ),
         Some(1.0)
     );
+}
+
+/// Two slow llama-servers on one port at 127.0.0.2 and .3, served under
+/// one DNS name.
+fn named_servers() -> Vec<LlamaServer> {
+    for _ in 0..5 {
+        let port = common::free_port();
+        let started: Vec<LlamaServer> = std::thread::scope(|s| {
+            let hs: Vec<_> = ["127.0.0.2", "127.0.0.3"]
+                .iter()
+                .map(|h| {
+                    s.spawn(move || {
+                        std::panic::catch_unwind(|| {
+                            LlamaServer::start_at("slow", &FLEET_ARGS, h, port)
+                        })
+                        .ok()
+                    })
+                })
+                .collect();
+            hs.into_iter().filter_map(|h| h.join().unwrap()).collect()
+        });
+        if started.len() == 2 {
+            return started;
+        }
+    }
+    panic!("could not start two llama-servers on one port");
+}
+
+#[test]
+fn an_answer_on_a_member_that_leaves_the_dns_answer_moves_after_drain_after_ms() {
+    let _serial = serial();
+    let servers = named_servers();
+    let port = servers[0].port;
+    let hosts = ["127.0.0.2", "127.0.0.3"];
+    let zone = |hosts: &[&str]| json!({"ttl": 0, "names": {"llama.test.": hosts}});
+    let dns = DnsServer::start("continuation-drain", &zone(&hosts));
+    let config = common::temp_config(
+        "continuation-drain",
+        &format!(
+            "[discovery]\nresolver = \"127.0.0.1:{}\"\nmin_refresh_ms = 100\nmax_refresh_ms = 500\n\
+             [continuation]\ndrain_after_ms = 1500\n",
+            dns.port()
+        ),
+    );
+    let p = Llamatap::start(
+        &format!("dns+http://llama.test:{port}"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let names: Vec<String> = hosts.iter().map(|h| format!("{h}:{port}")).collect();
+    let up = |m: &str, name: &str| {
+        metric_series(
+            m,
+            "llamatap_upstream_up",
+            &[&format!("upstream=\"{name}\"")],
+        )
+    };
+    let ready = fleet::wait_for(Duration::from_secs(30), || {
+        let m = p.metrics();
+        names.iter().all(|n| up(&m, n) == Some(1.0))
+    });
+    assert!(ready.is_some(), "members never up:\n{}", p.stderr());
+
+    let mut removed = None;
+    let mut leaving = None;
+    let seen = stream(&p.addr(), &body(json!({})), CUT_AFTER, || {
+        let v = busy(&servers);
+        dns.set_zone(&zone(&[hosts[1 - v]]));
+        removed = Some(Instant::now());
+        leaving = Some(v);
+    });
+    let v = leaving.expect("never removed");
+    let removed = removed.unwrap();
+    assert_whole(&seen, "moved off a draining member");
+    let gap = seen.max_gap();
+    assert!(gap < Duration::from_secs(5), "gap around the move {gap:?}");
+    // The answer moved, not finished where it was: the draining member
+    // stopped generating for it (llama-server cancelled), and the move
+    // came within drain_after_ms (plus a DNS round and a watch tick) of the
+    // removal.
+    let m = after_count(&p, "drained", "continued");
+    assert_eq!(
+        metric_series(
+            &m,
+            "llamatap_continuations_total",
+            &["reason=\"drained\"", "result=\"continued\""]
+        ),
+        Some(1.0),
+        "{}",
+        p.stderr()
+    );
+    let moved_by = seen
+        .contents
+        .windows(2)
+        .max_by_key(|w| w[1].0 - w[0].0)
+        .map(|w| w[0].0)
+        .unwrap();
+    let after_removal = moved_by.saturating_duration_since(removed);
+    eprintln!(
+        "removed {} after {CUT_AFTER} events; moved {after_removal:?} later; longest gap {gap:?}",
+        names[v]
+    );
+    assert!(
+        after_removal < Duration::from_millis(1500) + Duration::from_secs(4),
+        "moved {after_removal:?} after the removal"
+    );
+    // The drained member's slot stopped when the answer moved: it decoded
+    // only the part before the move.
+    let decoded_there = servers[v].metric("llamacpp:n_decode_total") as u64;
+    let decoded_other = servers[1 - v].metric("llamacpp:n_decode_total") as u64;
+    eprintln!("decode calls: {decoded_there} on the drained member, {decoded_other} on the other");
+    assert!(
+        decoded_there < ANSWER_TOKENS as u64 - 20,
+        "the drained member decoded {decoded_there} tokens: it went on generating"
+    );
+    // With nothing in flight, the member leaves.
+    let left = fleet::wait_for(Duration::from_secs(30), || {
+        up(&p.metrics(), &names[v]).is_none()
+    });
+    assert!(left.is_some(), "{} never left:\n{}", names[v], p.metrics());
 }

@@ -66,8 +66,53 @@ fn body(prompt: &str, max_tokens: u32) -> String {
         "max_tokens": max_tokens,
         "ignore_eos": true,
         "stream": true,
+        "stream_options": {"include_usage": true},
     })
     .to_string()
+}
+
+/// Why a streamed answer is not one whole answer of `max_tokens` tokens
+/// (one id, no error event, `[DONE]` last, content events and
+/// `usage.completion_tokens` within 3% of `max_tokens`), if it is not.
+fn not_whole(a: &Answer, max_tokens: u32) -> Option<String> {
+    let data = http::sse_data(a.body.as_bytes());
+    let mut ids = Vec::new();
+    let mut events = 0u64;
+    let mut completion = None;
+    for d in &data {
+        let Ok(v) = serde_json::from_str::<Value>(d) else {
+            continue;
+        };
+        if v.get("error").is_some() {
+            return Some(format!("an error event: {d}"));
+        }
+        if let Some(id) = v["id"].as_str() {
+            if !ids.iter().any(|i| i == id) {
+                ids.push(id.to_string());
+            }
+        }
+        if v["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty())
+        {
+            events += 1;
+        }
+        if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+            completion = Some(n);
+        }
+    }
+    let near = |n: u64| (n as f64 - f64::from(max_tokens)).abs() <= f64::from(max_tokens) * 0.03;
+    if data.last().map(String::as_str) != Some("[DONE]") {
+        Some("no [DONE] at the end".into())
+    } else if ids.len() != 1 {
+        Some(format!("ids {ids:?}"))
+    } else if !near(events) {
+        Some(format!("{events} content events"))
+    } else if !completion.is_some_and(near) {
+        Some(format!("usage.completion_tokens {completion:?}"))
+    } else {
+        None
+    }
 }
 
 /// Sends a streamed chat request with `headers` and reads the whole answer.
@@ -573,6 +618,8 @@ struct Flood {
     batch_tokens: u64,
     wall: Duration,
     errors: usize,
+    /// Batch answers (status 200) that were not whole, and why.
+    broken: Vec<String>,
 }
 
 /// Runs `flooders` batch clients in a loop against `addr`, and sends
@@ -589,15 +636,17 @@ fn flood(
     let stop = Arc::new(AtomicBool::new(false));
     let tokens = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    let broken = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sent = Arc::new(AtomicU64::new(0));
     let hs: Vec<_> = (0..flooders)
         .map(|i| {
-            let (a, s, t, e, c) = (
+            let (a, s, t, e, c, b) = (
                 addr.to_string(),
                 stop.clone(),
                 tokens.clone(),
                 errors.clone(),
                 sent.clone(),
+                broken.clone(),
             );
             std::thread::spawn(move || {
                 let mut n = 0;
@@ -607,6 +656,8 @@ fn flood(
                     let r = chat_counting(&a, batch_headers, &prompt, 160, Some(&t));
                     if r.status != 200 {
                         e.fetch_add(1, Ordering::Relaxed);
+                    } else if let Some(why) = not_whole(&r, 160) {
+                        b.lock().unwrap().push(why);
                     }
                     n += 1;
                 }
@@ -643,11 +694,13 @@ fn flood(
         // A batch answer still running finishes (never refused: no deadline).
         h.join().unwrap();
     }
+    let broken_now = std::mem::take(&mut *broken.lock().unwrap());
     Flood {
         probe_ttft,
         batch_tokens,
         wall,
         errors: errors.load(Ordering::Relaxed) as usize,
+        broken: broken_now,
     }
 }
 
@@ -694,7 +747,10 @@ fn print_rows<S: std::fmt::Display>(
             tps,
             f.errors
         );
-        figures.push((ms(f95), ms(i95), tps, f.errors));
+        for why in f.broken.iter().take(3) {
+            eprintln!("  {name}: a batch answer not whole: {why}");
+        }
+        figures.push((ms(f95), ms(i95), tps, f.errors + f.broken.len()));
     }
     figures
 }
@@ -826,12 +882,18 @@ fn a_batch_flood_on_a_fleet_of_two_with_the_reserve() {
         "fleet-flood-reserve",
         &format!("[queue]\nenabled = true\n[queue.classes.batch]\nreserve = 1\n{k}"),
     );
+    let preempt = config(
+        "fleet-flood-preempt",
+        &format!("[queue]\nenabled = true\n[queue.classes.batch]\npreemptible = true\n{k}"),
+    );
     let probes = 16;
     let flooders = 8; // twice the 4 slots
     let mut rows = Vec::new();
+    let mut paused = None;
     for (name, cfg) in [
         ("llamatap, queue off", &off),
         ("llamatap, queue on, batch reserve 1", &reserve),
+        ("llamatap, queue on, batch preemptible", &preempt),
     ] {
         let proxy = Llamatap::start_fleet(&urls, &["--config", cfg]);
         let a = proxy.addr();
@@ -849,6 +911,28 @@ fn a_batch_flood_on_a_fleet_of_two_with_the_reserve() {
         }
         let idle = idle_ttft(&a, VOICE_H, probes);
         let f = flood(&a, BULK_H, VOICE_H, flooders, WINDOW);
+        if name.contains("preemptible") {
+            // Every answer recorded: no slot in use, and each pause counted
+            // with its continuation (one record holds both).
+            let m = proxy.wait_metrics(Duration::from_secs(10), |m| {
+                series(m, "llamatap_queue_in_use", "upstream=") == Some(0.0)
+                    && series(m, "llamatap_preemptions_total", "class=\"batch\"")
+                        == series(m, "llamatap_continuations_total", "reason=\"preempted\"")
+            });
+            paused = Some((
+                series(&m, "llamatap_preemptions_total", "class=\"batch\"").unwrap_or(0.0),
+                series(
+                    &m,
+                    "llamatap_continuations_total",
+                    "reason=\"preempted\",result=\"continued\"",
+                )
+                .unwrap_or(0.0),
+                m.lines()
+                    .filter(|l| l.starts_with("llamatap_continuations_total") && !l.ends_with(" 0"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ));
+        }
         rows.push((name, idle, f));
     }
     let figures = print_rows(
@@ -857,10 +941,27 @@ fn a_batch_flood_on_a_fleet_of_two_with_the_reserve() {
     );
     let (off95, _, _, _) = figures[0];
     let (res95, _, _, _) = figures[1];
+    let (pre95, _, pre_tps, _) = figures[2];
+    let (preemptions, continued, all) = paused.unwrap();
     eprintln!(
-        "issue's targets on the fleet, queue on with the reserve: {}",
+        "issue's targets on the fleet, queue on with the reserve: {}\n\
+         issue's targets on the fleet, batch preemptible: {}; {preemptions} batch answers paused, {continued} continued ({all})",
         targets(figures[1], figures[0]),
+        targets(figures[2], figures[0]),
     );
+    // Pre-emption: interactive turns took running batch answers' slots,
+    // and every paused answer was continued whole (no error event, no
+    // repeat, its 160 tokens: `errors` counts any that was not).
+    assert!(preemptions >= 1.0, "no batch answer was paused: {all}");
+    assert_eq!(
+        preemptions, continued,
+        "a paused answer was not continued: {all}"
+    );
+    assert!(
+        pre95 < off95,
+        "pre-emption did not shorten the interactive p95"
+    );
+    assert!(pre_tps > 0.0, "batch starved under pre-emption");
     assert!(figures.iter().all(|f| f.3 == 0), "errors in a run");
     assert!(
         res95 < off95,

@@ -18,6 +18,8 @@ pub const MIN_STALL_MS: u64 = 100;
 pub const MAX_STALL_MS: u64 = 600_000;
 /// Most continuations of one answer.
 pub const MAX_PER_ANSWER: u32 = 16;
+/// Longest `drain_after_ms`: one hour.
+pub const MAX_DRAIN_AFTER_MS: u64 = 3_600_000;
 
 /// `[continuation]` as written.
 #[derive(Debug, Default, Deserialize)]
@@ -29,6 +31,12 @@ pub struct RawContinuation {
     pub stall_ms: Option<u64>,
     /// Most continuations of one answer; default 2.
     pub max_per_answer: Option<u32>,
+    /// How long a member drains (its address left the DNS answer, or it is
+    /// ejected) before its answers move to another, ms; default 10000.
+    pub drain_after_ms: Option<u64>,
+    /// Most times one answer may be paused for a more urgent request;
+    /// default 1.
+    pub max_pauses: Option<u32>,
 }
 
 /// Validated `[continuation]`.
@@ -40,6 +48,10 @@ pub struct Continuation {
     pub stall: Duration,
     /// Most continuations of one answer.
     pub max_per_answer: u32,
+    /// How long a member drains before its answers move.
+    pub drain_after: Duration,
+    /// Most pauses (pre-emptions) of one answer.
+    pub max_pauses: u32,
 }
 
 impl Default for Continuation {
@@ -48,6 +60,8 @@ impl Default for Continuation {
             enabled: true,
             stall: Duration::from_millis(5000),
             max_per_answer: 2,
+            drain_after: Duration::from_millis(10_000),
+            max_pauses: 1,
         }
     }
 }
@@ -69,10 +83,29 @@ pub fn continuation(raw: RawContinuation) -> Result<Continuation, ConfigError> {
             &format!("must be between 0 and {MAX_PER_ANSWER}"),
         ));
     }
+    let drain_after = match raw.drain_after_ms {
+        Some(ms) if ms > MAX_DRAIN_AFTER_MS => {
+            return Err(invalid(
+                "continuation.drain_after_ms",
+                &format!("must be between 0 and {MAX_DRAIN_AFTER_MS}"),
+            ))
+        }
+        Some(ms) => Duration::from_millis(ms),
+        None => d.drain_after,
+    };
+    let max_pauses = raw.max_pauses.unwrap_or(d.max_pauses);
+    if max_pauses > MAX_PER_ANSWER {
+        return Err(invalid(
+            "continuation.max_pauses",
+            &format!("must be between 0 and {MAX_PER_ANSWER}"),
+        ));
+    }
     Ok(Continuation {
         enabled: raw.enabled.unwrap_or(d.enabled),
         stall: Duration::from_millis(stall_ms),
         max_per_answer,
+        drain_after,
+        max_pauses,
     })
 }
 

@@ -56,6 +56,10 @@ pub struct RawClass {
     /// Free slots (beyond `reserve`) a tenant of this class that already
     /// has a request granted may not take; default 0.
     pub tenant_reserve: Option<u32>,
+    /// A request of a more urgent class that waits with no free slot may
+    /// pause a running answer of this class (it continues later); default
+    /// false.
+    pub preemptible: Option<bool>,
 }
 
 /// Validated `[queue]`.
@@ -74,6 +78,9 @@ pub struct Queue {
     pub affinity_wait: Option<Duration>,
     /// Rules per class, in [`Priority::ALL`] order.
     pub classes: [ClassRules; 3],
+    /// Per class, in [`Priority::ALL`] order: its running answers may be
+    /// paused for a more urgent class's request.
+    pub preemptible: [bool; 3],
 }
 
 /// Validates `[queue]`.
@@ -101,6 +108,7 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
         ));
     }
     let mut classes = [ClassRules::default(); 3];
+    let mut preemptible = [false; 3];
     for (name, c) in raw.classes {
         let Some(p) = Priority::parse(&name) else {
             return Err(invalid(
@@ -132,6 +140,15 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
                 &format!("{name}: at most {MAX_SLOTS}"),
             ));
         }
+        if c.preemptible == Some(true) && p == Priority::Interactive {
+            return Err(invalid(
+                "queue.classes.preemptible",
+                "interactive: no class is more urgent, so nothing could pause it",
+            ));
+        }
+        if let Some(slot) = preemptible.get_mut(p as usize) {
+            *slot = c.preemptible.unwrap_or(false);
+        }
         if let Some(slot) = classes.get_mut(p as usize) {
             *slot = ClassRules {
                 max_wait: c.max_wait_ms.map(Duration::from_millis),
@@ -151,6 +168,7 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
             .filter(|ms| *ms > 0)
             .map(Duration::from_millis),
         classes,
+        preemptible,
     })
 }
 

@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::config::UpstreamConfig;
 use crate::llama::slots::Marks;
@@ -45,6 +46,8 @@ pub struct Member {
     pub discovered: bool,
     /// Its address left the name's answer: no new request goes to it.
     draining: AtomicBool,
+    /// Since when it drains.
+    draining_since: Mutex<Option<Instant>>,
     /// It left the fleet; its loops end.
     gone: AtomicBool,
     pub(super) resolved: RwLock<Option<SocketAddr>>,
@@ -52,6 +55,9 @@ pub struct Member {
     pub(super) health: Mutex<Health>,
     /// Milliseconds since the fleet's start until which the member is ejected.
     pub(super) ejected_until_ms: AtomicU64,
+    /// Milliseconds since the fleet's start at which its current ejection
+    /// began (renewals while ejected keep it).
+    pub(super) ejected_since_ms: AtomicU64,
     pub(super) consecutive_failures: AtomicU32,
     pub(super) in_flight: AtomicU32,
     /// Idle slots from `/slots`, `u32::MAX` when unknown.
@@ -74,11 +80,13 @@ impl Member {
             entry,
             discovered,
             draining: AtomicBool::new(false),
+            draining_since: Mutex::new(None),
             gone: AtomicBool::new(false),
             resolved: RwLock::new(None),
             healthy: AtomicBool::new(false),
             health: Mutex::new(Health::Unknown),
             ejected_until_ms: AtomicU64::new(0),
+            ejected_since_ms: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
             in_flight: AtomicU32::new(0),
             idle_slots: AtomicU32::new(u32::MAX),
@@ -109,7 +117,26 @@ impl Member {
 
     /// Starts (`true`) or ends (its address came back) its drain.
     pub fn set_draining(&self, draining: bool) {
+        if let Ok(mut since) = self.draining_since.lock() {
+            *since = match (draining, *since) {
+                (true, Some(t)) => Some(t),
+                (true, None) => Some(Instant::now()),
+                (false, _) => None,
+            };
+        }
         self.draining.store(draining, Ordering::Relaxed);
+    }
+
+    /// How long it has drained, if it does.
+    pub fn draining_for(&self) -> Option<Duration> {
+        if !self.draining() {
+            return None;
+        }
+        self.draining_since
+            .lock()
+            .ok()
+            .and_then(|g| *g)
+            .map(|t| t.elapsed())
     }
 
     /// It left the fleet.

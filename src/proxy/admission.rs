@@ -19,8 +19,16 @@
 //! limiting). Each replica counts only its own requests: with several
 //! replicas, `max_inflight` is each one's share of an upstream's slots.
 //!
+//! Pre-emption: llama-server cannot pre-empt a running slot, so llamatap
+//! does. A request that waits with no free slot, while a class less urgent
+//! than its own is `preemptible`, tells one running answer of that class to
+//! pause ([`super::moves`]), unless enough are pausing already for the
+//! requests waiting at its class or above. The paused answer gives its slot
+//! back at once (the waiting request takes it), waits at the head of its
+//! class's queue ([`requeue`]: never refused, no deadline), and continues.
+//!
 //! Deliberately not here: the arithmetic (pure, in [`crate::queue`]), and
-//! any pre-emption (llama-server cannot pre-empt a running slot).
+//! which answer pauses ([`super::moves`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,6 +48,7 @@ pub use affinity::wait_for_affine;
 pub use ticket::Ticket;
 
 use super::context::RequestCtx;
+use super::moves::Moves;
 use super::reply::{write_error_with, ErrorReply};
 use crate::config::queue::Queue;
 use crate::config::Config;
@@ -74,6 +83,8 @@ pub struct Admission {
     scheduler: Mutex<Scheduler<Waker>>,
     /// Woken whenever a slot is released (waits for one upstream).
     freed: Notify,
+    /// The answers that can be told to pause.
+    moves: Arc<Moves>,
 }
 
 /// A request's passage through the queue, kept in its context.
@@ -119,7 +130,12 @@ impl Drop for Waiting<'_> {
 
 impl Admission {
     /// The queue of `config` over `fleet`'s members.
-    pub fn new(config: &Config, fleet: Arc<Fleet>, metrics: Option<QueueMetrics>) -> Arc<Self> {
+    pub fn new(
+        config: &Config,
+        fleet: Arc<Fleet>,
+        metrics: Option<QueueMetrics>,
+        moves: Arc<Moves>,
+    ) -> Arc<Self> {
         let scheduler = Scheduler::new(&config.queue.classes, fleet.capacity());
         if let Some(m) = &metrics {
             // Seeded even with the queue off: the dashboards' queries show 0.
@@ -132,7 +148,26 @@ impl Admission {
             metrics,
             scheduler: Mutex::new(scheduler),
             freed: Notify::new(),
+            moves,
         })
+    }
+
+    /// A request of class `class` (naming `model`) waits with no free
+    /// slot: tells one running answer of a less urgent preemptible class to
+    /// pause, unless as many are pausing as requests wait at `class` or
+    /// above.
+    fn preempt_for(&self, class: usize, model: Option<&str>) {
+        let below = self.config.preemptible.iter().skip(class + 1).any(|p| *p);
+        if !below {
+            return;
+        }
+        let waiting = self
+            .with(|s| (0..=class).map(|c| s.depth(c)).sum::<usize>())
+            .unwrap_or(0);
+        if waiting > self.moves.pausing() {
+            let model = model.filter(|_| self.fleet.serves_several_models());
+            self.moves.preempt(class, model);
+        }
     }
 
     /// The queue is on.
@@ -243,6 +278,8 @@ pub async fn wait(
         }
     };
     ctx.admission = Some(held);
+    let model = ctx.request.model.clone();
+    admission.preempt_for(ci, model.as_deref());
     let mut waiting = Waiting {
         admission,
         who: (ci, tenant),
@@ -279,6 +316,7 @@ pub async fn wait(
                     admission.refresh(s);
                     admission.oldest_waits(s, Instant::now());
                 });
+                admission.preempt_for(ci, model.as_deref());
             }
         }
     };
@@ -308,6 +346,89 @@ pub async fn wait(
         });
     }
     Ok(false)
+}
+
+/// A paused answer gives its slot back (the next request is dispatched).
+pub fn give_back(ctx: &mut RequestCtx) {
+    if let Some(h) = ctx.admission.as_deref_mut() {
+        drop(h.ticket.take());
+    }
+}
+
+/// A paused answer waits again, at the head of its class's queue, for a
+/// slot (no deadline: it held one); `Err` when its client hung up.
+pub async fn requeue(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    admission: &Arc<Admission>,
+) -> Result<()> {
+    let Some(class) = ctx.admission.as_deref().map(|h| h.class) else {
+        return Ok(());
+    };
+    let ci = class as usize;
+    let tenant = match ctx.tenant {
+        TenantId::Named(i) => i,
+        TenantId::Anonymous => SHARED_TENANT,
+    };
+    let weight = admission.tenants.get(ctx.tenant).map_or(1, |t| t.weight);
+    let arrival = Arrival {
+        class: ci,
+        tenant,
+        weight,
+        at: ctx.received,
+    };
+    let (tx, rx) = oneshot::channel();
+    let Some(Ok(handle)) = admission.with(|s| s.requeue(arrival, tx)) else {
+        return Err(pingora::Error::explain(
+            pingora::ErrorType::InternalError,
+            "the admission queue is unavailable",
+        ));
+    };
+    if let Some(h) = ctx.admission.as_deref_mut() {
+        h.queued_now = true;
+    }
+    let mut waiting = Waiting {
+        admission,
+        who: (ci, tenant),
+        handle: Some(handle),
+        granted: rx,
+    };
+    let mut tick = tokio::time::interval(REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            r = &mut waiting.granted => match r {
+                Ok(Verdict::Granted) => break,
+                // Never displaced (a requeued entry is never chosen); a
+                // dropped sender means the queue is gone.
+                _ => return Err(pingora::Error::explain(
+                    pingora::ErrorType::InternalError,
+                    "the admission queue dropped a paused answer",
+                )),
+            },
+            r = session.as_downstream_mut().read_body_or_idle(true) => {
+                if let Err(e) = r {
+                    return Err(e.into_down());
+                }
+            }
+            _ = tick.tick() => {
+                admission.with(|s| admission.refresh(s));
+            }
+        }
+    }
+    waiting.handle = None;
+    drop(waiting);
+    if let Some(h) = ctx.admission.as_deref_mut() {
+        h.queued_now = false;
+        h.ticket = Some(Ticket {
+            admission: Arc::clone(admission),
+            who: (ci, tenant),
+            bound: None,
+            awaiting: None,
+        });
+    }
+    Ok(())
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

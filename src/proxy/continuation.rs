@@ -14,11 +14,16 @@
 //! the first sentence carry across the cut, and a continuation can itself
 //! be continued (up to `continuation.max_per_answer`).
 //!
+//! Besides a cut, an answer continues when it is told to move
+//! ([`super::moves`]): its member drained (it goes on from another), or a
+//! more urgent request took its slot (it waits at the head of its class's
+//! queue, then goes on from whichever upstream the queue grants).
+//!
 //! Deliberately not here: what can be continued and the JSON shapes
 //! ([`crate::continuation`], pure); noticing the cut ([`super::forward`]);
-//! member drain and pre-emption, which will start continuations from
-//! elsewhere.
+//! deciding which answer moves ([`super::moves`], the queue).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -29,7 +34,8 @@ use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
-use super::{attempt, request_head, routing, Steps};
+use super::moves::{Answer, Registration, Signal};
+use super::{admission, attempt, request_head, routing, Steps};
 use crate::continuation::{self as plan, AnswerUsage, Plan, StreamIds};
 use crate::llama::{self, StreamFormat};
 use crate::sse::SseReader;
@@ -51,6 +57,8 @@ pub struct Resume {
     pub log: Vec<Continued>,
     /// Continuations done.
     pub count: u32,
+    /// Pauses (pre-emptions) so far.
+    pub pauses: u32,
 }
 
 /// How one attempt at continuing ended, short of the answer's end.
@@ -93,7 +101,22 @@ pub(super) async fn resume(
             tokens_before: before,
             reprefilled: None,
             pause: Duration::ZERO,
+            cached: None,
         };
+        if reason == Reason::Preempted {
+            // Its slot went to a more urgent request: it waits at the head
+            // of its class's queue (a hang-up ends it there).
+            if let Some(r) = ctx.resume.as_deref_mut() {
+                r.pauses += 1;
+            }
+            if let Err(e) = admission::requeue(session, ctx, &steps.admission).await {
+                entry.pause = cut.elapsed();
+                entry.result = ContinuationResult::Failed;
+                entry.why = Some("client_left");
+                log(ctx, entry);
+                return Err(e);
+            }
+        }
         match once(steps, session, ctx, cut, &mut entry).await {
             Ok(()) => {
                 log(ctx, entry);
@@ -129,6 +152,53 @@ pub(super) fn armed(steps: &Steps, ctx: &RequestCtx) -> bool {
             .resume
             .as_ref()
             .is_some_and(|r| r.count < steps.config.continuation.max_per_answer)
+}
+
+/// The answer could be told to move: drained (in a fleet) or paused (its
+/// class is preemptible and its pauses are not spent).
+pub(super) fn movable(steps: &Steps, ctx: &RequestCtx) -> bool {
+    steps.fleet.is_fleet() || pausable(steps, ctx)
+}
+
+/// Its class's answers may be paused, and its own pauses are not spent.
+fn pausable(steps: &Steps, ctx: &RequestCtx) -> bool {
+    let Some(held) = ctx.admission.as_deref() else {
+        return false;
+    };
+    let class = held.class as usize;
+    held.ticket.is_some()
+        && steps
+            .config
+            .queue
+            .preemptible
+            .get(class)
+            .is_some_and(|p| *p)
+        && ctx
+            .resume
+            .as_ref()
+            .is_some_and(|r| r.pauses < steps.config.continuation.max_pauses)
+}
+
+/// The answer can be continued from where its client is now (checked when
+/// it is told to move, before its upstream is closed).
+pub(super) fn can_move(ctx: &RequestCtx) -> bool {
+    let finished = ctx
+        .observer
+        .as_ref()
+        .is_some_and(|o| o.facts().done || !o.facts().finish_reasons.is_empty());
+    !finished && what_to_continue(ctx).is_ok()
+}
+
+/// Registers a movable answer past its first token.
+pub(super) fn register(steps: &Steps, ctx: &RequestCtx, signal: Arc<Signal>) -> Registration {
+    let answer = Answer {
+        member: ctx.member.unwrap_or(usize::MAX),
+        model: ctx.request.model.clone(),
+        class: ctx.admission.as_deref().map_or(0, |h| h.class as usize),
+        pausable: pausable(steps, ctx),
+        since: ctx.received,
+    };
+    steps.moves.register(answer, signal)
 }
 
 /// Another upstream could take the answer now.
@@ -192,13 +262,19 @@ async fn once(
         entry.why = Some("limit_reached");
         return Ok(());
     }
-    if !elsewhere(steps, ctx) {
+    // A paused answer may go on from the same member (the queue granted
+    // it a slot); any other goes elsewhere.
+    let paused = entry.reason == Reason::Preempted;
+    if !paused && !elsewhere(steps, ctx) {
         return Err(Stop::Refused(Failed, "no_other_upstream"));
     }
-    // The member that cut the answer is ejected and not chosen again.
-    if let Some(i) = ctx.member {
-        steps.fleet.eject(i);
-        ctx.routed.ejected = true;
+    if let Some(i) = ctx.member.filter(|_| !paused) {
+        // The member that cut the answer is ejected (a drained one is on
+        // its way out already); neither is chosen again.
+        if matches!(entry.reason, Reason::UpstreamDied | Reason::Stalled) {
+            steps.fleet.eject(i);
+            ctx.routed.ejected = true;
+        }
         if !ctx.routed.tried.contains(&i) {
             ctx.routed.tried.push(i);
         }
@@ -410,6 +486,7 @@ async fn stream_rest(
             if delta.done && end.is_none() {
                 if let Some(t) = delta.timings {
                     entry.reprefilled = t.prompt_n;
+                    entry.cached = t.cache_n;
                 }
                 let usage = delta.usage.map(|u| AnswerUsage {
                     prompt_tokens: u

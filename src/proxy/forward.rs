@@ -26,6 +26,8 @@
 //! (llama-server has no such route), so the request is answered as a plain
 //! one.
 
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes};
@@ -36,7 +38,10 @@ use pingora::proxy::Session;
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
+use tokio::sync::futures::Notified;
+
 use super::context::RequestCtx;
+use super::moves::{Registration, Signal};
 use super::{continuation, Steps};
 use crate::telemetry::continuation::Reason;
 use crate::upstream::client::Exchange;
@@ -53,8 +58,20 @@ pub async fn run(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> 
     }
     Box::pin(send_request(steps, session, &mut up, &peer, ctx)).await?;
     let header = read_header(session, &mut up, &peer).await?;
-    respond(steps, session, &mut up, header, &peer, ctx).await
+    let Some((reason, cause)) = respond(steps, session, &mut up, header, &peer, ctx).await? else {
+        return Ok(());
+    };
+    // The answer was cut, or told to move: its upstream connection closes
+    // first (a llama-server still generating cancels), then it continues.
+    // A continuation's future is boxed: it is large, and every held
+    // stream's future would otherwise carry its size.
+    drop(up);
+    Box::pin(continuation::resume(steps, session, ctx, reason, cause)).await
 }
+
+/// An answer cut mid-stream, why, and what cut it: the forwarding loop
+/// hands it to [`continuation::resume`].
+type Cut = Option<(Reason, Box<Error>)>;
 
 /// Answers `Expect: 100-continue` (once) when the client still has a body
 /// to send: a client that waits for the `100` before sending it would
@@ -204,7 +221,8 @@ async fn read_header(
     }
 }
 
-/// Sends the head downstream and moves the body chunk by chunk.
+/// Sends the head downstream and moves the body chunk by chunk; `Some`
+/// when a continuable answer was cut or told to move.
 async fn respond(
     steps: &Steps,
     session: &mut Session,
@@ -212,7 +230,7 @@ async fn respond(
     mut header: Box<ResponseHeader>,
     peer: &HttpPeer,
     ctx: &mut RequestCtx,
-) -> Result<()> {
+) -> Result<Cut> {
     let mut end = up.is_body_done();
     let bodiless_answer = end;
     steps.upstream_response(&header, ctx);
@@ -239,11 +257,15 @@ async fn respond(
     // first token makes `continuation.stall_ms` its limit: only while
     // another upstream could take the answer, since a stall cut with
     // nowhere to go would only lose it).
-    // A continuation's future is boxed where it starts: it is large, and
-    // every held stream's future would otherwise carry its size.
     // Whether another upstream could take the answer is asked at most once
     // per `stall_ms` (it reads the fleet's members), not per chunk.
+    // A continuable answer that could be moved (a fleet's members drain; a
+    // preemptible class's answers pause) is registered once it has its
+    // first token, and listens for the word to move.
     let armed = continuation::armed(steps, ctx) && ctx.observer.is_some();
+    let signal = (armed && continuation::movable(steps, ctx)).then(|| Arc::new(Signal::default()));
+    let mut told = signal.as_deref().map(|s| Box::pin(s.told()));
+    let mut registration: Option<Registration> = None;
     let mut timeout = peer.options.read_timeout.unwrap_or(Duration::MAX);
     let mut last = Instant::now();
     let mut next_ask = last;
@@ -257,11 +279,31 @@ async fn respond(
                     end = chunk.is_none() || up.is_body_done();
                     chunk
                 }
-                Err(e) if armed => {
-                    return Box::pin(continuation::resume(steps, session, ctx, Reason::UpstreamDied, e)).await;
-                }
+                Err(e) if armed => return Ok(Some((Reason::UpstreamDied, e))),
                 Err(e) => return Err(e),
             },
+            () = told_to_move(&mut told) => {
+                let reason = signal.as_deref().and_then(Signal::reason);
+                match (reason, continuation::can_move(ctx)) {
+                    (Some(reason), true) => {
+                        if reason == Reason::Preempted {
+                            // The slot frees now, while the answer is still
+                            // counted among those pausing: the waiting
+                            // request takes it, and no second answer pauses
+                            // for it.
+                            super::admission::give_back(ctx);
+                        }
+                        return Ok(Some((reason, moved(reason))));
+                    }
+                    _ => {
+                        if let Some(r) = &registration {
+                            r.decline();
+                        }
+                        told = None;
+                        continue;
+                    }
+                }
+            }
             r = session.as_downstream_mut().read_body_or_idle(true) => {
                 r.map_err(|e| e.into_down())?;
                 continue;
@@ -274,7 +316,7 @@ async fn respond(
                     )
                     .into_up();
                     if armed {
-                        return Box::pin(continuation::resume(steps, session, ctx, Reason::Stalled, e)).await;
+                        return Ok(Some((Reason::Stalled, e)));
                     }
                     return Err(e);
                 }
@@ -319,14 +361,12 @@ async fn respond(
                 "the upstream ended the stream before its terminal event",
             )
             .into_up();
-            return Box::pin(continuation::resume(
-                steps,
-                session,
-                ctx,
-                Reason::UpstreamDied,
-                e,
-            ))
-            .await;
+            return Ok(Some((Reason::UpstreamDied, e)));
+        }
+        if registration.is_none() {
+            if let Some(s) = signal.as_ref().filter(|_| has_tokens(ctx)) {
+                registration = Some(continuation::register(steps, ctx, Arc::clone(s)));
+            }
         }
         let stall_ms = steps.config.continuation.stall;
         if armed && timeout != stall_ms && last >= next_ask && has_tokens(ctx) {
@@ -347,7 +387,25 @@ async fn respond(
             .await
             .map_err(|e| e.into_down())?;
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Resolves when the answer is told to move; never without a signal.
+async fn told_to_move(told: &mut Option<Pin<Box<Notified<'_>>>>) {
+    match told {
+        Some(n) => n.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What ends an answer's exchange with its upstream when it is told to
+/// move (the client sees it only if the answer cannot go on).
+fn moved(reason: Reason) -> Box<Error> {
+    let why = match reason {
+        Reason::Preempted => "the answer's slot was taken by a more urgent request",
+        _ => "the answer's upstream drained",
+    };
+    Error::explain(ErrorType::ConnectionClosed, why).into_up()
 }
 
 /// The client has had a token of the answer.

@@ -27,6 +27,7 @@ use pingora::{Error, Result};
 
 use super::cachebreak::Breaks;
 use super::context::RequestCtx;
+use super::moves::Moves;
 use super::{admission, attempt, bodies, request_head, routing, tenant};
 use crate::config::Config;
 use crate::fleet::Fleet;
@@ -48,6 +49,8 @@ pub struct Steps {
     pub(super) breaks: Arc<Breaks>,
     /// The admission queue (`[queue]`).
     pub(super) admission: Arc<admission::Admission>,
+    /// The answers that can be told to move (drain, pre-emption).
+    pub(super) moves: Arc<Moves>,
 }
 
 impl Steps {
@@ -62,7 +65,9 @@ impl Steps {
         let metrics = telemetry
             .metrics_enabled
             .then(|| telemetry.metrics.queue.clone());
-        let admission = admission::Admission::new(&config, fleet.clone(), metrics);
+        let moves = Moves::new();
+        let admission =
+            admission::Admission::new(&config, fleet.clone(), metrics, Arc::clone(&moves));
         Steps {
             config,
             telemetry,
@@ -71,6 +76,7 @@ impl Steps {
             limiter,
             breaks,
             admission,
+            moves,
         }
     }
 

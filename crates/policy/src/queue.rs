@@ -226,6 +226,17 @@ impl<T> Scheduler<T> {
         if let Err(refusal) = self.make_room(&a) {
             return Err((refusal, waker));
         }
+        self.insert(a, waker, false)
+    }
+
+    /// Queues a paused request again at the head of its class: first of its
+    /// tenant's queue, its tenant's turn next, never refused (it held a
+    /// slot until a more urgent request took it; `max_depth` does not apply).
+    pub fn requeue(&mut self, a: Arrival, waker: T) -> Result<Handle, (Refusal, T)> {
+        self.insert(a, waker, true)
+    }
+
+    fn insert(&mut self, a: Arrival, waker: T, front: bool) -> Result<Handle, (Refusal, T)> {
         let entry = Entry {
             class: a.class,
             tenant: a.tenant,
@@ -262,16 +273,31 @@ impl<T> Scheduler<T> {
             return Ok(handle);
         };
         c.depth += 1;
-        c.arrivals.push_back(handle);
         let weight = a.weight.max(1);
         let t = c.tenants.entry(a.tenant).or_default();
         t.weight = weight;
         t.live += 1;
-        t.queue.push_back(handle);
-        if !t.active {
-            t.active = true;
-            t.credit = weight;
-            c.ring.push_back(a.tenant);
+        if front {
+            c.arrivals.push_front(handle);
+            t.queue.push_front(handle);
+            if t.active {
+                // Its tenant's turn comes next.
+                if let Some(at) = c.ring.iter().position(|x| *x == a.tenant) {
+                    c.ring.remove(at);
+                }
+            } else {
+                t.active = true;
+                t.credit = weight;
+            }
+            c.ring.push_front(a.tenant);
+        } else {
+            c.arrivals.push_back(handle);
+            t.queue.push_back(handle);
+            if !t.active {
+                t.active = true;
+                t.credit = weight;
+                c.ring.push_back(a.tenant);
+            }
         }
         Ok(handle)
     }

@@ -34,17 +34,30 @@ pub enum Reason {
     /// The upstream sent nothing for `continuation.stall_ms` after the
     /// first token.
     Stalled,
+    /// Its member drained (its address left the DNS answer, or it was
+    /// ejected) for `continuation.drain_after_ms`: the answer moved.
+    Drained,
+    /// A more urgent request took its slot; the answer waited in its
+    /// class's queue, then went on.
+    Preempted,
 }
 
 impl Reason {
     /// Every reason, in label order.
-    pub const ALL: [Reason; 2] = [Reason::UpstreamDied, Reason::Stalled];
+    pub const ALL: [Reason; 4] = [
+        Reason::UpstreamDied,
+        Reason::Stalled,
+        Reason::Drained,
+        Reason::Preempted,
+    ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::UpstreamDied => "upstream_died",
             Reason::Stalled => "stalled",
+            Reason::Drained => "drained",
+            Reason::Preempted => "preempted",
         }
     }
 }
@@ -100,6 +113,9 @@ pub struct Continued {
     pub tokens_before: u64,
     /// Prompt tokens the target computed again (its `prompt_n`), when known.
     pub reprefilled: Option<u64>,
+    /// Prompt tokens the target found in its KV cache (its `cache_n`), when
+    /// known: the continuation's prompt was reused this far.
+    pub cached: Option<u64>,
     /// From the cut to the continuation's first token (or to the failure).
     pub pause: Duration,
 }
@@ -113,11 +129,21 @@ pub struct ContinuationLabels {
     pub result: &'static str,
 }
 
+/// `{class}` of a paused answer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreemptionLabels {
+    /// The paused answer's class (`default`, `batch`).
+    pub class: &'static str,
+}
+
 /// The continuation family.
 #[derive(Clone, Default)]
 pub struct ContinuationMetrics {
     /// `llamatap_continuations_total{reason,result}`.
     pub continuations: Family<ContinuationLabels, Counter>,
+    /// `llamatap_preemptions_total{class}`: answers paused so that a more
+    /// urgent request could take their slot.
+    pub preemptions: Family<PreemptionLabels, Counter>,
 }
 
 impl ContinuationMetrics {
@@ -126,9 +152,17 @@ impl ContinuationMetrics {
         let m = ContinuationMetrics::default();
         r.register(
             "llamatap_continuations",
-            "Answers cut by their upstream mid-stream, by why (upstream_died, stalled) and what became of them (continued, not_continuable, failed)",
+            "Answers cut mid-stream and continued or not, by why (upstream_died, stalled, drained, preempted) and what became of them (continued, not_continuable, failed)",
             m.continuations.clone(),
         );
+        r.register(
+            "llamatap_preemptions",
+            "Running answers paused so that a more urgent request could take their slot, by the paused answer's class",
+            m.preemptions.clone(),
+        );
+        for class in ["default", "batch"] {
+            let _ = m.preemptions.get_or_create(&PreemptionLabels { class });
+        }
         for reason in Reason::ALL {
             for result in ContinuationResult::ALL {
                 let _ = m.continuations.get_or_create(&ContinuationLabels {
@@ -143,6 +177,18 @@ impl ContinuationMetrics {
     /// Counts a finished request's continuations.
     pub fn record(&self, rec: &RequestRecord) {
         self.count(&rec.continuations);
+        if let Some(q) = &rec.queue {
+            let paused = rec
+                .continuations
+                .iter()
+                .filter(|c| c.reason == Reason::Preempted)
+                .count();
+            if paused > 0 && q.class != "interactive" {
+                self.preemptions
+                    .get_or_create(&PreemptionLabels { class: q.class })
+                    .inc_by(u64::try_from(paused).unwrap_or(u64::MAX));
+            }
+        }
     }
 
     /// Counts `continuations`.
@@ -186,6 +232,9 @@ pub fn add_events(s: &mut Span, rec: &RequestRecord, at: &dyn Fn(Duration) -> Sy
         }
         if let Some(n) = c.reprefilled {
             attrs.push(KeyValue::new(sc::LLAMATAP_CONTINUATION_REPREFILLED, int(n)));
+        }
+        if let Some(n) = c.cached {
+            attrs.push(KeyValue::new(sc::LLAMATAP_CONTINUATION_CACHED, int(n)));
         }
         s.add_event_with_timestamp(sc::EVENT_CONTINUED, at(c.at), attrs);
     }

@@ -176,7 +176,8 @@ pub struct RequestRecord {
     /// route does not queue.
     pub queue: Option<QueueFacts>,
     /// The answer's continuations (at most
-    /// [`crate::continuation::MAX_KEPT`]), each one cut by its upstream.
+    /// [`crate::continuation::MAX_KEPT`]), each one cut mid-stream (its
+    /// upstream failed or drained, or its slot was taken).
     pub continuations: Vec<crate::continuation::Continued>,
 }
 

@@ -150,10 +150,10 @@ pub const LLAMATAP_CACHE_BREAK_NEW_TEXT: &str = "llamatap.cache.break.new_text";
 /// turn's end (every cause but `reused`, `new_conversation` and `unknown`).
 pub const EVENT_CACHE_BREAK: &str = "cache_break";
 
-/// Event: the answer was cut by its upstream mid-stream, and continued
-/// elsewhere or not (see the attributes below).
+/// Event: the answer was cut mid-stream (its upstream failed, drained, or
+/// its slot was taken), and continued or not (see the attributes below).
 pub const EVENT_CONTINUED: &str = "llamatap.continued";
-/// Why: `upstream_died`, `stalled`.
+/// Why: `upstream_died`, `stalled`, `drained`, `preempted`.
 pub const LLAMATAP_CONTINUATION_REASON: &str = "llamatap.continuation.reason";
 /// What became of it: `continued`, `not_continuable`, `failed`.
 pub const LLAMATAP_CONTINUATION_RESULT: &str = "llamatap.continuation.result";
@@ -167,5 +167,7 @@ pub const LLAMATAP_CONTINUATION_TO: &str = "llamatap.continuation.to";
 pub const LLAMATAP_CONTINUATION_TOKENS_BEFORE: &str = "llamatap.continuation.tokens_before";
 /// Prompt tokens the target computed again (its `prompt_n`).
 pub const LLAMATAP_CONTINUATION_REPREFILLED: &str = "llamatap.continuation.reprefilled_tokens";
+/// Prompt tokens the target found in its KV cache (its `cache_n`).
+pub const LLAMATAP_CONTINUATION_CACHED: &str = "llamatap.continuation.cached_tokens";
 /// From the cut to the continuation's first token, milliseconds.
 pub const LLAMATAP_CONTINUATION_PAUSE_MS: &str = "llamatap.continuation.pause_ms";

@@ -20,13 +20,15 @@ fn off_by_default_and_nothing_refused() {
 fn classes_are_read_by_name() {
     let q = parse(
         "[queue]\nenabled = true\npriority_header = \"X-Priority\"\nmax_inflight = 2\n\
-         [queue.classes.batch]\nmax_wait_ms = 500\nmax_depth = 10\nreserve = 1\n",
+         [queue.classes.batch]\nmax_wait_ms = 500\nmax_depth = 10\nreserve = 1\n\
+         preemptible = true\n",
     )
     .unwrap();
     assert!(q.enabled);
     assert_eq!(q.priority_header.as_deref(), Some("x-priority"));
     assert_eq!(q.max_inflight, Some(2));
     assert_eq!(q.classes[0], ClassRules::default());
+    assert_eq!(q.preemptible, [false, false, true]);
     assert_eq!(
         q.classes[2],
         ClassRules {
@@ -45,6 +47,10 @@ fn bad_values_are_one_line_errors() {
         ("[queue.classes.batch]\nmax_wait_ms = 0\n", "max_wait_ms"),
         ("[queue.classes.batch]\nmax_depth = 0\n", "max_depth"),
         ("[queue]\nmax_inflight = 0\n", "max_inflight"),
+        (
+            "[queue.classes.interactive]\npreemptible = true\n",
+            "queue.classes.preemptible",
+        ),
         ("[queue]\npriority_header = \"a b\"\n", "priority_header"),
     ] {
         let e = parse(text).unwrap_err();

@@ -357,3 +357,43 @@ fn dispatches_leave_the_arrivals_bounded_by_the_depth() {
     assert_eq!(s.depth(0), 10);
     assert!(most <= 10 + COMPACT_MIN + 1, "{most}");
 }
+
+#[test]
+fn a_paused_request_goes_first_of_its_class_and_is_never_refused() {
+    let t0 = Instant::now();
+    let mut s = Scheduler::new(
+        &[
+            ClassRules::default(),
+            ClassRules {
+                max_depth: Some(2),
+                ..ClassRules::default()
+            },
+        ],
+        1,
+    );
+    s.set_upstream(0, Some(0), true);
+    // Tenants 1 and 2 wait in class 1, which is full.
+    s.enqueue(arrive(1, 1, 1, t0), 10).unwrap();
+    s.enqueue(arrive(1, 2, 1, t0), 20).unwrap();
+    assert!(s.enqueue(arrive(1, 2, 1, t0), 21).is_err(), "full");
+    // Tenant 2's paused answer comes back, and an urgent request waits.
+    s.requeue(arrive(1, 2, 1, t0), 22).unwrap();
+    s.enqueue(arrive(0, 3, 1, t0), 30).unwrap();
+    assert_eq!(s.depth(1), 3, "a requeued request is never refused");
+    s.set_upstream(0, Some(4), true);
+    assert_eq!(
+        drain(&mut s),
+        vec![30, 22, 10, 20],
+        "the urgent class first, then the paused answer, then the turns"
+    );
+}
+
+#[test]
+fn a_requeued_request_of_a_new_tenant_takes_the_next_turn() {
+    let t0 = Instant::now();
+    let mut s = one(0, 1);
+    s.enqueue(arrive(0, 1, 1, t0), 10).unwrap();
+    s.requeue(arrive(0, 2, 3, t0), 20).unwrap();
+    s.set_upstream(0, Some(2), true);
+    assert_eq!(drain(&mut s), vec![20, 10]);
+}

@@ -17,6 +17,7 @@ fn entry(reason: Reason, result: ContinuationResult) -> Continued {
         to: Some("b".into()),
         tokens_before: 40,
         reprefilled: Some(70),
+        cached: Some(12),
         pause: Duration::from_millis(300),
     }
 }
@@ -52,4 +53,12 @@ fn every_pair_is_seeded_and_each_continuation_counted() {
     );
     assert!(t.contains("llamatap_continuations_total{reason=\"stalled\",result=\"failed\"} 1"));
     assert!(t.contains("llamatap_continuations_total{reason=\"stalled\",result=\"continued\"} 0"));
+    for class in ["default", "batch"] {
+        let line = format!("llamatap_preemptions_total{{class=\"{class}\"}} 0");
+        assert!(t.contains(&line), "{line} missing:\n{t}");
+    }
+    m.preemptions
+        .get_or_create(&PreemptionLabels { class: "batch" })
+        .inc();
+    assert!(text(&r).contains("llamatap_preemptions_total{class=\"batch\"} 1"));
 }
