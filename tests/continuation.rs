@@ -79,6 +79,8 @@ struct Seen {
     finish_reasons: Vec<String>,
     usage: Option<Value>,
     error_events: Vec<String>,
+    /// Content events that carried `logprobs`.
+    with_logprobs: usize,
     done: bool,
     /// `[DONE]` was the last event.
     done_last: bool,
@@ -122,9 +124,21 @@ fn body(extra: Value) -> String {
 
 /// Streams `body` through `addr`; after `cut_after` content events calls
 /// `at_cut` once (which cuts the serving llama-server).
-fn stream(addr: &str, body: &str, cut_after: usize, mut at_cut: impl FnMut()) -> Seen {
-    let mut reader =
-        http::send(addr, "POST", "/v1/chat/completions", &[], body.as_bytes()).unwrap();
+fn stream(addr: &str, body: &str, cut_after: usize, at_cut: impl FnMut()) -> Seen {
+    stream_at(addr, "/v1/chat/completions", body, cut_after, at_cut)
+}
+
+/// As [`stream`], to `path`: chat chunks (`delta.content`), text-completion
+/// chunks (`text`) or native events (`content`; `stop_type` as the finish
+/// reason, `tokens_predicted` as the usage).
+fn stream_at(
+    addr: &str,
+    path: &str,
+    body: &str,
+    cut_after: usize,
+    mut at_cut: impl FnMut(),
+) -> Seen {
+    let mut reader = http::send(addr, "POST", path, &[], body.as_bytes()).unwrap();
     let mut seen = Seen {
         status: reader.head.status,
         ..Seen::default()
@@ -156,16 +170,41 @@ fn stream(addr: &str, body: &str, cut_after: usize, mut at_cut: impl FnMut()) ->
                         seen.ids.push(id.to_string());
                     }
                 }
-                if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+                let choice = &v["choices"][0];
+                let content = choice["delta"]["content"]
+                    .as_str()
+                    .or(choice["text"].as_str())
+                    .or(v["content"].as_str());
+                if let Some(c) = content {
                     if !c.is_empty() {
                         seen.contents.push((now, c.to_string()));
+                        if choice["logprobs"]["content"]
+                            .as_array()
+                            .is_some_and(|a| !a.is_empty())
+                        {
+                            seen.with_logprobs += 1;
+                        }
                     }
                 }
-                if let Some(r) = v["choices"][0]["finish_reason"].as_str() {
+                if let Some(r) = choice["finish_reason"].as_str() {
                     seen.finish_reasons.push(r.to_string());
                 }
                 if v.get("usage").is_some_and(|u| !u.is_null()) {
                     seen.usage = Some(v["usage"].clone());
+                }
+                if v["stop"] == true {
+                    // A native stream's last event.
+                    let r = match v["stop_type"].as_str() {
+                        Some("limit") => "length",
+                        _ => "stop",
+                    };
+                    seen.finish_reasons.push(r.to_string());
+                    seen.usage = Some(json!({
+                        "completion_tokens": v["tokens_predicted"],
+                        "prompt_tokens": v["tokens_evaluated"],
+                    }));
+                    seen.done = true;
+                    seen.done_last = true;
                 }
             }
         }
@@ -180,10 +219,17 @@ fn stream(addr: &str, body: &str, cut_after: usize, mut at_cut: impl FnMut()) ->
 
 /// The server of `servers` generating now.
 fn busy(servers: &[LlamaServer]) -> usize {
+    let all: Vec<usize> = (0..servers.len()).collect();
+    busy_among(servers, &all)
+}
+
+/// The server of `servers` generating now, among those of `live`.
+fn busy_among(servers: &[LlamaServer], live: &[usize]) -> usize {
     let mut which = None;
     let found = fleet::wait_for(Duration::from_secs(5), || {
-        which = servers.iter().position(|s| {
-            s.slots()
+        which = live.iter().copied().find(|i| {
+            servers[*i]
+                .slots()
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -195,8 +241,9 @@ fn busy(servers: &[LlamaServer]) -> usize {
     which.unwrap()
 }
 
-/// Asserts `seen` is one whole answer of `ANSWER_TOKENS` tokens.
-fn assert_whole(seen: &Seen, label: &str) {
+/// Asserts `seen` is one whole answer of `ANSWER_TOKENS` tokens, with
+/// `ids` completion ids (1; a native stream has none).
+fn assert_whole(seen: &Seen, label: &str, ids: usize) {
     assert_eq!(seen.status, 200, "{label}: {}", seen.raw);
     assert!(
         seen.error_events.is_empty(),
@@ -208,7 +255,12 @@ fn assert_whole(seen: &Seen, label: &str) {
         "{label}: no proper end: {}",
         fleet::tail_chars(&seen.raw, 600)
     );
-    assert_eq!(seen.ids.len(), 1, "{label}: completion ids {:?}", seen.ids);
+    assert_eq!(
+        seen.ids.len(),
+        ids,
+        "{label}: completion ids {:?}",
+        seen.ids
+    );
     assert_eq!(
         seen.finish_reasons,
         vec!["length".to_string()],
@@ -241,7 +293,7 @@ fn a_killed_upstream_mid_answer_is_continued_on_the_other() {
     let (p, spans) = proxy(&servers, "");
     // The uninterrupted answer, for comparison (on whichever serves it).
     let whole = stream(&p.addr(), &body(json!({})), usize::MAX, || {});
-    assert_whole(&whole, "uninterrupted");
+    assert_whole(&whole, "uninterrupted", 1);
 
     let mut victim = None;
     let mut cut_at = None;
@@ -252,7 +304,7 @@ fn a_killed_upstream_mid_answer_is_continued_on_the_other() {
         victim = Some(v);
     });
     let victim = victim.expect("the answer was never cut");
-    assert_whole(&seen, "continued");
+    assert_whole(&seen, "continued", 1);
     let gap = seen.max_gap();
     assert!(gap < Duration::from_secs(5), "gap around the fault {gap:?}");
     let text = seen.text();
@@ -342,7 +394,7 @@ fn a_stopped_upstream_is_continued_after_stall_ms() {
     let _ = std::process::Command::new("kill")
         .args(["-CONT", &pid])
         .status();
-    assert_whole(&seen, "continued after a stall");
+    assert_whole(&seen, "continued after a stall", 1);
     let gap = seen.max_gap();
     assert!(
         gap >= Duration::from_millis(1500) && gap < Duration::from_secs(8),
@@ -463,7 +515,7 @@ fn an_answer_on_a_member_that_leaves_the_dns_answer_moves_after_drain_after_ms()
     });
     let v = leaving.expect("never removed");
     let removed = removed.unwrap();
-    assert_whole(&seen, "moved off a draining member");
+    assert_whole(&seen, "moved off a draining member", 1);
     let gap = seen.max_gap();
     assert!(gap < Duration::from_secs(5), "gap around the move {gap:?}");
     // The answer moved, not finished where it was: the draining member
@@ -510,4 +562,250 @@ fn an_answer_on_a_member_that_leaves_the_dns_answer_moves_after_drain_after_ms()
         up(&p.metrics(), &names[v]).is_none()
     });
     assert!(left.is_some(), "{} never left:\n{}", names[v], p.metrics());
+}
+
+#[test]
+fn with_logprobs_a_killed_upstreams_answer_goes_on_token_exact() {
+    let _serial = serial();
+    let mut servers = start_servers(2, "slow", &[]);
+    let (p, spans) = proxy(&servers, "");
+    let b = body(json!({"logprobs": true, "top_logprobs": 1}));
+    let whole = stream(&p.addr(), &b, usize::MAX, || {});
+    assert_whole(&whole, "uninterrupted", 1);
+    let mut victim = None;
+    let seen = stream(&p.addr(), &b, CUT_AFTER, || {
+        let v = busy(&servers);
+        servers[v].kill();
+        victim = Some(v);
+    });
+    assert!(victim.is_some(), "never cut");
+    assert_whole(&seen, "continued from token ids", 1);
+    assert_eq!(
+        seen.with_logprobs,
+        seen.contents.len(),
+        "every content event carries the logprobs the client asked for"
+    );
+    // The continuation's prompt was the conversation and the very tokens
+    // sent: what the target evaluated (computed plus found in its cache)
+    // is the uninterrupted answer's prompt plus those tokens, to the token.
+    let prompt = whole.usage.as_ref().unwrap()["prompt_tokens"]
+        .as_i64()
+        .unwrap();
+    let e = continued_event(&spans);
+    eprintln!(
+        "token-exact: prompt {prompt} tokens, then {} sent; the target evaluated {} (+{} cached); equal text after the cut: {}\n  uninterrupted {:?}\n  continued     {:?}",
+        e["llamatap.continuation.tokens_before"],
+        e["llamatap.continuation.reprefilled_tokens"],
+        e["llamatap.continuation.cached_tokens"],
+        seen.text() == whole.text(),
+        fleet::tail_chars(&whole.text(), 300),
+        fleet::tail_chars(&seen.text(), 300)
+    );
+    assert_eq!(
+        e["llamatap.continuation.reprefilled_tokens"] + e["llamatap.continuation.cached_tokens"],
+        prompt + e["llamatap.continuation.tokens_before"],
+        "{e:?}"
+    );
+    assert_eq!(
+        seen.usage.as_ref().unwrap()["prompt_tokens"].as_i64(),
+        Some(prompt),
+        "the usage counts the conversation's prompt"
+    );
+    let m = after_count(&p, "upstream_died", "continued");
+    assert_eq!(
+        metric_series(
+            &m,
+            "llamatap_continuations_total",
+            &["reason=\"upstream_died\"", "result=\"continued\""]
+        ),
+        Some(1.0)
+    );
+}
+
+/// A text completion or native completion request of `ANSWER_TOKENS`.
+fn completion_body(native: bool) -> String {
+    let limit = if native { "n_predict" } else { "max_tokens" };
+    json!({
+        "prompt": "Once upon a time, in a lighthouse by the sea,",
+        "stream": true,
+        limit: ANSWER_TOKENS,
+        "temperature": 0,
+        "ignore_eos": true,
+        "stream_options": {"include_usage": true},
+    })
+    .to_string()
+}
+
+#[test]
+fn text_and_native_completions_are_continued_too() {
+    let _serial = serial();
+    let mut servers = start_servers(3, "slow", &[]);
+    let (p, spans) = proxy(&servers, "");
+    let mut live: Vec<usize> = (0..servers.len()).collect();
+    for (path, native) in [("/v1/completions", false), ("/completion", true)] {
+        let b = completion_body(native);
+        let whole = stream_at(&p.addr(), path, &b, usize::MAX, || {});
+        let ids = usize::from(!native);
+        assert_whole(&whole, &format!("{path} uninterrupted"), ids);
+        let mut victim = None;
+        let seen = stream_at(&p.addr(), path, &b, CUT_AFTER, || {
+            let v = busy_among(&servers, &live);
+            servers[v].kill();
+            victim = Some(v);
+        });
+        let v = victim.expect("never cut");
+        live.retain(|i| *i != v);
+        assert_whole(&seen, &format!("{path} continued"), ids);
+        let gap = seen.max_gap();
+        assert!(gap < Duration::from_secs(5), "{path}: gap {gap:?}");
+        eprintln!(
+            "{path}: cut on {}, longest gap {gap:?}; equal to the uninterrupted text: {}",
+            upstream_name(&servers[v]),
+            seen.text() == whole.text()
+        );
+        if native {
+            // Every native event carries its token ids: token-exact, so the
+            // target evaluated the prompt and the tokens sent, no more.
+            let e = continued_event(&spans);
+            let prompt = whole.usage.as_ref().unwrap()["prompt_tokens"]
+                .as_i64()
+                .unwrap();
+            assert_eq!(
+                e["llamatap.continuation.reprefilled_tokens"]
+                    + e["llamatap.continuation.cached_tokens"],
+                prompt + e["llamatap.continuation.tokens_before"],
+                "{e:?}"
+            );
+        }
+        // The killed one is ejected; it is not chosen for the next path.
+        fleet::wait_for(Duration::from_secs(10), || {
+            upstream_up(&p.metrics(), &servers[v]) == Some(0.0)
+        });
+    }
+    let m = p.wait_metrics(Duration::from_secs(10), |m| {
+        metric_series(
+            m,
+            "llamatap_continuations_total",
+            &["reason=\"upstream_died\"", "result=\"continued\""],
+        ) == Some(2.0)
+    });
+    assert_eq!(
+        metric_series(
+            &m,
+            "llamatap_continuations_total",
+            &["reason=\"upstream_died\"", "result=\"continued\""]
+        ),
+        Some(2.0)
+    );
+}
+
+/// The OpenAI SDK streaming one chat answer: a line per chunk (`.`), then
+/// the text and the finish reason as JSON; an exception is printed and
+/// exits non-zero.
+const SDK_STREAM: &str = r#"
+import json, sys
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1], api_key="none", max_retries=0, timeout=120)
+stream = client.chat.completions.create(
+    model="slow", messages=[{"role": "user", "content": "Tell me a long story."}],
+    max_tokens=int(sys.argv[2]), temperature=0, stream=True,
+    stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+text, finish, usage, ids = "", None, None, set()
+for c in stream:
+    ids.add(c.id)
+    if c.usage:
+        usage = c.usage.completion_tokens
+    if c.choices:
+        text += c.choices[0].delta.content or ""
+        finish = c.choices[0].finish_reason or finish
+        print(".", flush=True)
+print(json.dumps({"text": text, "finish": finish, "usage": usage, "ids": len(ids)}), flush=True)
+"#;
+
+#[test]
+fn the_openai_sdk_streams_through_a_kill_without_an_exception() {
+    use std::io::{BufRead, BufReader};
+    let _serial = serial();
+    let mut servers = start_servers(2, "slow", &[]);
+    let (p, _spans) = proxy(&servers, "");
+    let mut child = std::process::Command::new(common::python())
+        .args([
+            "-c",
+            SDK_STREAM,
+            &format!("http://{}/v1", p.addr()),
+            &ANSWER_TOKENS.to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the venv's python (scripts/ensure-deps.sh)");
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let mut chunks = 0;
+    let mut last = String::new();
+    for line in out.lines() {
+        let line = line.unwrap();
+        if line == "." {
+            chunks += 1;
+            if chunks == CUT_AFTER {
+                let v = busy(&servers);
+                servers[v].kill();
+            }
+        } else {
+            last = line;
+        }
+    }
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "the SDK raised: {err}");
+    let v: Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {last:?} {err}"));
+    eprintln!("the SDK through a kill: {v}");
+    assert_eq!(v["finish"], "length");
+    assert_eq!(v["ids"], 1);
+    let usage = v["usage"].as_u64().unwrap_or(0) as f64;
+    assert!(
+        (usage - ANSWER_TOKENS as f64).abs() <= ANSWER_TOKENS as f64 * 0.03,
+        "{v}"
+    );
+    assert!(
+        chunks as f64 >= ANSWER_TOKENS as f64 * 0.97,
+        "{chunks} chunks"
+    );
+    let m = after_count(&p, "upstream_died", "continued");
+    assert_eq!(
+        metric_series(
+            &m,
+            "llamatap_continuations_total",
+            &["reason=\"upstream_died\"", "result=\"continued\""]
+        ),
+        Some(1.0)
+    );
+}
+
+/// The integer attributes of the latest `llamatap.continued` span event
+/// (waits for it up to 15 s).
+fn continued_event(spans: &otlp::Received) -> std::collections::HashMap<String, i64> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    let mut all = Vec::new();
+    let found = fleet::wait_for(Duration::from_secs(15), || {
+        all = spans.wait(0, Duration::ZERO);
+        all.iter()
+            .flat_map(|s| s.events.iter())
+            .any(|e| e.name == "llamatap.continued")
+    });
+    assert!(found.is_some(), "no llamatap.continued event");
+    let event = all
+        .iter()
+        .flat_map(|s| s.events.iter())
+        .filter(|e| e.name == "llamatap.continued")
+        .max_by_key(|e| e.time_unix_nano)
+        .unwrap();
+    event
+        .attributes
+        .iter()
+        .filter_map(|a| match a.value.as_ref()?.value.as_ref()? {
+            V::IntValue(n) => Some((a.key.clone(), *n)),
+            _ => None,
+        })
+        .collect()
 }

@@ -81,7 +81,8 @@ pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telem
             let mut observer =
                 Box::new(StreamObserver::new(f, t.max_event_bytes, t.capture_content));
             if ctx.resume.is_some() {
-                observer.keep_transcript(t.max_inspect_bytes);
+                let ids = continuation::transcript_ids(ctx);
+                observer.keep_transcript(t.max_inspect_bytes, ids);
             }
             ctx.observer = Some(observer);
         }

@@ -36,8 +36,9 @@ use pingora::{Error, ErrorType, Result};
 use super::context::RequestCtx;
 use super::moves::{Answer, Registration, Signal};
 use super::{admission, attempt, request_head, routing, Steps};
-use crate::continuation::{self as plan, AnswerUsage, Plan, StreamIds};
+use crate::continuation::{self as plan, AnswerUsage, Plan, Sent, Shape, StreamIds};
 use crate::llama::{self, StreamFormat};
+use crate::request::Route;
 use crate::sse::SseReader;
 use crate::telemetry::continuation::{ContinuationResult, Continued, Reason, MAX_KEPT};
 use crate::upstream::client::Exchange;
@@ -237,25 +238,32 @@ async fn once(
     entry: &mut Continued,
 ) -> std::result::Result<(), Stop> {
     use ContinuationResult::{Failed, NotContinuable};
-    let (plan, ids, sent) =
-        what_to_continue(ctx).map_err(|why| Stop::Refused(NotContinuable, why))?;
+    let sofar = what_to_continue(ctx).map_err(|why| Stop::Refused(NotContinuable, why))?;
     let finished = ctx
         .observer
         .as_ref()
-        .is_some_and(|o| !o.facts().finish_reasons.is_empty());
+        .is_some_and(|o| !o.facts().finish_reasons.is_empty() || o.facts().done);
     if finished {
         // Only the end was lost (`[DONE]`, and the usage chunk when asked
         // for, whose prompt count is not known here): the text is whole.
-        write(steps, session, ctx, b"data: [DONE]\n\n".to_vec(), true)
+        let tail = match sofar.ids {
+            Some(_) => b"data: [DONE]\n\n".to_vec(),
+            None => Vec::new(),
+        };
+        write(steps, session, ctx, tail, true)
             .await
             .map_err(Stop::Client)?;
         entry.why = Some("finished");
         return Ok(());
     }
-    if plan.remaining(entry.tokens_before) == Some(0) {
+    entry.tokens_before = sofar.tokens;
+    if sofar.plan.remaining(sofar.tokens) == Some(0) {
         // Every token asked for was sent: the answer ends here (without a
         // usage chunk, whose prompt count is not known here).
-        let tail = ids.finish_events("length", None);
+        let tail = match &sofar.ids {
+            Some(ids) => ids.finish_events("length", None),
+            None => plan::native_end(sofar.tokens),
+        };
         write(steps, session, ctx, tail, true)
             .await
             .map_err(Stop::Client)?;
@@ -291,10 +299,18 @@ async fn once(
     let host = peer.address().to_string();
     let to = (host.as_str(), base.as_str());
     let failed = |_| Stop::Refused(Failed, "target_failed");
-    let rendered = render(steps, ctx, &peer, to, &plan_body(ctx))
-        .await
-        .map_err(failed)?;
-    let body = plan.completion_body(&rendered, &sent, entry.tokens_before);
+    let rendered = if sofar.plan.needs_template() {
+        let r = render(steps, ctx, &peer, to, &plan_body(ctx)).await;
+        Some(r.map_err(|_| Stop::Refused(Failed, "template_failed"))?)
+    } else {
+        None
+    };
+    let sent = Sent {
+        text: &sofar.text,
+        ids: sofar.token_ids.as_deref(),
+        tokens: sofar.tokens,
+    };
+    let body = sofar.plan.completion_body(rendered.as_deref(), &sent);
     let mut up = exchange(steps, ctx, &peer).await.map_err(failed)?;
     let head = post(ctx, &steps.config, to, "/completion", &body).map_err(failed)?;
     up.write(&head, peer.options.write_timeout)
@@ -307,15 +323,36 @@ async fn once(
     if header.status.as_u16() != 200 {
         return Err(Stop::Refused(Failed, "target_refused"));
     }
-    stream_rest(steps, session, ctx, &mut up, &peer, &plan, &ids, cut, entry).await
+    stream_rest(steps, session, ctx, &mut up, &peer, &sofar, cut, entry).await
 }
 
-/// The plan, the stream's ids and the text sent, or why there are none.
-fn what_to_continue(
-    ctx: &RequestCtx,
-) -> std::result::Result<(Plan, StreamIds, String), &'static str> {
+/// What the client has of the answer, and how to go on.
+struct SoFar {
+    plan: Plan,
+    /// The ids of the client's stream; `None`: a native stream.
+    ids: Option<StreamIds>,
+    text: String,
+    /// The token ids of `text`, when every event carried them.
+    token_ids: Option<Vec<u32>>,
+    /// Tokens sent (the ids' count when known, else the token events).
+    tokens: u64,
+}
+
+/// The continuation's shape for a route; `None`: not continued.
+pub(super) fn shape_of(route: Route) -> Option<Shape> {
+    match route {
+        Route::ChatCompletions => Some(Shape::Chat),
+        Route::Completions => Some(Shape::Completions),
+        Route::Completion => Some(Shape::Native),
+        _ => None,
+    }
+}
+
+/// What the client has and how to go on, or why the answer cannot.
+fn what_to_continue(ctx: &RequestCtx) -> std::result::Result<SoFar, &'static str> {
     let body = &ctx.resume.as_ref().ok_or("not_kept")?.body;
-    let plan = plan::plan(body).map_err(|r| r.as_str())?;
+    let shape = shape_of(ctx.route).ok_or("not_kept")?;
+    let plan = plan::plan_for(shape, body).map_err(|r| r.as_str())?;
     let observer = ctx.observer.as_ref().ok_or("not_observed")?;
     if observer.mid_event() {
         return Err("cut_mid_event");
@@ -330,12 +367,28 @@ fn what_to_continue(
     if t.overflow {
         return Err("text_too_long");
     }
-    let ids = t
-        .first_event
-        .as_deref()
-        .and_then(plan::stream_ids)
-        .ok_or("no_stream_ids")?;
-    Ok((plan, ids, t.text.clone()))
+    let ids = match shape {
+        Shape::Native => None,
+        _ => Some(
+            t.first_event
+                .as_deref()
+                .and_then(plan::stream_ids)
+                .ok_or("no_stream_ids")?,
+        ),
+    };
+    let token_ids = t.ids.clone().filter(|i| !i.is_empty() || t.text.is_empty());
+    let tokens = token_ids
+        .as_ref()
+        .map_or(observer.facts().token_events, |i| {
+            u64::try_from(i.len()).unwrap_or(u64::MAX)
+        });
+    Ok(SoFar {
+        plan,
+        ids,
+        text: t.text.clone(),
+        token_ids,
+        tokens,
+    })
 }
 
 fn plan_body(ctx: &RequestCtx) -> Bytes {
@@ -438,8 +491,8 @@ async fn write(
     Ok(())
 }
 
-/// Reads the continuation's native events and writes them to the client as
-/// chunks of its stream, watching the client for a hang-up and the target
+/// Reads the continuation's native events and writes them to the client in
+/// its stream's format, watching the client for a hang-up and the target
 /// for a stall.
 #[allow(clippy::too_many_arguments)]
 async fn stream_rest(
@@ -448,8 +501,7 @@ async fn stream_rest(
     ctx: &mut RequestCtx,
     up: &mut Exchange,
     peer: &HttpPeer,
-    plan: &Plan,
-    ids: &StreamIds,
+    sofar: &SoFar,
     cut: Instant,
     entry: &mut Continued,
 ) -> std::result::Result<(), Stop> {
@@ -478,10 +530,24 @@ async fn stream_rest(
         };
         let mut out: Vec<u8> = Vec::new();
         let mut end: Option<(String, Option<AnswerUsage>)> = None;
+        let mut native_done = false;
         reader.feed(&chunk, |event| {
             let delta = llama::parse_event(StreamFormat::Native, event);
-            if let Some(text) = delta.visible.as_deref() {
-                out.extend_from_slice(&ids.content_event(text));
+            match &sofar.ids {
+                None => {
+                    out.extend_from_slice(&plan::native_event(event.data, entry.tokens_before));
+                    native_done |= delta.done;
+                }
+                Some(ids) => {
+                    if let Some(text) = delta.visible.as_deref() {
+                        let probs = sofar
+                            .plan
+                            .wants_logprobs()
+                            .then(|| probabilities(event.data))
+                            .flatten();
+                        out.extend_from_slice(&ids.content_event(text, probs.as_ref()));
+                    }
+                }
             }
             if delta.done && end.is_none() {
                 if let Some(t) = delta.timings {
@@ -504,11 +570,20 @@ async fn stream_rest(
             entry.pause = cut.elapsed();
         }
         if let Some((reason, usage)) = end {
-            let usage = if plan.include_usage() { usage } else { None };
-            out.extend_from_slice(&ids.finish_events(&reason, usage));
+            if let Some(ids) = &sofar.ids {
+                // A text completion's last chunk always has the usage; a
+                // chat stream's only when asked for.
+                let usage = usage.filter(|_| ids.text_completion || sofar.plan.include_usage());
+                out.extend_from_slice(&ids.finish_events(&reason, usage));
+            }
             if first {
                 entry.pause = cut.elapsed();
             }
+            return write(steps, session, ctx, out, true)
+                .await
+                .map_err(Stop::Client);
+        }
+        if native_done {
             return write(steps, session, ctx, out, true)
                 .await
                 .map_err(Stop::Client);
@@ -519,6 +594,13 @@ async fn stream_rest(
                 .map_err(Stop::Client)?;
         }
     }
+}
+
+/// A native event's `completion_probabilities`, for the client's logprobs.
+fn probabilities(data: &[u8]) -> Option<serde_json::Value> {
+    let mut v: serde_json::Value = serde_json::from_slice(data).ok()?;
+    v.get_mut("completion_probabilities")
+        .map(serde_json::Value::take)
 }
 
 /// Before the continuation's first token its failure is a failed
@@ -547,13 +629,21 @@ fn ended() -> Box<Error> {
     .into_up()
 }
 
-/// Keeps the body of a chat stream that may be continued (called when the
-/// request body is whole).
+/// The shape whose token ids the transcript keeps: a native stream's
+/// always; a chat or completions stream's when the request may have asked
+/// for `logprobs` (its events then carry them).
+pub(super) fn transcript_ids(ctx: &RequestCtx) -> Option<Shape> {
+    let body = &ctx.resume.as_ref()?.body;
+    match shape_of(ctx.route)? {
+        Shape::Native => Some(Shape::Native),
+        s => memchr::memmem::find(body, b"\"logprobs\"").map(|_| s),
+    }
+}
+
+/// Keeps the body of a stream that may be continued (a chat, completions
+/// or native completion request; called when the request body is whole).
 pub(super) fn keep_body(ctx: &mut RequestCtx, enabled: bool, body: Bytes) {
-    if enabled
-        && ctx.route == crate::request::Route::ChatCompletions
-        && ctx.request.stream == Some(true)
-    {
+    if enabled && shape_of(ctx.route).is_some() && ctx.request.stream == Some(true) {
         ctx.resume = Some(Box::new(Resume {
             body,
             ..Resume::default()

@@ -16,6 +16,7 @@
 use std::time::{Duration, Instant};
 
 use crate::record;
+use llamatap_wire::continuation::{event_token_ids, Shape};
 use llamatap_wire::llama::{self, StreamFormat, Timings, Usage};
 use llamatap_wire::sentence::SentenceRule;
 use llamatap_wire::sse::SseReader;
@@ -95,6 +96,11 @@ pub struct Transcript {
     pub hidden: bool,
     /// The text outgrew the limit and is no longer kept.
     pub overflow: bool,
+    /// The token ids of that text, while every event carried them (kept
+    /// when asked for; `None` once an event with text carried none).
+    pub ids: Option<Vec<u32>>,
+    /// The shape whose events are read for ids, when they are kept.
+    id_shape: Option<Shape>,
     limit: usize,
 }
 
@@ -125,9 +131,11 @@ impl StreamObserver {
 
     /// From now on, keeps the visible text (up to `limit` bytes) and the
     /// first event, for a continuation.
-    pub fn keep_transcript(&mut self, limit: usize) {
+    pub fn keep_transcript(&mut self, limit: usize, ids: Option<Shape>) {
         self.transcript = Some(Box::new(Transcript {
             limit,
+            ids: ids.map(|_| Vec::new()),
+            id_shape: ids,
             ..Transcript::default()
         }));
     }
@@ -189,6 +197,13 @@ fn keep(t: &mut Transcript, data: &[u8], delta: &llama::Delta<'_>) {
         t.first_event = Some(data.to_vec());
     }
     t.hidden |= delta.hidden_token;
+    if let (Some(shape), Some(ids)) = (t.id_shape, t.ids.as_mut()) {
+        let carried = event_token_ids(shape, data, ids);
+        let text = delta.visible.as_deref().is_some_and(|v| !v.is_empty());
+        if (text && !carried) || ids.len().saturating_mul(4) > t.limit {
+            t.ids = None;
+        }
+    }
     if let Some(text) = delta.visible.as_deref() {
         if t.overflow || t.text.len() + text.len() > t.limit {
             t.overflow = true;

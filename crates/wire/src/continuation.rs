@@ -1,25 +1,33 @@
-//! Continuing a chat-completions stream on another llama-server, as wire
-//! formats: whether a request can be continued in meaning ([`plan`]), the
-//! body of the continuation's native `POST /completion`
-//! ([`Plan::completion_body`]), the `/apply-template` answer
-//! ([`rendered_prompt`]), the ids of the client's stream ([`stream_ids`]),
-//! and the chat chunks that re-wrap the continuation's native events
-//! ([`StreamIds::content_event`], [`StreamIds::finish_events`]).
+//! Continuing a stream on another llama-server (or later), as wire
+//! formats: whether a request can be continued in meaning ([`plan`], for
+//! the three shapes of [`Shape`]), the body of the continuation's native
+//! `POST /completion` ([`Plan::completion_body`]), the `/apply-template`
+//! answer ([`rendered_prompt`]), the ids of the client's stream
+//! ([`stream_ids`]), the token ids each of its events carried
+//! ([`event_token_ids`]), and the events that re-wrap the continuation's
+//! native events into the client's format (`rewrap.rs`).
 //!
 //! Pure: no I/O. Deliberately not here: noticing a cut, choosing the
 //! target, sending or reading anything, or parsing the native events (the
 //! proxy's `continuation` module and [`crate::llama`] do those).
 //!
-//! A continuation from text: the prompt is the rendered conversation
-//! followed by the text the client already has, tokenized again by the
-//! target. Where the sampled tokens differ from the tokenizer's own split of
-//! that text, the rest can differ from an uninterrupted run.
+//! Token-exact where the client's stream carried token ids (a chat or
+//! completions request with `logprobs`, and every native stream): the
+//! prompt is the conversation followed by those ids, exactly what the cut
+//! llama-server had. Otherwise from text: the conversation followed by the
+//! text the client already has, tokenized again by the target; where the
+//! sampled tokens differ from the tokenizer's own split of that text, the
+//! rest can differ from an uninterrupted run.
 
-use serde::Serialize;
 use serde_json::{Map, Value};
 
+mod ids;
+mod rewrap;
 #[cfg(test)]
 mod tests;
+
+pub use ids::event_token_ids;
+pub use rewrap::{finish_reason, native_end, native_event, stream_ids, AnswerUsage, StreamIds};
 
 // === Refusal ===
 
@@ -43,12 +51,15 @@ pub enum Refusal {
     SeveralChoices,
     /// No `messages` (absent, not an array, or empty).
     NoMessages,
+    /// A completion request without one prompt llamatap can extend (absent,
+    /// empty, or not a string or an array of strings and token ids).
+    NoPrompt,
 }
 
 impl Refusal {
     /// A fixed word for telemetry: `not_json`, `not_streaming`, `tools`,
     /// `grammar`, `json_schema`, `response_format`, `several_choices`,
-    /// `no_messages`.
+    /// `no_messages`, `no_prompt`.
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::NotJson => "not_json",
@@ -59,6 +70,7 @@ impl Refusal {
             Refusal::ResponseFormat => "response_format",
             Refusal::SeveralChoices => "several_choices",
             Refusal::NoMessages => "no_messages",
+            Refusal::NoPrompt => "no_prompt",
         }
     }
 }
@@ -101,20 +113,55 @@ const CARRIED: [&str; 30] = [
     "n_probs",
 ];
 
-/// What a continuable chat request keeps for its continuation.
+/// The request's route, as the continuation sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `/v1/chat/completions`: the conversation is rendered by the target's
+    /// `/apply-template`; chat chunks.
+    Chat,
+    /// `/v1/completions`: the request's `prompt`; text-completion chunks.
+    Completions,
+    /// `/completion`: the request's `prompt`; native events.
+    Native,
+}
+
+/// What a continuable request keeps for its continuation.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    shape: Shape,
     /// The [`CARRIED`] fields the request set (not null).
     carried: Map<String, Value>,
     max_tokens: Option<u64>,
     include_usage: bool,
+    /// The request's prompt (completions and native only): a string, or an
+    /// array of token ids and strings holding at least one id.
+    prompt: Option<Value>,
+    /// `n_probs` the continuation asks for, from the request's `logprobs`.
+    n_probs: Option<u64>,
 }
 
-/// Reads a chat-completions request body. `Ok` when it is a JSON object
-/// with `"stream": true` and a non-empty `messages` array, and no tools,
-/// grammar, JSON schema, non-text response format or `n` above 1; the first
-/// [`Refusal`] that applies otherwise, checked in the enum's order.
+/// What the client already has of the answer.
+#[derive(Clone, Copy, Debug)]
+pub struct Sent<'a> {
+    /// Its visible text.
+    pub text: &'a str,
+    /// The token ids of that text, when every event carried them.
+    pub ids: Option<&'a [u32]>,
+    /// How many tokens that is (the ids' count when known).
+    pub tokens: u64,
+}
+
+/// Reads a chat-completions request body ([`plan_for`] of [`Shape::Chat`]).
 pub fn plan(body: &[u8]) -> Result<Plan, Refusal> {
+    plan_for(Shape::Chat, body)
+}
+
+/// Reads a request body of `shape`. `Ok` when it is a JSON object with
+/// `"stream": true`, no tools, grammar, JSON schema, non-text response
+/// format or `n` above 1, and a non-empty `messages` array (chat) or one
+/// prompt (completions, native); the first [`Refusal`] that applies
+/// otherwise, checked in the enum's order.
+pub fn plan_for(shape: Shape, body: &[u8]) -> Result<Plan, Refusal> {
     let Ok(Value::Object(req)) = serde_json::from_slice::<Value>(body) else {
         return Err(Refusal::NotJson);
     };
@@ -143,12 +190,28 @@ pub fn plan(body: &[u8]) -> Result<Plan, Refusal> {
     if set("n").and_then(Value::as_f64).is_some_and(|n| n > 1.0) {
         return Err(Refusal::SeveralChoices);
     }
-    if set("messages")
-        .and_then(Value::as_array)
-        .is_none_or(Vec::is_empty)
-    {
-        return Err(Refusal::NoMessages);
-    }
+    let prompt = match shape {
+        Shape::Chat => {
+            if set("messages")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty)
+            {
+                return Err(Refusal::NoMessages);
+            }
+            None
+        }
+        Shape::Completions | Shape::Native => Some(one_prompt(set("prompt"))?),
+    };
+    // llama-server's own reading: a chat request's `logprobs: true` asks
+    // for `top_logprobs` (default 20) alternatives; a completions
+    // request's `logprobs` is that number; a native one sets `n_probs`
+    // (carried as it is).
+    let n_probs = match shape {
+        Shape::Chat => (set("logprobs") == Some(&Value::Bool(true)))
+            .then(|| set("top_logprobs").and_then(Value::as_u64).unwrap_or(20)),
+        Shape::Completions => set("logprobs").and_then(Value::as_u64).filter(|n| *n > 0),
+        Shape::Native => None,
+    };
     // As llama-server reads the limit: the first of these set, a negative
     // one meaning no limit.
     let max_tokens = ["n_predict", "max_completion_tokens", "max_tokens"]
@@ -164,10 +227,37 @@ pub fn plan(body: &[u8]) -> Result<Plan, Refusal> {
         .filter_map(|k| set(k).map(|v| ((*k).to_string(), v.clone())))
         .collect();
     Ok(Plan {
+        shape,
         carried,
         max_tokens,
         include_usage,
+        prompt,
+        n_probs,
     })
+}
+
+/// The one prompt of a completion request, as llama-server reads it: a
+/// string, or an array of token ids and strings holding at least one id (an
+/// array of strings alone is several prompts, unless it holds one).
+fn one_prompt(p: Option<&Value>) -> Result<Value, Refusal> {
+    match p {
+        Some(Value::String(s)) if !s.is_empty() => Ok(Value::String(s.clone())),
+        Some(Value::Array(a)) => {
+            let id = |v: &Value| v.as_u64().is_some_and(|n| n <= u64::from(u32::MAX));
+            if a.iter().any(|v| !(id(v) || v.is_string())) {
+                // Nested arrays or objects: several prompts, or multimodal.
+                return Err(Refusal::SeveralChoices);
+            }
+            match a.as_slice() {
+                [] => Err(Refusal::NoPrompt),
+                [Value::String(s)] if !s.is_empty() => Ok(Value::String(s.clone())),
+                _ if a.iter().any(id) => Ok(Value::Array(a.clone())),
+                [_] => Err(Refusal::NoPrompt),
+                _ => Err(Refusal::SeveralChoices),
+            }
+        }
+        _ => Err(Refusal::NoPrompt),
+    }
 }
 
 impl Plan {
@@ -190,20 +280,69 @@ impl Plan {
         self.max_tokens.map(|m| m.saturating_sub(tokens_sent))
     }
 
-    /// The continuation's `POST /completion` body, compact JSON: `prompt`
-    /// is `rendered` followed by `sent_text`, `stream` and `cache_prompt`
-    /// are true, `n_predict` is [`Plan::remaining`] (`-1`: no limit), and
-    /// every carried field is the client's value, verbatim.
-    pub fn completion_body(&self, rendered: &str, sent_text: &str, tokens_sent: u64) -> Vec<u8> {
+    /// Its shape.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// The conversation must be rendered by the target's `/apply-template`
+    /// first (chat).
+    pub fn needs_template(&self) -> bool {
+        self.shape == Shape::Chat
+    }
+
+    /// The continuation asks for token alternatives (`n_probs`), so its
+    /// events carry `logprobs` for the client.
+    pub fn wants_logprobs(&self) -> bool {
+        self.n_probs.is_some()
+    }
+
+    /// The continuation's `POST /completion` body, compact JSON. `prompt` is
+    /// the conversation (`rendered` for chat, the request's prompt
+    /// otherwise) followed by what was sent: its token ids when known (a
+    /// mixed array, exactly what the cut llama-server had), else its text
+    /// (joined to a string prompt, or one more string of an array that
+    /// holds ids). `stream` and `cache_prompt` are true, `n_predict` is
+    /// [`Plan::remaining`] (`-1`: no limit), `n_probs` follows the request's
+    /// `logprobs`, and every carried field is the client's value, verbatim.
+    pub fn completion_body(&self, rendered: Option<&str>, sent: &Sent<'_>) -> Vec<u8> {
         let mut body = self.carried.clone();
-        let mut prompt = String::with_capacity(rendered.len() + sent_text.len());
-        prompt.push_str(rendered);
-        prompt.push_str(sent_text);
-        body.insert("prompt".into(), Value::String(prompt));
+        let base = match (rendered, &self.prompt) {
+            (Some(r), _) => Value::String(r.to_string()),
+            (None, Some(p)) => p.clone(),
+            (None, None) => Value::String(String::new()),
+        };
+        let prompt = match (base, sent.ids) {
+            (Value::String(s), Some(ids)) => {
+                let mut a = Vec::with_capacity(ids.len() + 1);
+                a.push(Value::String(s));
+                a.extend(ids.iter().map(|i| Value::from(*i)));
+                Value::Array(a)
+            }
+            (Value::Array(mut a), Some(ids)) => {
+                a.extend(ids.iter().map(|i| Value::from(*i)));
+                Value::Array(a)
+            }
+            (Value::String(mut s), None) => {
+                s.push_str(sent.text);
+                Value::String(s)
+            }
+            (Value::Array(mut a), None) => {
+                if !sent.text.is_empty() {
+                    a.push(Value::String(sent.text.to_string()));
+                }
+                Value::Array(a)
+            }
+            (other, _) => other,
+        };
+        body.insert("prompt".into(), prompt);
         body.insert("stream".into(), Value::Bool(true));
         body.insert("cache_prompt".into(), Value::Bool(true));
+        if let Some(n) = self.n_probs {
+            body.insert("n_probs".into(), Value::from(n));
+        }
         let n_predict = self
-            .remaining(tokens_sent)
+            .remaining(sent.tokens)
             .map_or(Value::from(-1), Value::from);
         body.insert("n_predict".into(), n_predict);
         // A map of JSON values always serializes.
@@ -220,156 +359,5 @@ pub fn rendered_prompt(answer: &[u8]) -> Option<String> {
             _ => None,
         },
         _ => None,
-    }
-}
-
-// === StreamIds ===
-
-/// The identity of the client's stream, read from its first chat chunk.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StreamIds {
-    /// `id`, shared by every chunk of the stream.
-    pub id: String,
-    /// `created` of the first chunk.
-    pub created: i64,
-    /// `model`.
-    pub model: String,
-    /// `system_fingerprint`, when the chunk had one.
-    pub system_fingerprint: Option<String>,
-    /// `choices[0].index` (0 when absent).
-    pub index: u64,
-}
-
-/// Reads [`StreamIds`] from a chat chunk's data (an SSE event's `data`,
-/// without `data: `); `None` unless it has a string `id`, an integer
-/// `created` and a string `model`.
-pub fn stream_ids(chunk_data: &[u8]) -> Option<StreamIds> {
-    let v: Value = serde_json::from_slice(chunk_data).ok()?;
-    Some(StreamIds {
-        id: v.get("id")?.as_str()?.to_string(),
-        created: v.get("created")?.as_i64()?,
-        model: v.get("model")?.as_str()?.to_string(),
-        system_fingerprint: v
-            .get("system_fingerprint")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        index: v
-            .pointer("/choices/0/index")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    })
-}
-
-/// Usage of the whole answer, for the final chunk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AnswerUsage {
-    /// The conversation's prompt tokens.
-    pub prompt_tokens: u64,
-    /// Every token of the answer, before and after the cut.
-    pub completion_tokens: u64,
-}
-
-/// One choice of a chat chunk, fields in llama-server's order.
-#[derive(Serialize)]
-struct Choice<'a> {
-    finish_reason: Option<&'a str>,
-    index: u64,
-    delta: Delta<'a>,
-}
-
-/// A choice's delta: `{"content": ...}`, or `{}` in the finish chunk.
-#[derive(Serialize)]
-struct Delta<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<&'a str>,
-}
-
-/// The usage object, fields in llama-server's order.
-#[derive(Serialize)]
-struct Usage {
-    completion_tokens: u64,
-    prompt_tokens: u64,
-    total_tokens: u64,
-}
-
-/// A chat chunk, fields in llama-server's order.
-#[derive(Serialize)]
-struct Chunk<'a> {
-    choices: Vec<Choice<'a>>,
-    created: i64,
-    id: &'a str,
-    model: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system_fingerprint: Option<&'a str>,
-    object: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<Usage>,
-}
-
-impl StreamIds {
-    /// One SSE event, `data: <chunk>\n\n`, with this stream's ids.
-    fn event(&self, choices: Vec<Choice<'_>>, usage: Option<Usage>) -> Vec<u8> {
-        let c = Chunk {
-            choices,
-            created: self.created,
-            id: &self.id,
-            model: &self.model,
-            system_fingerprint: self.system_fingerprint.as_deref(),
-            object: "chat.completion.chunk",
-            usage,
-        };
-        let mut out = b"data: ".to_vec();
-        // A struct of strings and numbers always serializes.
-        let _ = serde_json::to_writer(&mut out, &c);
-        out.extend_from_slice(b"\n\n");
-        out
-    }
-
-    /// One content event of the client's stream:
-    /// `data: {"choices":[{"finish_reason":null,"index":I,"delta":{"content":TEXT}}],"created":C,"id":ID,"model":M,"system_fingerprint":F,"object":"chat.completion.chunk"}`
-    /// and a blank line, keys in llama-server's order, `system_fingerprint`
-    /// left out when there was none.
-    pub fn content_event(&self, text: &str) -> Vec<u8> {
-        let delta = Delta {
-            content: Some(text),
-        };
-        self.event(vec![self.choice(None, delta)], None)
-    }
-
-    /// The stream's end: the finish chunk (`"delta":{}` and
-    /// `finish_reason`), then, when `usage` is given, the usage chunk
-    /// (`"choices":[]`, `"usage":{"completion_tokens","prompt_tokens","total_tokens"}`),
-    /// then `data: [DONE]`; each event ends with a blank line.
-    pub fn finish_events(&self, finish_reason: &str, usage: Option<AnswerUsage>) -> Vec<u8> {
-        let delta = Delta { content: None };
-        let mut out = self.event(vec![self.choice(Some(finish_reason), delta)], None);
-        if let Some(u) = usage {
-            let usage = Usage {
-                completion_tokens: u.completion_tokens,
-                prompt_tokens: u.prompt_tokens,
-                total_tokens: u.prompt_tokens.saturating_add(u.completion_tokens),
-            };
-            out.extend_from_slice(&self.event(Vec::new(), Some(usage)));
-        }
-        out.extend_from_slice(b"data: [DONE]\n\n");
-        out
-    }
-
-    /// This stream's choice with `finish_reason` and `delta`.
-    fn choice<'a>(&self, finish_reason: Option<&'a str>, delta: Delta<'a>) -> Choice<'a> {
-        Choice {
-            finish_reason,
-            index: self.index,
-            delta,
-        }
-    }
-}
-
-/// The OpenAI `finish_reason` for a native `stop_type`: `"limit"` is
-/// `"length"`; `"eos"`, `"word"` and anything else are `"stop"`.
-pub fn finish_reason(stop_type: Option<&str>) -> &'static str {
-    match stop_type {
-        Some("limit") => "length",
-        _ => "stop",
     }
 }

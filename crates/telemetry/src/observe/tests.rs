@@ -259,7 +259,7 @@ fn the_transcript_keeps_the_text_sent_at_every_cut() {
     // Every cut of the bytes gives the same transcript.
     for cut in 0..=bytes.len() {
         let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
-        o.keep_transcript(1 << 20);
+        o.keep_transcript(1 << 20, None);
         o.on_chunk(&bytes[..cut], now);
         o.on_chunk(&bytes[cut..], now);
         let t = o.transcript().unwrap();
@@ -272,7 +272,7 @@ fn the_transcript_keeps_the_text_sent_at_every_cut() {
     }
     // Reasoning tokens mark it; a text over the limit is dropped, marked.
     let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
-    o.keep_transcript(6);
+    o.keep_transcript(6, None);
     o.on_chunk(chat("Once").as_bytes(), now);
     assert_eq!(o.transcript().unwrap().text, "Once");
     o.on_chunk(chat(" upon").as_bytes(), now);
@@ -282,4 +282,40 @@ fn the_transcript_keeps_the_text_sent_at_every_cut() {
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
     o.on_chunk(thinking.as_bytes(), now);
     assert!(o.transcript().unwrap().hidden);
+}
+
+#[test]
+fn the_transcript_keeps_token_ids_at_every_chunk_cut_while_each_event_has_them() {
+    use llamatap_wire::continuation::Shape;
+    let now = Instant::now();
+    let with = |text: &str, id: u32| {
+        format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"logprobs\":{{\"content\":[{{\"id\":{id},\"token\":\"{text}\"}}]}}}}]}}\n\n"
+        )
+    };
+    let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}]}\n\n";
+    let stream = format!("{role}{}{}", with("Once", 7), with(" upon", 8));
+    let bytes = stream.as_bytes();
+    for cut in 0..=bytes.len() {
+        let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+        o.keep_transcript(1 << 20, Some(Shape::Chat));
+        o.on_chunk(&bytes[..cut], now);
+        o.on_chunk(&bytes[cut..], now);
+        let t = o.transcript().unwrap();
+        assert_eq!(t.text, "Once upon", "cut at {cut}");
+        assert_eq!(t.ids.as_deref(), Some(&[7, 8][..]), "cut at {cut}");
+    }
+    // An event with text and no ids: the ids are no longer whole.
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.keep_transcript(1 << 20, Some(Shape::Chat));
+    o.on_chunk(with("Once", 7).as_bytes(), now);
+    o.on_chunk(chat(" upon").as_bytes(), now);
+    o.on_chunk(with(" a", 9).as_bytes(), now);
+    let t = o.transcript().unwrap();
+    assert_eq!((t.text.as_str(), t.ids.as_deref()), ("Once upon a", None));
+    // Not asked: none kept.
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.keep_transcript(1 << 20, None);
+    o.on_chunk(with("Once", 7).as_bytes(), now);
+    assert_eq!(o.transcript().unwrap().ids, None);
 }

@@ -20,6 +20,15 @@ fn chat(extra: Value) -> Vec<u8> {
     serde_json::to_vec(&b).unwrap()
 }
 
+/// What the client has: `text`, `tokens` tokens, no ids.
+fn text_sent(text: &str, tokens: u64) -> Sent<'_> {
+    Sent {
+        text,
+        ids: None,
+        tokens,
+    }
+}
+
 fn refusal(extra: Value) -> Refusal {
     plan(&chat(extra)).unwrap_err()
 }
@@ -208,7 +217,8 @@ fn the_completion_body_carries_sampling_verbatim() {
     let carried = carried_values();
     assert_eq!(carried.as_object().unwrap().len(), CARRIED.len());
     let p = plan(&chat(carried.clone())).unwrap();
-    let v: Value = serde_json::from_slice(&p.completion_body("R", "S", 0)).unwrap();
+    let v: Value =
+        serde_json::from_slice(&p.completion_body(Some("R"), &text_sent("S", 0))).unwrap();
     for (k, want) in carried.as_object().unwrap() {
         assert_eq!(&v[k], want, "{k}");
     }
@@ -232,7 +242,8 @@ fn the_completion_body_leaves_the_chat_fields_out() {
         "temperature": null, "seed": null,
     })))
     .unwrap();
-    let v: Value = serde_json::from_slice(&p.completion_body("R", "S", 40)).unwrap();
+    let v: Value =
+        serde_json::from_slice(&p.completion_body(Some("R"), &text_sent("S", 40))).unwrap();
     for absent in [
         "messages",
         "tools",
@@ -259,14 +270,15 @@ fn the_prompt_is_the_rendering_then_the_text_sent() {
     let p = plan(&chat(json!({"max_tokens": 10}))).unwrap();
     let rendered = "<|im_start|>user\nhi \"quoted\" \\ back<|im_end|>\n<|im_start|>assistant\n";
     let sent = "Once upon a time — 灯台 🌊 \"so\" \\n\u{0}\n";
-    let body = p.completion_body(rendered, sent, 10);
+    let body = p.completion_body(Some(rendered), &text_sent(sent, 10));
     assert!(!body.contains(&b'\n'), "not compact");
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["prompt"].as_str().unwrap(), format!("{rendered}{sent}"));
     assert_eq!(v["n_predict"], 0);
 
     let unlimited = plan(&chat(json!({}))).unwrap();
-    let v: Value = serde_json::from_slice(&unlimited.completion_body("", "", 3)).unwrap();
+    let v: Value =
+        serde_json::from_slice(&unlimited.completion_body(Some(""), &text_sent("", 3))).unwrap();
     assert_eq!((&v["prompt"], &v["n_predict"]), (&json!(""), &json!(-1)));
 }
 
@@ -312,6 +324,7 @@ fn stream_ids_from_the_first_chunk() {
         model: "tiny.gguf".into(),
         system_fingerprint: Some("b1-x".into()),
         index: 0,
+        text_completion: false,
     };
     assert_eq!(ids(), want);
     let two = stream_ids(br#"{"id":"a","created":1,"model":"m","choices":[{"index":2}]}"#);
@@ -364,7 +377,7 @@ fn chunk_of(data: &str) -> Value {
 
 #[test]
 fn a_content_event_is_llama_servers_chunk() {
-    let e = String::from_utf8(ids().content_event("Hi")).unwrap();
+    let e = String::from_utf8(ids().content_event("Hi", None)).unwrap();
     assert_eq!(
         e,
         "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":\"Hi\"}}],\
@@ -376,7 +389,7 @@ fn a_content_event_is_llama_servers_chunk() {
         index: 3,
         ..ids()
     };
-    let e = String::from_utf8(plain.content_event("Hi")).unwrap();
+    let e = String::from_utf8(plain.content_event("Hi", None)).unwrap();
     assert!(!e.contains("system_fingerprint"), "{e}");
     assert!(e.contains(r#""index":3,"#), "{e}");
     assert!(e.contains(r#""model":"tiny.gguf","object":"#), "{e}");
@@ -392,7 +405,7 @@ fn content_events_round_trip_the_text() {
         "\u{0}\u{1}\u{1f}\u{7f}ctl",
         "data: [DONE]\n\n",
     ] {
-        let e = events(&ids().content_event(text));
+        let e = events(&ids().content_event(text, None));
         assert_eq!(e.len(), 1, "{text:?}");
         let v = chunk_of(&e[0]);
         assert_eq!(v["choices"][0]["delta"], json!({"content": text}));
@@ -460,7 +473,7 @@ fn native_stop_types_become_finish_reasons() {
 proptest! {
     #[test]
     fn any_text_round_trips(text in any::<String>()) {
-        let e = events(&ids().content_event(&text));
+        let e = events(&ids().content_event(&text, None));
         prop_assert_eq!(e.len(), 1);
         let v: Value = serde_json::from_str(&e[0]).unwrap();
         prop_assert_eq!(v["choices"][0]["delta"]["content"].as_str(), Some(text.as_str()));
@@ -480,4 +493,231 @@ fn the_limit_is_read_as_llama_server_reads_it() {
         None
     );
     assert_eq!(limit(json!({"n_predict": -1})), None);
+}
+
+// === completions, native, token ids ===
+
+fn completion(prompt: Value, extra: Value) -> Vec<u8> {
+    let mut b = json!({"prompt": prompt, "stream": true, "max_tokens": 10});
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    serde_json::to_vec(&b).unwrap()
+}
+
+#[test]
+fn a_completion_has_one_prompt_to_extend() {
+    for (prompt, want) in [
+        (json!("Once"), Ok(())),
+        (json!(["Once"]), Ok(())),
+        (json!([1, 2, 3]), Ok(())),
+        (json!(["Once", 5, "upon"]), Ok(())),
+        (json!([]), Err(Refusal::NoPrompt)),
+        (json!(""), Err(Refusal::NoPrompt)),
+        (json!(null), Err(Refusal::NoPrompt)),
+        (json!(7), Err(Refusal::NoPrompt)),
+        (json!(["a", "b"]), Err(Refusal::SeveralChoices)),
+        (json!([[1, 2], [3]]), Err(Refusal::SeveralChoices)),
+        (
+            json!([{"prompt_string": "a"}]),
+            Err(Refusal::SeveralChoices),
+        ),
+        (json!([1, -2]), Err(Refusal::SeveralChoices)),
+    ] {
+        for shape in [Shape::Completions, Shape::Native] {
+            let got = plan_for(shape, &completion(prompt.clone(), json!({}))).map(|_| ());
+            assert_eq!(got, want, "{shape:?} {prompt}");
+        }
+    }
+    // A chat refusal applies to a completion too; `messages` does not.
+    let p = completion(json!("a"), json!({"grammar": "root ::= \"a\""}));
+    assert_eq!(
+        plan_for(Shape::Completions, &p).unwrap_err(),
+        Refusal::Grammar
+    );
+    assert_eq!(Refusal::NoPrompt.as_str(), "no_prompt");
+}
+
+#[test]
+fn the_continuations_prompt_for_each_shape_and_what_was_sent() {
+    let body = |shape, prompt: Value, sent: &Sent<'_>| -> Value {
+        let p = plan_for(shape, &completion(prompt, json!({}))).unwrap();
+        serde_json::from_slice(&p.completion_body(None, sent)).unwrap()
+    };
+    let ids = [11u32, 12, 13];
+    let exact = Sent {
+        text: "abc",
+        ids: Some(&ids),
+        tokens: 3,
+    };
+    let text = text_sent(" upon", 1);
+    // Token-exact: the prompt, then the ids (a mixed array).
+    assert_eq!(
+        body(Shape::Completions, json!("Once"), &exact)["prompt"],
+        json!(["Once", 11, 12, 13])
+    );
+    assert_eq!(
+        body(Shape::Native, json!([1, 2]), &exact)["prompt"],
+        json!([1, 2, 11, 12, 13])
+    );
+    // From text: joined to a string, one more string after ids.
+    assert_eq!(
+        body(Shape::Completions, json!(["Once"]), &text)["prompt"],
+        json!("Once upon")
+    );
+    assert_eq!(
+        body(Shape::Native, json!(["A", 1]), &text)["prompt"],
+        json!(["A", 1, " upon"])
+    );
+    let b = body(Shape::Completions, json!("Once"), &exact);
+    assert_eq!(b["n_predict"], 7);
+    // Chat: the rendering, then the ids.
+    let chat_plan = plan(&chat(json!({}))).unwrap();
+    let v: Value = serde_json::from_slice(&chat_plan.completion_body(Some("R"), &exact)).unwrap();
+    assert_eq!(v["prompt"], json!(["R", 11, 12, 13]));
+    assert!(chat_plan.needs_template());
+    assert!(!plan_for(Shape::Native, &completion(json!("a"), json!({})))
+        .unwrap()
+        .needs_template());
+}
+
+#[test]
+fn logprobs_become_n_probs_as_llama_server_reads_them() {
+    let n_probs = |shape, body: Vec<u8>| -> Value {
+        let p = plan_for(shape, &body).unwrap();
+        let v: Value =
+            serde_json::from_slice(&p.completion_body(Some("R"), &text_sent("", 0))).unwrap();
+        v["n_probs"].clone()
+    };
+    assert_eq!(n_probs(Shape::Chat, chat(json!({"logprobs": true}))), 20);
+    assert_eq!(
+        n_probs(
+            Shape::Chat,
+            chat(json!({"logprobs": true, "top_logprobs": 3}))
+        ),
+        3
+    );
+    assert_eq!(
+        n_probs(
+            Shape::Chat,
+            chat(json!({"logprobs": false, "top_logprobs": 3}))
+        ),
+        Value::Null
+    );
+    assert_eq!(n_probs(Shape::Chat, chat(json!({}))), Value::Null);
+    assert_eq!(
+        n_probs(
+            Shape::Completions,
+            completion(json!("a"), json!({"logprobs": 2}))
+        ),
+        2
+    );
+    assert_eq!(
+        n_probs(Shape::Native, completion(json!("a"), json!({"n_probs": 4}))),
+        4
+    );
+}
+
+/// A text-completion chunk as llama-server writes it.
+const TEXT_FIRST: &[u8] = br#"{"choices":[{"text":" many","index":0,"logprobs":null,"finish_reason":null}],"created":1796401585,"model":"tiny.gguf","system_fingerprint":"b0-unknown","object":"text_completion","id":"chatcmpl-P5K"}"#;
+
+#[test]
+fn text_completion_chunks_are_llama_servers() {
+    let ids = stream_ids(TEXT_FIRST).unwrap();
+    assert!(ids.text_completion);
+    let e = String::from_utf8(ids.content_event(" many", None)).unwrap();
+    assert_eq!(
+        e,
+        format!("data: {}\n\n", String::from_utf8_lossy(TEXT_FIRST))
+    );
+    let end = String::from_utf8(ids.finish_events(
+        "length",
+        Some(AnswerUsage {
+            prompt_tokens: 2,
+            completion_tokens: 2,
+        }),
+    ))
+    .unwrap();
+    assert_eq!(
+        end,
+        "data: {\"choices\":[{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"length\"}],\
+         \"created\":1796401585,\"model\":\"tiny.gguf\",\"system_fingerprint\":\"b0-unknown\",\
+         \"object\":\"text_completion\",\"usage\":{\"completion_tokens\":2,\"prompt_tokens\":2,\
+         \"total_tokens\":4},\"id\":\"chatcmpl-P5K\"}\n\ndata: [DONE]\n\n"
+    );
+}
+
+#[test]
+fn logprobs_are_re_wrapped_as_the_client_asked() {
+    let probs = json!([{"id": 9454, "token": "ansion", "bytes": [97], "logprob": -7.3,
+        "top_logprobs": [{"id": 1784, "token": " many", "bytes": [32], "logprob": -7.0}]}]);
+    let chat_event = chunk_of(&events(&ids().content_event("ansion", Some(&probs)))[0]);
+    assert_eq!(chat_event["choices"][0]["logprobs"]["content"], probs);
+    let text = stream_ids(TEXT_FIRST).unwrap();
+    let e = events(&text.content_event("ansion", Some(&probs)));
+    let v: Value = serde_json::from_str(&e[0]).unwrap();
+    assert_eq!(v["choices"][0]["logprobs"]["content"], probs);
+    assert_eq!(v["choices"][0]["text"], "ansion");
+}
+
+#[test]
+fn a_native_event_counts_the_tokens_sent_before() {
+    let e = native_event(
+        br#"{"index":0,"content":"x","tokens":[5],"stop":false,"tokens_predicted":3,"tokens_evaluated":9}"#,
+        40,
+    );
+    assert_eq!(
+        e,
+        b"data: {\"index\":0,\"content\":\"x\",\"tokens\":[5],\"stop\":false,\"tokens_predicted\":43,\"tokens_evaluated\":9}\n\n"
+    );
+    let plain = br#"{"content":"x"}"#;
+    assert_eq!(native_event(plain, 40), b"data: {\"content\":\"x\"}\n\n");
+    let end = String::from_utf8(native_end(160)).unwrap();
+    let v: Value = serde_json::from_str(end.strip_prefix("data: ").unwrap().trim_end()).unwrap();
+    assert_eq!(
+        (&v["stop"], &v["stop_type"], &v["tokens_predicted"]),
+        (&json!(true), &json!("limit"), &json!(160))
+    );
+    let odd = br#"{"tokens_predicted":"3"}"#;
+    assert_eq!(
+        native_event(odd, 40),
+        b"data: {\"tokens_predicted\":\"3\"}\n\n"
+    );
+}
+
+#[test]
+fn token_ids_of_each_kind_of_event() {
+    let mut out = Vec::new();
+    let chat_with = br#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" a"},"logprobs":{"content":[{"id":19469,"token":" a","bytes":[32],"logprob":-7.2,"top_logprobs":[]}]}}],"id":"x"}"#;
+    assert!(event_token_ids(Shape::Chat, chat_with, &mut out));
+    let text_with = br#"{"choices":[{"text":" b","index":0,"logprobs":{"content":[{"id":7,"token":" b"},{"id":8,"token":""}]},"finish_reason":null}]}"#;
+    assert!(event_token_ids(Shape::Completions, text_with, &mut out));
+    let native = br#"{"index":0,"content":".","tokens":[29889],"stop":false}"#;
+    assert!(event_token_ids(Shape::Native, native, &mut out));
+    let native_probs = br#"{"content":".","completion_probabilities":[{"id":3,"token":"."}]}"#;
+    assert!(event_token_ids(Shape::Native, native_probs, &mut out));
+    assert_eq!(out, [19469, 7, 8, 29889, 3]);
+    for (shape, none) in [
+        (
+            Shape::Chat,
+            &br#"{"choices":[{"delta":{"content":" a"}}]}"#[..],
+        ),
+        (
+            Shape::Chat,
+            br#"{"choices":[{"delta":{"content":" a"},"logprobs":null}]}"#,
+        ),
+        (
+            Shape::Completions,
+            br#"{"choices":[{"text":"a","logprobs":null}]}"#,
+        ),
+        (Shape::Native, br#"{"content":"","tokens":[],"stop":true}"#),
+        (Shape::Chat, b"not json"),
+    ] {
+        assert!(
+            !event_token_ids(shape, none, &mut out),
+            "{}",
+            String::from_utf8_lossy(none)
+        );
+    }
+    assert_eq!(out.len(), 5, "nothing appended when none is carried");
 }
