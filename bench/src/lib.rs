@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod clock;
+pub mod continuation;
 pub mod ctl;
 pub mod events;
 pub mod http;

@@ -35,7 +35,8 @@ pub struct Side {
 }
 
 /// The two requests, alternated.
-const TOKENIZE_BODY: &[u8] = br#"{"content":"The quick brown fox jumps over the lazy dog, twice."}"#;
+const TOKENIZE_BODY: &[u8] =
+    br#"{"content":"The quick brown fox jumps over the lazy dog, twice."}"#;
 
 /// A client connection kept alive across requests.
 struct Conn {
@@ -56,9 +57,16 @@ impl Conn {
     }
 
     /// Sends one request and reads its whole answer; `(status, body)`.
-    async fn request(&mut self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> Result<(u16, Vec<u8>), String> {
         if self.stream.is_none() {
-            let s = TcpStream::connect(self.addr).await.map_err(|e| format!("connect: {e}"))?;
+            let s = TcpStream::connect(self.addr)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
             let _ = s.set_nodelay(true);
             self.stream = Some(s);
             self.reconnects += 1;
@@ -145,7 +153,14 @@ fn summary(h: &Histogram<u64>) -> Value {
 
 /// One side's requests for one round: `per_round` requests, alternating
 /// `/tokenize` and `/health`; recorded unless `warm`.
-async fn batch(conn: &mut Conn, side: &Side, upstream_pid: u32, per_round: usize, acc: &mut Acc, warm: bool) {
+async fn batch(
+    conn: &mut Conn,
+    side: &Side,
+    upstream_pid: u32,
+    per_round: usize,
+    acc: &mut Acc,
+    warm: bool,
+) {
     let cpu = |pid: Option<u32>| pid.map(procs::tree_cpu_secs).unwrap_or(0.0);
     let (p0, u0) = (cpu(side.pid), procs::tree_cpu_secs(upstream_pid));
     for i in 0..per_round {
@@ -171,7 +186,9 @@ async fn batch(conn: &mut Conn, side: &Side, upstream_pid: u32, per_round: usize
             conn.stream = None;
             if acc.samples.len() < 5 {
                 acc.samples.push(match r {
-                    Ok((s, b)) => format!("{s}: {}", String::from_utf8_lossy(&b[..b.len().min(200)])),
+                    Ok((s, b)) => {
+                        format!("{s}: {}", String::from_utf8_lossy(&b[..b.len().min(200)]))
+                    }
                     Err(e) => e,
                 });
             }
@@ -206,7 +223,15 @@ pub async fn run(sides: &[Side], upstream_pid: u32, rounds: usize, per_round: us
     for round in 0..=rounds {
         for k in 0..sides.len() {
             let i = (k + round) % sides.len();
-            batch(&mut conns[i], &sides[i], upstream_pid, per_round, &mut accs[i], round == 0).await;
+            batch(
+                &mut conns[i],
+                &sides[i],
+                upstream_pid,
+                per_round,
+                &mut accs[i],
+                round == 0,
+            )
+            .await;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -240,9 +265,16 @@ pub fn markdown(r: &Value) -> String {
          | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         r["rounds"], r["requests_per_side_per_round"]
     );
-    let f = |v: &Value| v.as_f64().map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into());
+    let f = |v: &Value| {
+        v.as_f64()
+            .map(|x| format!("{x:.0}"))
+            .unwrap_or_else(|| "-".into())
+    };
     let direct = &r["sides"]["direct"];
-    let added = |v: &Value, route: &str| match (v[route]["p50_us"].as_f64(), direct[route]["p50_us"].as_f64()) {
+    let added = |v: &Value, route: &str| match (
+        v[route]["p50_us"].as_f64(),
+        direct[route]["p50_us"].as_f64(),
+    ) {
         (Some(a), Some(b)) => format!("{:+.0}", a - b),
         _ => "-".into(),
     };

@@ -65,6 +65,8 @@ tbody tr:hover td{background:#f8fafc}
 .a{top:3px;height:8px}.b{top:13px;height:5px}
 .q{background:#868e96}.w{background:var(--wait)}.t{background:var(--ttft)}.s{background:var(--stream)}.p{background:var(--prefill)}.d{background:var(--decode)}
 .m{top:0;width:2px;height:13px;background:var(--sent)}
+.c{top:0;width:2px;height:20px;background:#7c3aed}
+.cont{color:#7c3aed;font-weight:600;white-space:nowrap}
 .legend{display:flex;gap:16px;flex-wrap:wrap;color:var(--muted);margin:6px 0 8px}
 .legend i{display:inline-block;width:12px;height:8px;border-radius:2px;margin-right:5px;vertical-align:0}
 a{color:#1c64d1;text-decoration:none}a:hover{text-decoration:underline}
@@ -298,6 +300,10 @@ pub fn json(recent: &[RecentRequest]) -> String {
                     "message_index": at.map(|a| a.0), "field": at.map(|a| a.1), "offset": at.map(|a| a.2),
                     "recomputed_tokens": tokens,
                 })),
+                "continuations": r.continuations.iter().map(|(at, reason, result, pause)| serde_json::json!({
+                    "at_ms": at.as_secs_f64() * 1000.0, "reason": reason, "result": result,
+                    "pause_ms": pause.as_secs_f64() * 1000.0,
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -54,6 +54,7 @@ struct Args {
     real_requests: usize,
     plain_rounds: usize,
     plain_requests: usize,
+    continuation_rounds: usize,
     llamatap: PathBuf,
     llamatap_alt: PathBuf,
     venv: PathBuf,
@@ -89,7 +90,8 @@ fn usage() -> ! {
   --real-requests N      requests per side against the real llama-server (default 50)
   --plain-rounds N       rounds of the plain-request phase (default 10)
   --plain-requests N     requests per variant per plain round (default 200)
-  --skip LIST            phases to skip: latency,hangup,memory,real,plain
+  --continuation-rounds N  answers of each kind in the continuation phase (default 200)
+  --skip LIST            phases to skip: latency,hangup,memory,real,plain,continuation
   --upstream-keepalive   the scripted upstream keeps a connection open after a
                          streamed answer (by default it closes it, as llama-server does)
   --no-rt                do not run under SCHED_RR (see below)
@@ -127,6 +129,7 @@ fn parse_args() -> Args {
         ramp: 1000.0,
         real_requests: 50,
         plain_rounds: 10,
+        continuation_rounds: 200,
         plain_requests: 200,
         llamatap: repo.join("target/release/llamatap"),
         llamatap_alt: PathBuf::new(),
@@ -165,6 +168,7 @@ fn parse_args() -> Args {
             "--ramp" => a.ramp = num(v()),
             "--real-requests" => a.real_requests = num(v()) as usize,
             "--plain-rounds" => a.plain_rounds = num(v()) as usize,
+            "--continuation-rounds" => a.continuation_rounds = num(v()) as usize,
             "--plain-requests" => a.plain_requests = num(v()) as usize,
             "--skip" => a.skip = list(v()),
             "--nice" => a.nice = num(v()) as i32,
@@ -633,6 +637,9 @@ fn main() {
         }
         if !args.skip.iter().any(|s| s == "plain") {
             results["plain"] = plain_phase(&args, &dir, sink).await;
+        }
+        if !args.skip.iter().any(|s| s == "continuation") {
+            results["continuation"] = continuation_phase(&args, &dir, &up_bin).await;
         }
     });
 
@@ -1210,12 +1217,23 @@ async fn plain_phase(args: &Args, dir: &Path, sink: SocketAddr) -> Value {
     let mut running: Vec<(String, Running)> = Vec::new();
     let mut failed: Vec<String> = Vec::new();
     for name in &args.variants {
-        let Some(kind) = Kind::parse(name) else { continue };
+        let Some(kind) = Kind::parse(name) else {
+            continue;
+        };
         if matches!(kind, Kind::Litellm { .. }) {
             continue;
         }
         let run_name = format!("plain-{name}");
-        match proxies::start(&run_name, &kind, ls.addr, sink, dir, &args.llamatap, &args.llamatap_alt, &args.venv) {
+        match proxies::start(
+            &run_name,
+            &kind,
+            ls.addr,
+            sink,
+            dir,
+            &args.llamatap,
+            &args.llamatap_alt,
+            &args.venv,
+        ) {
             Ok(r) => running.push((name.clone(), r)),
             Err(e) => failed.push(format!("{name}: {e}")),
         }
@@ -1246,7 +1264,13 @@ async fn plain_phase(args: &Args, dir: &Path, sink: SocketAddr) -> Value {
             })
             .collect();
         let upstream_pid = ls.pid().unwrap_or(0);
-        let mut r = llamatap_bench::plain::run(&sides, upstream_pid, args.plain_rounds, args.plain_requests).await;
+        let mut r = llamatap_bench::plain::run(
+            &sides,
+            upstream_pid,
+            args.plain_rounds,
+            args.plain_requests,
+        )
+        .await;
         r["failed_to_start"] = json!(failed);
         log(llamatap_bench::plain::markdown(&r));
         r
@@ -1256,6 +1280,83 @@ async fn plain_phase(args: &Args, dir: &Path, sink: SocketAddr) -> Value {
     }
     ls.stop();
     result
+}
+
+/// Two scripted upstreams behind each llamatap build in turn; answers whole
+/// and cut (continued on the other upstream), llamatap's CPU per answer.
+async fn continuation_phase(args: &Args, dir: &Path, up_bin: &Path) -> Value {
+    let mut ups = [
+        proxies::start_upstream(up_bin, dir, false),
+        proxies::start_upstream(up_bin, dir, false),
+    ];
+    for u in &ups {
+        set_pace(u.addr, 1, 1000, 64, false).await;
+    }
+    let mut builds = serde_json::Map::new();
+    let mut paths = vec![("llamatap", args.llamatap.clone())];
+    if args.llamatap_alt != args.llamatap {
+        paths.push(("alt-llamatap", args.llamatap_alt.clone()));
+    }
+    for (name, bin) in paths {
+        let addr = proxies::free_addr();
+        let admin = proxies::free_addr();
+        let log = dir.join(format!("continuation-{name}.log"));
+        let Ok(f) = std::fs::File::create(&log) else {
+            continue;
+        };
+        let child = std::process::Command::new(&bin)
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--upstream")
+            .arg(format!("http://{}", ups[0].addr))
+            .arg("--upstream")
+            .arg(format!("http://{}", ups[1].addr))
+            .arg("--admin-listen")
+            .arg(admin.to_string())
+            .arg("--threads")
+            .arg("1")
+            .env_remove("LLAMATAP_CONFIG")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdout(std::process::Stdio::null())
+            .stderr(f)
+            .spawn();
+        let Ok(mut child) = child else {
+            builds.insert(name.into(), json!({"skipped": "cannot start"}));
+            continue;
+        };
+        let t = tokio::time::Instant::now();
+        let mut ready = false;
+        while t.elapsed() < Duration::from_secs(30) {
+            let m = ctl::get(admin, "/metrics")
+                .await
+                .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            if m.lines()
+                .filter(|l| l.starts_with("llamatap_upstream_up{") && l.ends_with(" 1"))
+                .count()
+                == 2
+            {
+                ready = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let r = if ready {
+            llamatap_bench::continuation::run(addr, child.id(), args.continuation_rounds, 64, 16)
+                .await
+        } else {
+            json!({"skipped": "the upstreams never came up"})
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        builds.insert(name.into(), r);
+    }
+    for u in ups.iter_mut() {
+        u.stop();
+    }
+    let r = json!({"builds": builds});
+    log(llamatap_bench::continuation::markdown(&r));
+    r
 }
 
 fn variant_json(args: &Args, v: &Variant) -> Value {
@@ -1524,6 +1625,9 @@ fn markdown(r: &Value, args: &Args) -> String {
         );
     } else if real.is_object() {
         s += &format!("\nReal llama-server: skipped ({}).\n", real["skipped"]);
+    }
+    if r["continuation"]["builds"].is_object() {
+        s += &llamatap_bench::continuation::markdown(&r["continuation"]);
     }
     let plain = &r["plain"];
     if plain["sides"].is_object() {

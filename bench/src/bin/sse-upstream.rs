@@ -17,6 +17,12 @@
 //!
 //! A request names its stream with `bench-id:N` anywhere in its body (the
 //! client puts it in the user message, which every proxy forwards).
+//! `bench-cut:K` there makes the stream end after `K` token events, the
+//! connection closed with no last event (an upstream dying mid-answer).
+//!
+//! For stream continuation: `POST /apply-template` answers a fixed
+//! rendering, and `POST /completion` streams `n_predict` native events at
+//! the same pace (then the `stop` event with `timings`).
 //!
 //! After a streamed answer it closes the connection, as llama-server does
 //! (it ends every streamed answer with a close, `Connection: close` asked or
@@ -82,7 +88,9 @@ fn main() {
             "--threads" => threads = args.next().and_then(|v| v.parse().ok()).unwrap_or(1),
             "--keepalive-after-stream" => keepalive_after_stream = true,
             _ => {
-                eprintln!("usage: sse-upstream [--listen ADDR] [--threads N] [--keepalive-after-stream]");
+                eprintln!(
+                    "usage: sse-upstream [--listen ADDR] [--threads N] [--keepalive-after-stream]"
+                );
                 std::process::exit(2);
             }
         }
@@ -190,6 +198,74 @@ fn bench_id(body: &[u8]) -> Option<u64> {
     std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
+fn bench_cut(body: &[u8]) -> Option<usize> {
+    let at = memchr::memmem::find(body, b"bench-cut:")? + 10;
+    let digits: Vec<u8> = body[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .copied()
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
+}
+
+const STREAM_HEAD: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\
+Server: llama.cpp\r\nX-Accel-Buffering: no\r\n\r\n";
+
+/// The role event and `pace.tokens` token events, then the connection
+/// closes: no last event, no `[DONE]`, no end of the chunked body.
+async fn cut_stream(s: &mut TcpStream, t_req: u64, pace: Pace) {
+    let mut out = STREAM_HEAD.to_vec();
+    let mut ev = Vec::with_capacity(512);
+    events::role(&mut ev, t_req, mono_ns());
+    put_chunk(&mut out, &ev);
+    if s.write_all(&out).await.is_err() {
+        return;
+    }
+    let every = Duration::from_micros(pace.interval_us);
+    tokio::time::sleep(Duration::from_millis(pace.prefill_ms)).await;
+    for k in 0..pace.tokens {
+        out.clear();
+        ev.clear();
+        events::token(&mut ev, k, mono_ns());
+        put_chunk(&mut out, &ev);
+        if s.write_all(&out).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// `n` native events at the pace's interval, then the `stop` event.
+async fn native(s: &mut TcpStream, n: usize, pace: Pace) {
+    let mut out = STREAM_HEAD.to_vec();
+    if s.write_all(&out).await.is_err() {
+        return;
+    }
+    let every = Duration::from_micros(pace.interval_us);
+    tokio::time::sleep(Duration::from_millis(pace.prefill_ms)).await;
+    for k in 0..n {
+        out.clear();
+        let w = events::WORDS[k % events::WORDS.len()];
+        let ev = format!(
+            "data: {{\"index\":0,\"content\":\"{w}\",\"tokens\":[{k}],\"stop\":false,\"id_slot\":-1,\"tokens_predicted\":{},\"tokens_evaluated\":20}}\n\n",
+            k + 1
+        );
+        put_chunk(&mut out, ev.as_bytes());
+        if s.write_all(&out).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(every).await;
+    }
+    out.clear();
+    let last = format!(
+        "data: {{\"index\":0,\"content\":\"\",\"tokens\":[],\"id_slot\":0,\"stop\":true,\"model\":\"tiny.gguf\",\"tokens_predicted\":{n},\"tokens_evaluated\":20,\"stop_type\":\"limit\",\"timings\":{{\"cache_n\":12,\"prompt_n\":8,\"prompt_ms\":1.0,\"predicted_n\":{n},\"predicted_ms\":1.0}}}}\n\n"
+    );
+    put_chunk(&mut out, last.as_bytes());
+    out.extend_from_slice(b"0\r\n\r\n");
+    let _ = s.write_all(&out).await;
+}
+
 async fn conn(mut s: TcpStream, sh: &Shared) {
     let _ = s.set_nodelay(true);
     let mut buf = Vec::with_capacity(4096);
@@ -237,13 +313,34 @@ async fn conn(mut s: TcpStream, sh: &Shared) {
                 );
                 respond(&mut s, "200 OK", "application/json", body.as_bytes()).await
             }
+            ("POST", "/apply-template") => {
+                respond(&mut s, "200 OK", "application/json", br#"{"prompt":"<|user|>\nbench<|end|>\n<|assistant|>\n"}"#).await
+            }
+            ("POST", "/completion") => {
+                let n = serde_json::from_slice::<serde_json::Value>(&req.body)
+                    .ok()
+                    .and_then(|v| v["n_predict"].as_u64())
+                    .unwrap_or(16) as usize;
+                let pace = *sh.pace.lock().unwrap();
+                native(&mut s, n, pace).await;
+                false
+            }
             ("POST", p) if p.ends_with("/chat/completions") => {
                 let streaming = memchr::memmem::find(&req.body, b"\"stream\":true").is_some()
                     || memchr::memmem::find(&req.body, b"\"stream\": true").is_some();
                 let pace = *sh.pace.lock().unwrap();
                 if streaming {
-                    stream(&mut s, &mut buf, bench_id(&req.body), t_req, pace, sh).await
-                        && sh.keepalive_after_stream
+                    let pace = match bench_cut(&req.body) {
+                        Some(k) => Pace { tokens: k, ..pace },
+                        None => pace,
+                    };
+                    if bench_cut(&req.body).is_some() {
+                        cut_stream(&mut s, t_req, pace).await;
+                        false
+                    } else {
+                        stream(&mut s, &mut buf, bench_id(&req.body), t_req, pace, sh).await
+                            && sh.keepalive_after_stream
+                    }
                 } else {
                     let body = br#"{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":"Sure."}}],"created":1764493200,"model":"tiny.gguf","object":"chat.completion","usage":{"completion_tokens":2,"prompt_tokens":12,"total_tokens":14},"id":"chatcmpl-x"}"#;
                     respond(&mut s, "200 OK", "application/json", body).await

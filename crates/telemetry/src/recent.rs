@@ -56,7 +56,14 @@ pub struct RecentRequest {
     pub cache_break: Option<BreakMark>,
     /// Time in the admission queue, when it waited there.
     pub queued: Option<Duration>,
+    /// Each continuation of the answer (at most
+    /// [`crate::continuation::MAX_KEPT`]).
+    pub continuations: Vec<ContinuationMark>,
 }
+
+/// A continuation as the page marks it: when (from arrival), why, how it
+/// went, and the client's pause.
+pub type ContinuationMark = (Duration, &'static str, &'static str, Duration);
 
 /// A cache break as the page marks it: cause, where (message index, field,
 /// offset) and prompt tokens recomputed.
@@ -96,6 +103,11 @@ impl RecentRequest {
                 )
             }),
             queued: rec.queue.filter(|q| q.waited).map(|q| q.wait),
+            continuations: rec
+                .continuations
+                .iter()
+                .map(|c| (c.at, c.reason.as_str(), c.result.as_str(), c.pause))
+                .collect(),
         }
     }
 }

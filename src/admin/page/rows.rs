@@ -83,7 +83,7 @@ pub(super) fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Opt
             esc(short_model(&r.model)),
             upstream_cell(r, fleet),
             esc(r.route),
-            esc(r.outcome),
+            esc(r.outcome) + &continuation_mark(r),
             ms(r.upstream_headers),
             ms(r.first_token),
             ms(r.first_sentence),
@@ -171,6 +171,10 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
         let left = (s / scale * 100.0).clamp(0.0, 99.5);
         let _ = write!(h, "<i class=m style='left:{left:.2}%'></i>");
     }
+    for (at, ..) in &r.continuations {
+        let left = (ms_f(*at) / scale * 100.0).clamp(0.0, 99.5);
+        let _ = write!(h, "<i class=c style='left:{left:.2}%'></i>");
+    }
     // Lane b: llama-server's own prefill and decode, ending with generation.
     let gen_end = r.last_token.map(ms_f).unwrap_or(end);
     let decode = r.decode.map(ms_f).unwrap_or(0.0);
@@ -182,6 +186,24 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
         seg(h, "b p", (decode_start - p).max(0.0), decode_start, scale);
     }
     h.push_str("</div>");
+}
+
+/// The continuation marker of a request row: each cut of the answer, why,
+/// how it went and the client's pause; empty when it had none.
+fn continuation_mark(r: &RecentRequest) -> String {
+    r.continuations
+        .iter()
+        .map(|(at, reason, result, pause)| {
+            format!(
+                " <span class=cont title=\"cut at {:.0} ms ({}): {}, the client paused {:.0} ms\">↻ {}</span>",
+                ms_f(*at),
+                esc(reason),
+                esc(result),
+                ms_f(*pause),
+                esc(reason)
+            )
+        })
+        .collect()
 }
 
 /// The cache-break marker of a request row: its cause and where the prompt

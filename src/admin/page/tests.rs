@@ -25,6 +25,7 @@ fn req(model: &str, outcome: &'static str, end_ms: u64) -> RecentRequest {
         route_reason: Some("prefix_hit"),
         cache_break: None,
         queued: None,
+        continuations: Vec::new(),
     }
 }
 
@@ -97,6 +98,25 @@ fn a_cache_break_is_marked_with_its_cause_and_position() {
     let v: serde_json::Value = serde_json::from_str(&json(&[broke])).unwrap();
     assert_eq!(v["requests"][0]["cache_break"]["cause"], "system_changed");
     assert_eq!(v["requests"][0]["cache_break"]["offset"], 32);
+}
+
+#[test]
+fn a_continued_answer_is_marked_in_its_row_and_waterfall() {
+    let mut moved = req("m", "ok", 80);
+    moved.continuations = vec![(
+        Duration::from_millis(40),
+        "preempted",
+        "continued",
+        Duration::from_millis(12),
+    )];
+    let html = render(&[req("m", "ok", 60), moved.clone()], None);
+    assert_eq!(html.matches("class=cont").count(), 1);
+    assert!(html.contains("↻ preempted"), "{html}");
+    assert!(html.contains("the client paused 12 ms"), "{html}");
+    assert_eq!(html.matches("<i class=c ").count(), 1);
+    let v: serde_json::Value = serde_json::from_str(&json(&[moved])).unwrap();
+    assert_eq!(v["requests"][0]["continuations"][0]["reason"], "preempted");
+    assert_eq!(v["requests"][0]["continuations"][0]["pause_ms"], 12.0);
 }
 
 #[test]
