@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::diagnose::diagnose;
+use super::diagnose::{diagnose, edited_in_place};
 use super::digest::PromptDigest;
 use super::{Cause, Diagnosis, Observed};
 
@@ -99,7 +99,11 @@ impl Book {
     /// A prompt whose first user message is a later user message of a
     /// remembered conversation (its oldest turns dropped) is compared with
     /// that conversation; unless the comparison finds exactly that
-    /// ([`Cause::HistoryTruncated`]), it is a new conversation.
+    /// ([`Cause::HistoryTruncated`]), it is a new conversation. So is a
+    /// prompt whose first user message was edited while every later message
+    /// of a remembered conversation is kept (an agent rewriting its
+    /// history): found by a later user message, it is
+    /// [`Cause::HistoryEdited`] at that first message.
     pub fn diagnose(&mut self, digest: PromptDigest, obs: Observed) -> Option<Diagnosis> {
         let key = digest.key?;
         let mut d = diagnose(self.get(key), &digest, obs);
@@ -111,6 +115,21 @@ impl Book {
                     d = via;
                     self.forget(primary);
                 }
+            }
+        }
+        if d.cause == Cause::NewConversation {
+            let edited = digest
+                .user_keys
+                .iter()
+                .filter(|k| **k != key)
+                .find_map(|k| self.aliases.get(k).copied())
+                .filter(|p| {
+                    self.get(*p)
+                        .is_some_and(|t| edited_in_place(&t.digest, &digest))
+                });
+            if let Some(primary) = edited {
+                d = diagnose(self.get(primary), &digest, obs);
+                self.forget(primary);
             }
         }
         self.remember(

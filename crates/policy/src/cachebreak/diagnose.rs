@@ -191,3 +191,27 @@ fn excerpts(prev: &PromptDigest, cur: &PromptDigest, at: &Position) -> Option<(S
     };
     Some((cut(old), cut(new)))
 }
+
+/// Whether `cur` is `prev` with one message replaced in place, every later
+/// one kept, and a turn added: the first difference is a message's content
+/// (not the system prompt), from the next message on `cur` repeats `prev`,
+/// and `cur` is longer (two conversations of one template, alike after
+/// their first message, are not one edited).
+pub fn edited_in_place(prev: &PromptDigest, cur: &PromptDigest) -> bool {
+    if prev.tools != cur.tools {
+        return false;
+    }
+    let (old, new) = (&prev.messages, &cur.messages);
+    let i = old
+        .iter()
+        .zip(new.iter())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let (Some(a), Some(b)) = (old.get(i), new.get(i)) else {
+        return false;
+    };
+    let later_kept = i + 1 < old.len()
+        && new.len() > old.len()
+        && old.iter().skip(i + 1).zip(new.iter().skip(i + 1)).all(|(x, y)| x == y);
+    !a.system && !b.system && a.role == b.role && a.content != b.content && later_kept
+}

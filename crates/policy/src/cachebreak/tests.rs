@@ -473,3 +473,65 @@ fn text_split_into_parts_digests_like_one_string() {
     assert_eq!(one.messages[1].chars, 300);
     assert_eq!(one.messages[1].chunks.len(), 10);
 }
+
+#[test]
+fn an_edited_first_message_with_the_later_turns_kept_is_history_edited() {
+    let mut book = Book::default();
+    let t1 = body(
+        SYSTEM,
+        &[
+            ("user", "Plan a trip to Lisbon."),
+            ("assistant", "Day one: Alfama."),
+            ("user", "And day two?"),
+        ],
+    );
+    book.diagnose(digest(&t1, false), observed(120, 0, 1));
+    // An agent rewrites the opening request and keeps the rest.
+    let t2 = body(
+        SYSTEM,
+        &[
+            ("user", "Plan a trip to Porto."),
+            ("assistant", "Day one: Alfama."),
+            ("user", "And day two?"),
+            ("assistant", "Belem."),
+            ("user", "Day three?"),
+        ],
+    );
+    let d = book
+        .diagnose(digest(&t2, false), observed(150, 20, 1))
+        .unwrap();
+    assert_eq!(d.cause, Cause::HistoryEdited);
+    let p = d.position.unwrap();
+    assert_eq!((p.message_index, p.field), (1, Field::Content));
+    assert_eq!(book.len(), 1, "the conversation goes on under its new key");
+    // The next turn extends the edited one: reused.
+    let t3 = body(
+        SYSTEM,
+        &[
+            ("user", "Plan a trip to Porto."),
+            ("assistant", "Day one: Alfama."),
+            ("user", "And day two?"),
+            ("assistant", "Belem."),
+            ("user", "Day three?"),
+            ("assistant", "Sintra."),
+            ("user", "Thanks."),
+        ],
+    );
+    let d = book
+        .diagnose(digest(&t3, false), observed(170, 149, 1))
+        .unwrap();
+    assert_eq!(d.cause, Cause::Reused);
+    // A new conversation that only shares a later user message is new.
+    let other = body(
+        SYSTEM,
+        &[
+            ("user", "Plan a trip to Rome."),
+            ("assistant", "Day one: the Forum."),
+            ("user", "And day two?"),
+        ],
+    );
+    let d = book
+        .diagnose(digest(&other, false), observed(120, 0, 1))
+        .unwrap();
+    assert_eq!(d.cause, Cause::NewConversation);
+}
