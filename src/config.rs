@@ -12,6 +12,7 @@ use std::time::Duration;
 mod check;
 pub mod continuation;
 pub mod discovery;
+mod locate;
 pub mod queue;
 mod raw;
 pub mod telemetry;
@@ -59,6 +60,18 @@ pub enum ConfigError {
         /// The parser's message, flattened to one line.
         message: String,
     },
+    /// A value of the file is out of range or malformed, at a line.
+    #[error("invalid config file {path}: line {line}: {key}: {message}")]
+    InvalidAt {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line the key is written on.
+        line: usize,
+        /// The key, as written (with its table).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A value is out of range or malformed.
     #[error("invalid value for {key}: {message}")]
     Invalid {
@@ -100,6 +113,29 @@ pub struct Overrides {
     pub upstream_api_key: Option<String>,
     /// `--access-log` / `LLAMATAP_ACCESS_LOG`.
     pub access_log: Option<String>,
+}
+
+impl Overrides {
+    /// A flag or an environment variable gives `key` (as a validation
+    /// error names it): the file's line would not be the one at fault.
+    pub fn sets(&self, key: &str) -> bool {
+        match key {
+            "listen" => self.listen.is_some(),
+            "upstream" | "upstreams" => !self.upstreams.is_empty(),
+            "routing.policy" => self.routing_policy.is_some(),
+            "admin_listen" => self.admin_listen.is_some(),
+            "telemetry.otlp_endpoint" => self.otlp_endpoint.is_some(),
+            "telemetry.otlp_protocol" => self.otlp_protocol.is_some(),
+            "telemetry.service_name" => self.service_name.is_some(),
+            "telemetry.sample_ratio" => self.sample_ratio.is_some(),
+            "telemetry.access_log" => self.access_log.is_some(),
+            "threads" => self.threads.is_some(),
+            "grace_period_seconds" => self.grace_period_seconds.is_some(),
+            "auth.api_keys" => self.api_keys.is_some(),
+            "auth.upstream_api_key" => self.upstream_api_key.is_some(),
+            _ => false,
+        }
+    }
 }
 
 /// The validated configuration: the single source of truth.
@@ -157,12 +193,34 @@ pub struct Config {
 
 impl Config {
     /// Reads, overrides and validates. `path` may be `None` (defaults only).
+    /// A value of the file that fails validation is reported with its line
+    /// and key, as a parse error is.
     pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
-        let raw = match path {
-            Some(p) => RawConfig::from_file(p)?,
-            None => RawConfig::default(),
+        let Some(p) = path else {
+            return Config::from_raw(RawConfig::default(), overrides);
         };
-        Config::from_raw(raw, overrides)
+        let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+            path: p.to_path_buf(),
+            source,
+        })?;
+        let raw = RawConfig::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: p.to_path_buf(),
+            message,
+        })?;
+        Config::from_raw(raw, overrides).map_err(|e| match e {
+            ConfigError::Invalid { key, message } if !overrides.sets(key) => {
+                match locate::line_of(&text, key, &message) {
+                    Some((line, key)) => ConfigError::InvalidAt {
+                        path: p.to_path_buf(),
+                        line,
+                        key,
+                        message,
+                    },
+                    None => ConfigError::Invalid { key, message },
+                }
+            }
+            e => e,
+        })
     }
 
     /// Validates a raw config with overrides applied.

@@ -156,11 +156,20 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     }
     // One line for the start, with what an operator checks first.
     let fleet = config.upstreams.len() > 1;
+    let tenants: Vec<&str> = config
+        .tenants
+        .list()
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    let tenants = tenants.join(",");
     tracing::info!(
         admin = %config.admin_listen,
         upstreams = %join(&config, |u| u.name.clone()),
         upstream_urls = %join(&config, |u| format!("http://{}{}", u.address, u.base_path)),
         routing = fleet.then(|| config.routing.policy.as_str()),
+        queue = if config.queue.enabled { "on" } else { "off" },
+        tenants = (!tenants.is_empty()).then(|| tracing::field::display(&tenants)),
         pid_file = pid_file.as_ref().map(|p| tracing::field::display(p.path().display())),
         "llamatap listening on {}",
         config.listen,

@@ -173,7 +173,10 @@ fn every_relative_link_and_anchor_resolves() {
                 if let Some(a) = frag {
                     let is_md = file_path.extension().is_some_and(|x| x == "md");
                     if is_md && !anchors(&file_path).contains(a) {
-                        bad.push(format!("{}:{n}: no heading for #{a} ({target})", page.display()));
+                        bad.push(format!(
+                            "{}:{n}: no heading for #{a} ({target})",
+                            page.display()
+                        ));
                     }
                 }
             }

@@ -283,7 +283,11 @@ fn start_and_shutdown_are_one_structured_line_each() {
         format!("http://127.0.0.1:{a}"),
         format!("http://127.0.0.1:{b}"),
     );
-    let mut proxy = Llamatap::start_fleet(&[&ua, &ub], &[]);
+    let cfg = temp_config(
+        "start-fleet",
+        "[[auth.keys]]\nname = \"voice-app\"\nkey = \"sk-voice-0123\"\n",
+    );
+    let mut proxy = Llamatap::start_fleet(&[&ua, &ub], &["--config", cfg.to_str().unwrap()]);
     proxy.term();
     assert!(proxy.wait_exit(Duration::from_secs(20)).is_some());
     assert!(
@@ -310,6 +314,8 @@ fn start_and_shutdown_are_one_structured_line_each() {
         "{start}"
     );
     assert!(start.contains("routing=\"prefix_affinity\""), "{start}");
+    assert!(start.contains("queue=\"off\""), "{start}");
+    assert!(start.contains("tenants=voice-app"), "{start}");
     let draining: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("SIGTERM") || l.contains("gracefully"))
@@ -352,4 +358,30 @@ fn start_and_shutdown_are_one_structured_line_each() {
             "README line not written by the binary: {q}\n{log}"
         );
     }
+}
+
+#[test]
+fn the_start_line_says_the_queue_is_on_and_names_the_tenants() {
+    let up = format!("http://127.0.0.1:{}", free_port());
+    let cfg = common::temp_config(
+        "start-line",
+        "[queue]\nenabled = true\n[[auth.keys]]\nname = \"voice\"\nkey = \"sk-voice-0123\"\n\
+         [[auth.keys]]\nname = \"bulk\"\nkey = \"sk-bulk-01234\"\n",
+    );
+    let mut proxy = Llamatap::start(&up, &["--config", cfg.to_str().unwrap()]);
+    let mut start = String::new();
+    let seen = wait_until(Duration::from_secs(10), || {
+        start = proxy
+            .stderr()
+            .lines()
+            .find(|l| l.contains("listening"))
+            .unwrap_or("")
+            .to_string();
+        !start.is_empty()
+    });
+    assert!(seen, "{}", proxy.stderr());
+    assert!(start.contains("queue=\"on\""), "{start}");
+    assert!(start.contains("tenants=voice,bulk"), "{start}");
+    proxy.term();
+    assert!(proxy.wait_exit(Duration::from_secs(20)).is_some());
 }

@@ -368,3 +368,47 @@ fn the_admin_listener_needs_a_port_of_its_own() {
         assert_eq!(c.admin_listen.to_string(), admin);
     }
 }
+
+#[test]
+fn a_single_bracket_list_of_tables_is_named_with_its_fix() {
+    let e = RawConfig::from_toml("threads = 1\n[auth.keys]\nname = \"a\"\nkey = \"0123456789\"\n")
+        .unwrap_err();
+    assert!(e.contains("line 2"), "{e}");
+    assert!(e.contains("auth.keys"), "{e}");
+    assert!(e.contains("[[auth.keys]]"), "{e}");
+}
+
+#[test]
+fn a_value_that_fails_validation_names_its_line_and_key() {
+    let dir = std::env::temp_dir().join(format!("llamatap-config-line-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.toml");
+    std::fs::write(
+        &path,
+        "[[auth.keys]]\nname = \"a\"\nkey = \"0123456789\"\nweight = 0\n",
+    )
+    .unwrap();
+    let e = Config::load(Some(&path), &Overrides::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 4: auth.keys.weight:"), "{e}");
+    assert!(e.contains("weight 0 is not between 1 and 1000"), "{e}");
+    assert!(!e.contains('\n'), "{e}");
+    // A value from a flag is not blamed on the file.
+    std::fs::write(&path, "threads = 2\n").unwrap();
+    let flags = Overrides {
+        threads: Some(0),
+        ..Overrides::default()
+    };
+    let e = Config::load(Some(&path), &flags).unwrap_err().to_string();
+    assert!(e.starts_with("invalid value for threads"), "{e}");
+    std::fs::write(&path, "threads = 0\n").unwrap();
+    let e = Config::load(Some(&path), &Overrides::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("line 1: threads: must be between 1 and 256"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

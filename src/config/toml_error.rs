@@ -12,6 +12,12 @@ pub fn describe(e: &toml::de::Error, text: &str) -> String {
         return message;
     };
     let (line, key) = locate(text, span.start);
+    if let Some(table) = single_bracket_list(text, span.start, e.message()) {
+        let table = clean(&table, 64);
+        return format!(
+            "line {line}: {table}: a list of tables: write [[{table}]] (double brackets) above each entry"
+        );
+    }
     match key.map(|k| clean(&k, 64)) {
         Some(key) => format!("line {line}: {key}: {message}"),
         None => format!("line {line}: {message}"),
@@ -92,6 +98,19 @@ fn locate(text: &str, offset: usize) -> (usize, Option<String>) {
         Some(t) if !t.is_empty() => (line_no, Some(format!("{t}.{key}"))),
         _ => (line_no, Some(key)),
     }
+}
+
+/// The table of a `[table]` header at `offset` where a list was expected
+/// (a list of tables written with single brackets).
+fn single_bracket_list(text: &str, offset: usize, message: &str) -> Option<String> {
+    if !(message.contains("expected a sequence") && message.contains("map")) {
+        return None;
+    }
+    let offset = offset.min(text.len());
+    let start = text.get(..offset)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text.get(start..)?.lines().next()?.trim();
+    let name = line.strip_prefix('[')?.strip_suffix(']')?;
+    (!name.starts_with('[')).then(|| unquote(name.trim()))
 }
 
 fn unquote(s: &str) -> String {

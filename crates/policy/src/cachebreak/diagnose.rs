@@ -212,6 +212,10 @@ pub fn edited_in_place(prev: &PromptDigest, cur: &PromptDigest) -> bool {
     };
     let later_kept = i + 1 < old.len()
         && new.len() > old.len()
-        && old.iter().skip(i + 1).zip(new.iter().skip(i + 1)).all(|(x, y)| x == y);
+        && old
+            .iter()
+            .skip(i + 1)
+            .zip(new.iter().skip(i + 1))
+            .all(|(x, y)| x == y);
     !a.system && !b.system && a.role == b.role && a.content != b.content && later_kept
 }
