@@ -1451,3 +1451,60 @@ fn fleet_answers_expect_100_continue_before_reading_the_body() {
         "the upstream is not asked again"
     );
 }
+
+#[test]
+fn a_priority_header_naming_no_class_is_refused_with_400() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let n = served.clone();
+    let up = Scripted::start(move |s, req| {
+        if req.path.ends_with("/chat/completions") {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        upstream::json(
+            s,
+            200,
+            r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#,
+        );
+    });
+    let cfg = common::temp_config(
+        "priority-header",
+        "[queue]\nenabled = true\npriority_header = \"X-Priority\"\nmax_inflight = 1\n",
+    );
+    let proxy = Llamatap::start(&up.url(), &["--config", cfg.to_str().unwrap()]);
+    let body = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
+    let send = |value: &str| {
+        let mut r = http::send(
+            &proxy.addr(),
+            "POST",
+            "/v1/chat/completions",
+            &[("X-Priority", value)],
+            body,
+        )
+        .unwrap();
+        let status = r.head.status;
+        (
+            status,
+            String::from_utf8_lossy(&r.read_all().unwrap()).into_owned(),
+        )
+    };
+    let (status, text) = send("urgent");
+    assert_eq!(status, 400, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], "invalid_priority", "{text}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("x-priority")
+            && message.contains("\"urgent\"")
+            && message.contains("batch"),
+        "{message}"
+    );
+    assert_eq!(
+        served.load(Ordering::Relaxed),
+        0,
+        "refused before the upstream"
+    );
+    for ok in ["batch", " Interactive ", "default"] {
+        let (status, text) = send(ok);
+        assert_eq!(status, 200, "{ok:?}: {text}");
+    }
+}

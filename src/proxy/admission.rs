@@ -176,17 +176,32 @@ impl Admission {
     }
 
     /// The class of a request: its key's, else `default`; lowered (never
-    /// raised, unless trusted) by the configured header.
-    pub fn class_of(&self, req: &RequestHeader, tenant: TenantId) -> Priority {
+    /// raised, unless trusted) by the configured header (its value read
+    /// without regard to case). `Err` with the value when the header names
+    /// no class (the request is refused: a misspelt class would otherwise
+    /// pass unnoticed).
+    pub fn class_of(&self, req: &RequestHeader, tenant: TenantId) -> Result<Priority, String> {
         let key = self.tenants.get(tenant).map(|t| t.priority);
-        let header = self
+        let header = match self
             .config
             .priority_header
             .as_deref()
             .and_then(|h| req.headers.get(h))
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| Priority::parse(v.trim()));
-        crate::queue::class(key, header, self.config.trust_priority_header)
+        {
+            None => None,
+            Some(v) => {
+                let text = String::from_utf8_lossy(v.as_bytes()).trim().to_string();
+                match Priority::parse(&text.to_ascii_lowercase()) {
+                    Some(p) => Some(p),
+                    None => return Err(text),
+                }
+            }
+        };
+        Ok(crate::queue::class(
+            key,
+            header,
+            self.config.trust_priority_header,
+        ))
     }
 }
 
@@ -204,7 +219,13 @@ pub async fn wait(
     {
         return Ok(false);
     }
-    let class = admission.class_of(session.req_header(), ctx.tenant);
+    let class = match admission.class_of(session.req_header(), ctx.tenant) {
+        Ok(c) => c,
+        Err(value) => {
+            refuse_priority(session, ctx, admission, &value).await;
+            return Ok(true);
+        }
+    };
     let ci = class as usize;
     let rules = admission
         .config
@@ -444,6 +465,31 @@ fn mark_left(ctx: &mut RequestCtx) {
     if let Some(h) = ctx.admission.as_deref_mut() {
         h.wait = Some(since);
     }
+}
+
+/// Refuses a request whose priority header names no class: `400`
+/// `invalid_priority`, naming the header, the value (bounded) and the
+/// classes.
+async fn refuse_priority(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    admission: &Admission,
+    value: &str,
+) {
+    let header = admission.config.priority_header.as_deref().unwrap_or("");
+    let shown = crate::record::bounded(value, 64);
+    let message = format!(
+        "header {header}: {shown:?} is not a priority class; use interactive, default or batch"
+    );
+    ctx.ended = Some(Instant::now());
+    ctx.failure = Some((Outcome::ClientError, "invalid_priority", message.clone()));
+    let reply = ErrorReply {
+        status: 400,
+        kind: "invalid_request_error",
+        code: "invalid_priority",
+        message: &message,
+    };
+    write_error_with(session, ctx, reply, &[]).await;
 }
 
 /// Answers a refusal of the queue in the OpenAI shape, with
