@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Starts llamatap in front of a working llama-server.
 #
-#   scripts/quickstart.sh                       # builds llama-server if needed
-#                                               # (about 10 minutes, once), starts
+#   scripts/quickstart.sh                       # builds llamatap and llama-server if needed
+#                                               # (about 20 minutes on 2 cores, once), starts
 #                                               # it with a tiny random model, then
 #                                               # runs llamatap in front of it
 #   scripts/quickstart.sh --upstream URL        # use your own llama-server
@@ -80,8 +80,8 @@ done
 if [ -n "${LLAMATAP_BIN:-}" ]; then
   llamatap=("$LLAMATAP_BIN")
 else
-  log "building llamatap (cargo build --release: fat LTO, a few minutes the first time)"
-  cargo build --release --quiet --bin llamatap
+  log "building llamatap (cargo build --release; cargo shows its progress below)"
+  cargo build --release --bin llamatap
   llamatap=(cargo run --release --quiet --bin llamatap --)
 fi
 

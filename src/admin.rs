@@ -97,7 +97,8 @@ impl ServeHttp for AdminApp {
             }
             "/latency" | "/" => {
                 let recent = self.telemetry.recent.snapshot();
-                let html = page::render(&recent, self.jaeger_url.as_deref());
+                let tracing = self.telemetry.tracing.is_some();
+                let html = page::render(&recent, self.jaeger_url.as_deref(), tracing);
                 reply(200, "text/html; charset=utf-8", html.into_bytes())
             }
             "/latency.json" => {

@@ -6,7 +6,9 @@
 //! `tokens` tokens and the same answer cut by its upstream after `cut`
 //! tokens (`bench-cut:K`), which llamatap continues on the other upstream
 //! (`/apply-template`, then `/completion`). Per kind: llamatap's CPU per
-//! answer (from /proc, across that kind's answers only), the client's
+//! answer (its threads' run time from `/proc/PID/task/*/schedstat`, in
+//! nanoseconds, around each answer; the median over the kind's answers),
+//! the client's
 //! longest gap between two content events, and whether every answer was
 //! whole (its tokens, `[DONE]`, no error event). The difference of the two
 //! CPU figures is the cost of one continuation.
@@ -82,19 +84,19 @@ fn body(tokens: usize, cut: Option<usize>, i: usize) -> String {
 /// Runs `rounds` rounds against llamatap at `addr` (root pid `pid`);
 /// `tokens` per answer, the cut after `cut`.
 pub async fn run(addr: SocketAddr, pid: u32, rounds: usize, tokens: usize, cut: usize) -> Value {
-    let mut cpu = [0.0f64; 2];
+    let mut cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut gaps: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut broken = [0usize; 2];
     // One round not counted: first connections, first continuation.
     for round in 0..=rounds {
         for (k, cut) in [None, Some(cut)].into_iter().enumerate() {
-            let before = procs::tree_cpu_secs(pid);
+            let before = procs::run_secs(pid);
             let seen = answer(addr, &body(tokens, cut, round * 2 + k)).await;
-            let spent = procs::tree_cpu_secs(pid) - before;
+            let spent = procs::run_secs(pid) - before;
             if round == 0 {
                 continue;
             }
-            cpu[k] += spent;
+            cpu[k].push(spent * 1e6);
             match seen {
                 Some(s) if s.done && !s.error && s.content_events == tokens => {
                     gaps[k].push(s.longest_gap.as_secs_f64() * 1e3);
@@ -103,12 +105,14 @@ pub async fn run(addr: SocketAddr, pid: u32, rounds: usize, tokens: usize, cut: 
             }
         }
     }
-    let per = |c: f64| c / rounds.max(1) as f64 * 1e6;
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied()
     };
-    let (whole_us, cont_us) = (per(cpu[0]), per(cpu[1]));
+    // Medians: a health check or a model-list read of llamatap's own that
+    // falls within one answer does not move them.
+    let whole_us = median(&mut cpu[0]).unwrap_or(f64::NAN);
+    let cont_us = median(&mut cpu[1]).unwrap_or(f64::NAN);
     json!({
         "rounds": rounds,
         "tokens": tokens,
@@ -125,7 +129,7 @@ pub async fn run(addr: SocketAddr, pid: u32, rounds: usize, tokens: usize, cut: 
 /// One markdown line per build.
 pub fn markdown(r: &Value) -> String {
     let mut s = String::from(
-        "\nContinuation (scripted upstreams, one answer at a time): llamatap CPU per answer\n\n\
+        "\nContinuation (scripted upstreams, one answer at a time): llamatap CPU per answer (median)\n\n\
          | build | whole answer µs | continued answer µs | per continuation µs | longest gap whole / continued ms | not whole |\n\
          | --- | --- | --- | --- | --- | --- |\n",
     );

@@ -69,6 +69,23 @@ pub fn cpu_secs(pids: &[u32]) -> f64 {
         .sum()
 }
 
+/// CPU seconds that the live threads of process `pid` ran, from the
+/// scheduler's nanosecond count (`/proc/PID/task/*/schedstat`): fine enough
+/// for one request, where `/proc/PID/stat`'s clock ticks (10 ms) are not.
+/// Threads that have exited are not counted.
+pub fn run_secs(pid: u32) -> f64 {
+    let Ok(rd) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    rd.flatten()
+        .filter_map(|t| {
+            let s = fs::read_to_string(t.path().join("schedstat")).ok()?;
+            s.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .sum::<f64>()
+        / 1e9
+}
+
 /// CPU seconds of a process tree rooted at `root`.
 pub fn tree_cpu_secs(root: u32) -> f64 {
     cpu_secs(&tree(root))

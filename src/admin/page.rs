@@ -67,6 +67,7 @@ tbody tr:hover td{background:#f8fafc}
 .m{top:0;width:2px;height:13px;background:var(--sent)}
 .c{top:0;width:2px;height:20px;background:#7c3aed}
 .cont{color:#7c3aed;font-weight:600;white-space:nowrap}
+.beyond{position:absolute;right:-10px;top:0;font-size:12px;color:var(--muted)}
 .legend{display:flex;gap:16px;flex-wrap:wrap;color:var(--muted);margin:6px 0 8px}
 .legend i{display:inline-block;width:12px;height:8px;border-radius:2px;margin-right:5px;vertical-align:0}
 a{color:#1c64d1;text-decoration:none}a:hover{text-decoration:underline}
@@ -155,7 +156,8 @@ fn cache_reuse<'a>(rs: impl Iterator<Item = &'a RecentRequest>) -> Option<f64> {
 }
 
 /// The page.
-pub fn render(recent: &[RecentRequest], jaeger_url: Option<&str>) -> String {
+/// `tracing`: spans are exported (trace ids exist to link).
+pub fn render(recent: &[RecentRequest], jaeger_url: Option<&str>, tracing: bool) -> String {
     let mut h = String::with_capacity(8 * 1024 + recent.len() * 1500);
     h.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>llamatap · latency</title>\n<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>");
     h.push_str(STYLE);
@@ -164,7 +166,7 @@ pub fn render(recent: &[RecentRequest], jaeger_url: Option<&str>) -> String {
     h.push_str("<label class=auto><input type=checkbox id=auto checked> auto-refresh (5 s)</label></header>\n<main id=main>");
     summary(&mut h, recent);
     percentiles(&mut h, recent);
-    requests(&mut h, recent, jaeger_url);
+    requests(&mut h, recent, jaeger_url, tracing);
     h.push_str("</main>\n");
     h.push_str(SCRIPT);
     h.push_str("</body></html>\n");
@@ -300,6 +302,7 @@ pub fn json(recent: &[RecentRequest]) -> String {
                     "message_index": at.map(|a| a.0), "field": at.map(|a| a.1), "offset": at.map(|a| a.2),
                     "recomputed_tokens": tokens,
                 })),
+                "tenant": r.tenant.as_deref().unwrap_or("anonymous"), "class": r.class,
                 "continuations": r.continuations.iter().map(|(at, reason, result, pause)| serde_json::json!({
                     "at_ms": at.as_secs_f64() * 1000.0, "reason": reason, "result": result,
                     "pause_ms": pause.as_secs_f64() * 1000.0,

@@ -56,6 +56,10 @@ pub struct RecentRequest {
     pub cache_break: Option<BreakMark>,
     /// Time in the admission queue, when it waited there.
     pub queued: Option<Duration>,
+    /// The tenant's name; `None`: the shared anonymous tenant.
+    pub tenant: Option<std::sync::Arc<str>>,
+    /// Its class in the admission queue, when the queue took it.
+    pub class: Option<&'static str>,
     /// Each continuation of the answer (at most
     /// [`crate::continuation::MAX_KEPT`]).
     pub continuations: Vec<ContinuationMark>,
@@ -103,6 +107,8 @@ impl RecentRequest {
                 )
             }),
             queued: rec.queue.filter(|q| q.waited).map(|q| q.wait),
+            tenant: rec.tenant.clone(),
+            class: rec.queue.map(|q| q.class),
             continuations: rec
                 .continuations
                 .iter()

@@ -8,12 +8,14 @@ use std::fmt::Write as _;
 use super::*;
 
 /// The requests table, newest first, each with its waterfall.
-pub(super) fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Option<&str>) {
-    let scale = recent
-        .iter()
-        .map(|r| ms_f(r.end))
-        .fold(0.0_f64, f64::max)
-        .max(0.001);
+pub(super) fn requests(
+    h: &mut String,
+    recent: &[RecentRequest],
+    jaeger_url: Option<&str>,
+    tracing: bool,
+) {
+    let scale = axis(recent);
+    let beyond = recent.iter().any(|r| ms_f(r.end) > scale);
     h.push_str("<h2>Requests, newest first</h2><div class=legend>");
     for (cls, what) in [
         ("q", "queued in llamatap"),
@@ -31,8 +33,13 @@ pub(super) fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Opt
         };
         let _ = write!(h, "<span><i class={cls}{style}></i>{what}</span>");
     }
-    if jaeger_url.is_none() {
+    h.push_str("<span><span class='miss key'>(0)</span> nothing reused from the KV cache</span>");
+    h.push_str("<span><i class='c key' style=\"background:#7c3aed;width:3px\"></i>answer continued (↻)</span>");
+    if tracing && jaeger_url.is_none() {
         h.push_str("<span>set <code>admin.jaeger_url</code> to link trace ids to Jaeger</span>");
+    }
+    if beyond {
+        h.push_str("<span>» a request longer than the axis runs off its right edge</span>");
     }
     // The upstream column appears once requests went to more than one
     // upstream: with a single llama-server it would say the same every row.
@@ -47,15 +54,24 @@ pub(super) fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Opt
     } else {
         ""
     };
+    // Who asked: once a request came with a named key or through the queue.
+    let who = recent
+        .iter()
+        .any(|r| r.tenant.is_some() || r.class.is_some());
+    let who_th = if who {
+        "<th class=l title=\"the tenant (its key's name) and the request's class in the admission queue\">tenant · class</th>"
+    } else {
+        ""
+    };
     let _ = write!(
         h,
-        "</div><table><thead><tr><th class=l>time (UTC)</th><th class=l>model</th>{upstream_th}<th class=l>route</th><th class=l>outcome</th>\
+        "</div><table><thead><tr><th class=l>time (UTC)</th><th class=l>model</th>{upstream_th}{who_th}<th class=l>route</th><th class=l>outcome</th>\
 <th>headers</th><th>1st token</th><th>1st sentence</th><th>end</th><th>prefill</th><th>decode</th>\
 <th title=\"tokens: prompt (of which from the KV cache) → output\">in (cached) → out</th>\
 <th class=l>waterfall: 0 – {scale:.0} ms</th><th class=l>trace</th></tr></thead><tbody>"
     );
     if recent.is_empty() {
-        h.push_str("<tr><td class=empty colspan=13>No LLM request yet: send one through the proxy and it appears here.</td></tr>");
+        h.push_str("<tr><td class=empty colspan=15>No LLM request yet: send one through the proxy and it appears here.</td></tr>");
     }
     for r in recent.iter().rev() {
         let cls = match r.outcome {
@@ -76,12 +92,13 @@ pub(super) fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Opt
         let cached = cached + &break_mark(r);
         let _ = write!(
             h,
-            "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td>{}<td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
+            "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td>{}{}<td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {} → {}</td><td class=l>",
             clock(r.received),
             esc(&r.model),
             esc(short_model(&r.model)),
             upstream_cell(r, fleet),
+            who_cell(r, who),
             esc(r.route),
             esc(r.outcome) + &continuation_mark(r),
             ms(r.upstream_headers),
@@ -122,6 +139,32 @@ pub(super) fn requests(h: &mut String, recent: &[RecentRequest], jaeger_url: Opt
     h.push_str("</tbody></table>\n");
 }
 
+/// The waterfalls' shared axis, ms: the longest request when there are few,
+/// else the 90th percentile of their ends (one long request would shrink
+/// every other waterfall to a pixel; those beyond run off the edge).
+fn axis(recent: &[RecentRequest]) -> f64 {
+    let mut ends: Vec<f64> = recent.iter().map(|r| ms_f(r.end)).collect();
+    ends.sort_by(f64::total_cmp);
+    let at = if ends.len() < 10 {
+        ends.len().saturating_sub(1)
+    } else {
+        (ends.len() - 1) * 9 / 10
+    };
+    ends.get(at).copied().unwrap_or(0.0).max(0.001)
+}
+
+/// The tenant · class cell, when the column is shown.
+fn who_cell(r: &RecentRequest, shown: bool) -> String {
+    if !shown {
+        return String::new();
+    }
+    let tenant = r.tenant.as_deref().unwrap_or("anonymous");
+    match r.class {
+        Some(c) => format!("<td class=l>{} · {}</td>", esc(tenant), esc(c)),
+        None => format!("<td class=l>{}</td>", esc(tenant)),
+    }
+}
+
 /// One segment `[from, to]` (ms) as a positioned bar.
 fn seg(h: &mut String, class: &str, from: f64, to: f64, scale: f64) {
     let left = (from / scale * 100.0).clamp(0.0, 100.0);
@@ -148,6 +191,9 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
         ms(r.decode)
     );
     let _ = write!(h, "<div class=wf title=\"{}\">", esc(&title));
+    if end > scale {
+        h.push_str("<b class=beyond>»</b>");
+    }
     // Lane a: the proxy's moments, the queue's wait first.
     let q = r.queued.map(ms_f).unwrap_or(0.0);
     if q > 0.0 {

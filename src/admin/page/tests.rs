@@ -25,6 +25,8 @@ fn req(model: &str, outcome: &'static str, end_ms: u64) -> RecentRequest {
         route_reason: Some("prefix_hit"),
         cache_break: None,
         queued: None,
+        tenant: None,
+        class: None,
         continuations: Vec::new(),
     }
 }
@@ -41,7 +43,7 @@ fn quantile_is_nearest_rank() {
 fn queue_wait_is_the_first_bar_of_the_waterfall() {
     let mut r = req("/models/tiny.gguf", "ok", 100);
     r.queued = Some(Duration::from_millis(40));
-    let html = render(&[r], None);
+    let html = render(&[r], None, true);
     let row = html.split("<div class=wf").nth(1).unwrap_or("");
     assert!(row.contains("queued 40.0"), "{row}");
     assert!(
@@ -58,7 +60,7 @@ fn page_has_rows_percentiles_and_trace_links() {
         req("/models/tiny.gguf", "ok", 100),
         req("/models/tiny.gguf", "client_hangup", 300),
     ];
-    let html = render(&rs, Some("http://jaeger:16686/"));
+    let html = render(&rs, Some("http://jaeger:16686/"), true);
     assert!(html.contains("http://jaeger:16686/trace/0123456789abcdef0123456789abcdef"));
     assert!(html.contains(">tiny.gguf<"), "short model name shown");
     assert!(
@@ -80,7 +82,7 @@ fn page_has_rows_percentiles_and_trace_links() {
 fn a_prompt_with_no_cache_reuse_stands_out() {
     let mut miss = req("m", "ok", 80);
     miss.cached_tokens = Some(0);
-    let html = render(&[req("m", "ok", 50), miss], None);
+    let html = render(&[req("m", "ok", 50), miss], None, true);
     assert_eq!(html.matches("class=miss").count(), 1);
     assert!(html.contains("100 (75) → 50"));
 }
@@ -91,7 +93,7 @@ fn a_cache_break_is_marked_with_its_cause_and_position() {
     broke.cache_break = Some(("system_changed", Some((0, "system", 32)), 900));
     let mut clean = req("m", "ok", 60);
     clean.cache_break = Some(("reused", None, 1));
-    let html = render(&[clean, broke.clone()], None);
+    let html = render(&[clean, broke.clone()], None, true);
     assert_eq!(html.matches("class=brk").count(), 1);
     assert!(html.contains("⚠ system_changed @0.system+32"), "{html}");
     assert!(html.contains("900 prompt tokens recomputed"));
@@ -109,7 +111,7 @@ fn a_continued_answer_is_marked_in_its_row_and_waterfall() {
         "continued",
         Duration::from_millis(12),
     )];
-    let html = render(&[req("m", "ok", 60), moved.clone()], None);
+    let html = render(&[req("m", "ok", 60), moved.clone()], None, true);
     assert_eq!(html.matches("class=cont").count(), 1);
     assert!(html.contains("↻ preempted"), "{html}");
     assert!(html.contains("the client paused 12 ms"), "{html}");
@@ -121,30 +123,70 @@ fn a_continued_answer_is_marked_in_its_row_and_waterfall() {
 
 #[test]
 fn the_upstream_column_appears_with_more_than_one_upstream() {
-    let one = render(&[req("m", "ok", 50), req("m", "ok", 60)], None);
+    let one = render(&[req("m", "ok", 50), req("m", "ok", 60)], None, true);
     assert!(!one.contains(">upstream</th>"), "one upstream: no column");
     let mut other = req("m", "ok", 70);
     other.upstream = Some("gpu-b".into());
     other.route_reason = Some("cold");
-    let two = render(&[req("m", "ok", 50), other], None);
+    let two = render(&[req("m", "ok", 50), other], None, true);
     assert!(two.contains(">upstream</th>"));
     assert!(two.contains("<td class=l title=\"cold\">gpu-b</td>"));
     assert!(two.contains("<td class=l title=\"prefix_hit\">gpu-a</td>"));
 }
 
 #[test]
+fn one_long_request_does_not_shrink_every_other_waterfall() {
+    let mut rs: Vec<RecentRequest> = (0..19).map(|i| req("m", "ok", 100 + i)).collect();
+    rs.push(req("m", "ok", 60_000));
+    let html = render(&rs, None, true);
+    // The axis is the 90th percentile, not the 60 s outlier, which is marked.
+    assert!(html.contains("waterfall: 0 – 117 ms"), "{html}");
+    assert_eq!(html.matches("class=beyond").count(), 2, "118 ms and 60 s");
+    assert!(html.contains("runs off its right edge"));
+    // Few requests: the longest sets it.
+    let few = render(&[req("m", "ok", 50), req("m", "ok", 900)], None, true);
+    assert!(few.contains("waterfall: 0 – 900 ms"), "{few}");
+    assert!(!few.contains("class=beyond"));
+}
+
+#[test]
+fn tenant_and_class_are_shown_once_a_request_has_them() {
+    let plain = render(&[req("m", "ok", 50)], None, true);
+    assert!(!plain.contains("tenant · class</th>"));
+    let mut voice = req("m", "ok", 60);
+    voice.tenant = Some("voice-app".into());
+    voice.class = Some("interactive");
+    let html = render(&[req("m", "ok", 50), voice.clone()], None, true);
+    assert!(html.contains("tenant · class</th>"));
+    assert!(html.contains("<td class=l>voice-app · interactive</td>"));
+    assert!(html.contains("<td class=l>anonymous</td>"));
+    let v: serde_json::Value = serde_json::from_str(&json(&[voice])).unwrap();
+    assert_eq!(v["requests"][0]["tenant"], "voice-app");
+    assert_eq!(v["requests"][0]["class"], "interactive");
+}
+
+#[test]
+fn the_jaeger_hint_only_with_tracing_and_the_miss_mark_explained() {
+    let off = render(&[req("m", "ok", 50)], None, false);
+    assert!(!off.contains("admin.jaeger_url"));
+    assert!(off.contains("nothing reused from the KV cache</span>"));
+    let on = render(&[req("m", "ok", 50)], None, true);
+    assert!(on.contains("admin.jaeger_url"));
+}
+
+#[test]
 fn empty_window_and_no_jaeger() {
-    let html = render(&[], None);
+    let html = render(&[], None, true);
     assert!(html.contains("No LLM request yet"));
     assert!(html.contains("admin.jaeger_url"));
-    let html = render(&[req("m", "upstream_error", 50)], None);
+    let html = render(&[req("m", "upstream_error", 50)], None, true);
     assert!(html.contains("<code title=\"0123456789abcdef0123456789abcdef\">"));
     assert!(html.contains("pill err"));
 }
 
 #[test]
 fn labels_are_escaped() {
-    let html = render(&[req("<b>\"x\"</b>", "ok", 50)], None);
+    let html = render(&[req("<b>\"x\"</b>", "ok", 50)], None, true);
     assert!(!html.contains("<b>\"x\"</b>"));
     assert!(html.contains("&lt;b&gt;&quot;x&quot;&lt;/b&gt;"));
 }
