@@ -412,3 +412,98 @@ fn a_value_that_fails_validation_names_its_line_and_key() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The keys a table of the file accepts, read from the parser's own
+/// refusal of an unknown one (`expected one of ...`): derived from the
+/// config types, not listed by hand. `header` opens the table (`""`: the
+/// top level).
+fn accepted(header: &str) -> Vec<String> {
+    let text = format!("{header}\nzz_not_a_key = 1\n");
+    let Err(e) = toml::from_str::<RawConfig>(&text) else {
+        return Vec::new();
+    };
+    let e = e.message().to_string();
+    let Some((_, list)) = e.split_once("expected ") else {
+        return Vec::new();
+    };
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every key of the file, dotted (`queue.classes.<class>.reserve`), found by
+/// walking the tables: a key that opens as a table with keys of its own is
+/// a table; any other is a leaf.
+fn every_key() -> Vec<String> {
+    /// `shown`: the dotted name as documented; `real`: as written in a file.
+    fn walk(shown: &str, real: &str, header: &str, out: &mut Vec<String>, depth: usize) {
+        for k in accepted(header) {
+            if depth > 4 || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                continue;
+            }
+            let join = |p: &str| {
+                if p.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{p}.{k}")
+                }
+            };
+            let (shown, real) = (join(shown), join(real));
+            let (table, array) = (format!("[{real}]"), format!("[[{real}]]"));
+            // Tables keyed by a name: the classes.
+            let named = format!("[{real}.batch]");
+            if !accepted(&table).is_empty() {
+                walk(&shown, &real, &table, out, depth + 1);
+            } else if !accepted(&array).is_empty() {
+                walk(&shown, &real, &array, out, depth + 1);
+            } else if !accepted(&named).is_empty() {
+                let (s, r) = (format!("{shown}.<class>"), format!("{real}.batch"));
+                walk(&s, &r, &named, out, depth + 1);
+            } else {
+                out.push(shown);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", "", "", &mut out, 0);
+    out
+}
+
+#[test]
+fn every_key_the_file_accepts_is_documented() {
+    let keys = every_key();
+    assert!(keys.len() > 60, "only {} keys found: {keys:?}", keys.len());
+    for k in [
+        "queue.classes.<class>.preemptible",
+        "continuation.drain_after_ms",
+        "auth.keys.weight",
+    ] {
+        assert!(keys.iter().any(|x| x == k), "{k} not found in {keys:?}");
+    }
+    let manual = include_str!("../../README.md");
+    // A key is documented when its dotted name is written, or its table's
+    // name with the key beside it (`[[auth.keys]]` `weight`).
+    let undocumented: Vec<&String> = keys
+        .iter()
+        .filter(|k| {
+            let (table, leaf) = k.rsplit_once('.').unwrap_or(("", k.as_str()));
+            let written = manual.contains(&format!("`{k}`"))
+                || manual.contains(&format!("`{k},"))
+                || manual.contains(&format!(", `{k}`"));
+            let beside = !table.is_empty()
+                && manual.lines().any(|l| {
+                    l.starts_with("| `")
+                        && (l.contains(&format!("`[[{table}]]`"))
+                            || l.contains(&format!("`[{table}]`")))
+                        && l.contains(&format!("`{leaf}`"))
+                });
+            !(written || beside)
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "keys the file accepts that the configuration reference does not name: {undocumented:?}"
+    );
+}
