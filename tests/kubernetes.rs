@@ -773,7 +773,7 @@ fn llamatap_is_given_only_flags_and_variables_it_reads() {
     // OpenTelemetry SDK reads (its resource detector; README lists it), or
     // a helper another variable expands with $(NAME), defined before it.
     let cli = read("src/cli.rs");
-    let readme = read("README.md");
+    let readme = common::manual();
     let spans = read("crates/telemetry/src/spans.rs");
     let vars = env(&l.container);
     let mut defined = BTreeSet::new();

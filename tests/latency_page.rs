@@ -4,7 +4,7 @@
 //! `traceresponse`) linking to the configured Jaeger URL, no external assets.
 //! Then headless Chromium (Debian's `chromium`) takes a screenshot into
 //! `target/latency-page.png`; with `LLAMATAP_UPDATE_SCREENSHOT=1` it also
-//! replaces docs/latency-page.png, the one the README shows.
+//! replaces docs/latency-page.png, the one the manual shows (docs/operations.md).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -216,7 +216,7 @@ fn latency_page_shows_recent_requests_and_is_screenshotted() {
     assert_eq!(foreign, 0, "links other than Jaeger's");
     let traffic = t0.elapsed();
 
-    // The screenshot for the README.
+    // The screenshot for the manual.
     let t1 = Instant::now();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let png = root.join("target/latency-page.png");

@@ -4,7 +4,7 @@
 //! ports, paths and data source uids; every dashboard query uses only metrics
 //! llamatap documents; the dashboards follow the house rules (uid, a data
 //! source variable, a model variable, Jaeger links, no overlapping panels);
-//! every published port and every panel is documented in README.md.
+//! every published port and every panel is documented in the manual (README.md and docs/).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -764,10 +764,10 @@ fn all_panels(dash: &serde_json::Value) -> Vec<&serde_json::Value> {
     out
 }
 
-/// Metric families documented in the README's metrics tables: llamatap's
+/// Metric families documented in the manual's metrics tables: llamatap's
 /// own, and the llama-server series it re-exports (`llamacpp:`).
 fn documented_metrics() -> BTreeSet<String> {
-    let readme = read("README.md");
+    let readme = common::manual();
     let mut out = BTreeSet::new();
     for prefix in ["llamatap_", "llamacpp:"] {
         let row = format!("| `{prefix}");
@@ -840,7 +840,7 @@ fn dashboards_follow_the_house_rules() {
         .find(|(_, c)| *c == 16686)
         .unwrap()
         .0;
-    let observe = read("README.md");
+    let observe = common::manual();
     let mut uids = BTreeSet::new();
     for (file, dash) in dashboards() {
         let text = serde_json::to_string(&dash).unwrap();
@@ -909,7 +909,7 @@ fn dashboards_follow_the_house_rules() {
 
         // Panels: unique ids, the data source variable, documented metrics,
         // the model filter, a description, inside the 24-column grid without
-        // overlaps, and a mention in README.md.
+        // overlaps, and a mention in the manual.
         let mut ids = BTreeSet::new();
         let mut cells: BTreeSet<(i64, i64)> = BTreeSet::new();
         let mut jaeger_panel_links = 0;
@@ -947,7 +947,7 @@ fn dashboards_follow_the_house_rules() {
             );
             assert!(
                 observe.contains(title),
-                "{file}: panel {title:?} is not described in README.md"
+                "{file}: panel {title:?} is not described in the manual"
             );
             assert_eq!(p["datasource"]["uid"], "${datasource}", "{file}: {title}");
             let targets = p["targets"].as_array().unwrap();
@@ -1151,14 +1151,14 @@ fn example_config_fleet_block_loads_once_uncommented_in_place_of_upstream() {
 #[test]
 fn every_published_port_is_documented() {
     let c = compose();
-    let observe = read("README.md");
+    let observe = common::manual();
     let header = read("docker-compose.yml");
     for name in SERVICES {
         for (host, _) in ports(service(&c, name)) {
             assert!(
                 observe.contains(&format!("| {host} "))
                     || observe.contains(&format!("| `{host}` ")),
-                "README.md: no row for port {host} ({name})"
+                "the manual: no row for port {host} ({name})"
             );
             assert!(
                 header.contains(&format!("#   {host} ")) || header.contains(&format!(", {host} ")),
@@ -1168,6 +1168,6 @@ fn every_published_port_is_documented() {
     }
     assert!(
         observe.contains("latency-page.png"),
-        "README.md shows the latency page screenshot"
+        "the manual shows the latency page screenshot"
     );
 }

@@ -2,7 +2,7 @@
 //! wrong are refused in one line with exit code 2 (an upstream URL ending in
 //! `/v1`, `https://` where this build has no TLS, mistyped config values in
 //! plain words); the PID file belongs to the process that wrote it; start
-//! and shutdown are one structured log line each, as the README quotes them.
+//! and shutdown are one structured log line each, as the manual quotes them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -328,8 +328,7 @@ fn start_and_shutdown_are_one_structured_line_each() {
 
     // The README quotes these lines as the binary writes them: each quoted
     // line's level, target and words without digits, in order.
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = common::manual();
     let quoted: Vec<&str> = readme
         .lines()
         .filter(|l| {

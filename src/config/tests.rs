@@ -482,7 +482,7 @@ fn every_key_the_file_accepts_is_documented() {
     ] {
         assert!(keys.iter().any(|x| x == k), "{k} not found in {keys:?}");
     }
-    let manual = include_str!("../../README.md");
+    let manual = include_str!("../../docs/configuration.md");
     // A key is documented when its dotted name is written, or its table's
     // name with the key beside it (`[[auth.keys]]` `weight`).
     let undocumented: Vec<&String> = keys

@@ -6,6 +6,7 @@
 pub mod dns;
 pub mod fleet;
 pub mod http;
+pub mod jaeger;
 pub mod llama;
 pub mod otlp;
 pub mod prometheus;
@@ -74,4 +75,21 @@ pub fn flag(args: &[String], flag: &str) -> Option<String> {
             a.strip_prefix(&format!("{flag}=")).map(str::to_string)
         }
     })
+}
+
+/// The manual as one text: README.md, then every page under docs/ (sorted),
+/// for tests that check the manual names something, wherever it now lives.
+pub fn manual() -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("docs"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    pages.retain(|p| p.extension().is_some_and(|x| x == "md"));
+    pages.sort();
+    let mut text = std::fs::read_to_string(root.join("README.md")).unwrap_or_default();
+    for p in pages {
+        text.push('\n');
+        text.push_str(&std::fs::read_to_string(p).unwrap_or_default());
+    }
+    text
 }

@@ -350,7 +350,7 @@ fn the_book_stays_within_its_budget_and_forgets_the_least_recent() {
         assert!(book.bytes() <= budget);
     }
     // A 3-message conversation (plus system) is accounted this many bytes:
-    // the figure the README states.
+    // the figure the manual states (docs/operations.md).
     assert_eq!(first_bytes, ENTRY_BYTES_4_MESSAGES);
     assert_eq!(book.len(), budget / first_bytes);
     // The most recent is kept, the first ones are gone.
