@@ -69,6 +69,25 @@ fn after_count(p: &Llamatap, reason: &str, result: &str) -> String {
     })
 }
 
+/// `llamatap_continuations_total{reason,result}` counts exactly one.
+fn assert_counted_once(p: &Llamatap, reason: &str, result: &str) {
+    let m = after_count(p, reason, result);
+    let labels = [
+        format!("reason=\"{reason}\""),
+        format!("result=\"{result}\""),
+    ];
+    let l: Vec<&str> = labels.iter().map(String::as_str).collect();
+    assert_eq!(
+        metric_series(&m, "llamatap_continuations_total", &l),
+        Some(1.0),
+        "{}",
+        m.lines()
+            .filter(|l| l.contains("continuations"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 /// One streamed chat answer as the client saw it.
 #[derive(Debug, Default)]
 struct Seen {
@@ -322,20 +341,7 @@ fn a_killed_upstream_mid_answer_is_continued_on_the_other() {
         fleet::tail_chars(&text, 400),
         whole.text() == text,
     );
-    let m = after_count(&p, "upstream_died", "continued");
-    assert_eq!(
-        metric_series(
-            &m,
-            "llamatap_continuations_total",
-            &["reason=\"upstream_died\"", "result=\"continued\""]
-        ),
-        Some(1.0),
-        "{}",
-        m.lines()
-            .filter(|l| l.contains("continuations"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_counted_once(&p, "upstream_died", "continued");
     // The span event names the cut.
     let mut all = Vec::new();
     let has_event = |all: &Vec<otlp_span::Span>| {
@@ -400,15 +406,7 @@ fn a_stopped_upstream_is_continued_after_stall_ms() {
         gap >= Duration::from_millis(1500) && gap < Duration::from_secs(8),
         "gap {gap:?}"
     );
-    let m = after_count(&p, "stalled", "continued");
-    assert_eq!(
-        metric_series(
-            &m,
-            "llamatap_continuations_total",
-            &["reason=\"stalled\"", "result=\"continued\""]
-        ),
-        Some(1.0)
-    );
+    assert_counted_once(&p, "stalled", "continued");
     // The stopped server, resumed, serves again.
     assert!(servers[v].json("GET", "/health", None)["status"] == "ok");
 }
@@ -434,15 +432,7 @@ fn a_request_with_tools_still_ends_with_the_error_event() {
         fleet::tail_chars(&seen.raw, 600)
     );
     assert!(!seen.done, "a cut answer must not end with [DONE]");
-    let m = after_count(&p, "upstream_died", "not_continuable");
-    assert_eq!(
-        metric_series(
-            &m,
-            "llamatap_continuations_total",
-            &["reason=\"upstream_died\"", "result=\"not_continuable\""]
-        ),
-        Some(1.0)
-    );
+    assert_counted_once(&p, "upstream_died", "not_continuable");
 }
 
 /// Two slow llama-servers on one port at 127.0.0.2 and .3, served under
@@ -522,17 +512,7 @@ fn an_answer_on_a_member_that_leaves_the_dns_answer_moves_after_drain_after_ms()
     // stopped generating for it (llama-server cancelled), and the move
     // came within drain_after_ms (plus a DNS round and a watch tick) of the
     // removal.
-    let m = after_count(&p, "drained", "continued");
-    assert_eq!(
-        metric_series(
-            &m,
-            "llamatap_continuations_total",
-            &["reason=\"drained\"", "result=\"continued\""]
-        ),
-        Some(1.0),
-        "{}",
-        p.stderr()
-    );
+    assert_counted_once(&p, "drained", "continued");
     let moved_by = seen
         .contents
         .windows(2)
@@ -611,15 +591,7 @@ fn with_logprobs_a_killed_upstreams_answer_goes_on_token_exact() {
         Some(prompt),
         "the usage counts the conversation's prompt"
     );
-    let m = after_count(&p, "upstream_died", "continued");
-    assert_eq!(
-        metric_series(
-            &m,
-            "llamatap_continuations_total",
-            &["reason=\"upstream_died\"", "result=\"continued\""]
-        ),
-        Some(1.0)
-    );
+    assert_counted_once(&p, "upstream_died", "continued");
 }
 
 /// A text completion or native completion request of `ANSWER_TOKENS`.
@@ -771,15 +743,7 @@ fn the_openai_sdk_streams_through_a_kill_without_an_exception() {
         chunks as f64 >= ANSWER_TOKENS as f64 * 0.97,
         "{chunks} chunks"
     );
-    let m = after_count(&p, "upstream_died", "continued");
-    assert_eq!(
-        metric_series(
-            &m,
-            "llamatap_continuations_total",
-            &["reason=\"upstream_died\"", "result=\"continued\""]
-        ),
-        Some(1.0)
-    );
+    assert_counted_once(&p, "upstream_died", "continued");
 }
 
 /// The integer attributes of the latest `llamatap.continued` span event

@@ -403,22 +403,7 @@ fn an_exemplar_names_only_a_trace_the_export_queue_took() {
             "the queue never dropped both spans of a request\n{m}"
         );
     };
-    let (_, body) = {
-        let mut r = http::send(
-            &proxy.admin(),
-            "GET",
-            "/metrics",
-            &[
-                ("Accept", "application/openmetrics-text; version=1.0.0"),
-                ("Connection", "close"),
-            ],
-            b"",
-        )
-        .unwrap();
-        let b = r.read_all().unwrap();
-        (r.head.status, b)
-    };
-    let text = String::from_utf8(body).unwrap();
+    let text = proxy.openmetrics();
     assert!(
         text.contains("# {trace_id=\""),
         "no exemplar at all\n{text}"

@@ -163,6 +163,22 @@ impl Llamatap {
         String::from_utf8(body).unwrap()
     }
 
+    /// `/metrics` in the OpenMetrics format (the one with exemplars).
+    pub fn openmetrics(&self) -> String {
+        let mut r = super::http::send(
+            &self.admin(),
+            "GET",
+            "/metrics",
+            &[
+                ("Accept", "application/openmetrics-text; version=1.0.0"),
+                ("Connection", "close"),
+            ],
+            b"",
+        )
+        .unwrap();
+        String::from_utf8(r.read_all().unwrap()).unwrap()
+    }
+
     /// Waits until the metrics text satisfies `pred`, and returns the scrape
     /// after the first that did. llamatap writes a finished request's series
     /// one after another, so a scrape can run in the middle of them and see

@@ -189,17 +189,16 @@ async fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &[u8]) -> b
 }
 
 fn bench_id(body: &[u8]) -> Option<u64> {
-    let at = memchr::memmem::find(body, b"bench-id:")? + 9;
-    let digits: Vec<u8> = body[at..]
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .copied()
-        .collect();
-    std::str::from_utf8(&digits).ok()?.parse().ok()
+    marker(body, b"bench-id:")
 }
 
 fn bench_cut(body: &[u8]) -> Option<usize> {
-    let at = memchr::memmem::find(body, b"bench-cut:")? + 10;
+    marker(body, b"bench-cut:")
+}
+
+/// The number written right after `name` in `body`.
+fn marker<N: std::str::FromStr>(body: &[u8], name: &[u8]) -> Option<N> {
+    let at = memchr::memmem::find(body, name)? + name.len();
     let digits: Vec<u8> = body[at..]
         .iter()
         .take_while(|b| b.is_ascii_digit())

@@ -96,11 +96,7 @@ fn first_difference(prev: &PromptDigest, cur: &PromptDigest) -> Option<(Cause, P
         ));
     }
     let (old, new) = (&prev.messages, &cur.messages);
-    let i = old
-        .iter()
-        .zip(new.iter())
-        .take_while(|(a, b)| a == b)
-        .count();
+    let i = common_prefix(old, new);
     let (a, b) = (old.get(i)?, new.get(i)?);
     if !a.system && !b.system && truncated(old, new, i) {
         return Some((
@@ -202,11 +198,7 @@ pub fn edited_in_place(prev: &PromptDigest, cur: &PromptDigest) -> bool {
         return false;
     }
     let (old, new) = (&prev.messages, &cur.messages);
-    let i = old
-        .iter()
-        .zip(new.iter())
-        .take_while(|(a, b)| a == b)
-        .count();
+    let i = common_prefix(old, new);
     let (Some(a), Some(b)) = (old.get(i), new.get(i)) else {
         return false;
     };
@@ -218,4 +210,12 @@ pub fn edited_in_place(prev: &PromptDigest, cur: &PromptDigest) -> bool {
             .zip(new.iter().skip(i + 1))
             .all(|(x, y)| x == y);
     !a.system && !b.system && a.role == b.role && a.content != b.content && later_kept
+}
+
+/// How many messages `old` and `new` share from their start.
+fn common_prefix(old: &[MessageDigest], new: &[MessageDigest]) -> usize {
+    old.iter()
+        .zip(new.iter())
+        .take_while(|(a, b)| a == b)
+        .count()
 }
