@@ -773,3 +773,61 @@ fn continued_event(spans: &otlp::Received) -> std::collections::HashMap<String, 
         })
         .collect()
 }
+
+#[test]
+fn a_client_that_leaves_during_the_pause_ends_the_continuation_on_the_target() {
+    let _serial = serial();
+    let mut servers = start_servers(2, "slow", &[]);
+    let (p, _spans) = proxy(&servers, "");
+    // A long conversation (about 1,200 tokens): the target's prefill of it
+    // takes seconds, the window in which the client leaves.
+    let long = "The keeper climbs the stairs and trims the wick again. ".repeat(110);
+    let b = body(json!({"messages": [
+        {"role": "system", "content": long},
+        {"role": "user", "content": "Tell me a long story about a lighthouse."},
+    ]}));
+    let mut reader =
+        http::send(&p.addr(), "POST", "/v1/chat/completions", &[], b.as_bytes()).unwrap();
+    let mut events = 0;
+    while events < CUT_AFTER {
+        let piece = reader
+            .next_piece()
+            .unwrap()
+            .expect("the answer ended early");
+        events += String::from_utf8_lossy(&piece)
+            .matches("\"delta\":{\"content\":\"")
+            .count();
+    }
+    let v = busy(&servers);
+    servers[v].kill();
+    // The continuation's prefill starts on the other; the client leaves.
+    let other = &servers[1 - v];
+    let prefilling = fleet::wait_for(Duration::from_secs(20), || {
+        other
+            .slots()
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|slot| slot["is_processing"] == true)
+    });
+    assert!(
+        prefilling.is_some(),
+        "the continuation never reached the other"
+    );
+    drop(reader);
+    assert_counted_once(&p, "upstream_died", "failed");
+    // The target stopped: no slot busy soon after, and it decoded a token
+    // or two at most, not the 120 left.
+    let idle = fleet::wait_for(Duration::from_secs(20), || {
+        other
+            .slots()
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|slot| slot["is_processing"] != true)
+    });
+    assert!(idle.is_some(), "the target went on generating");
+    let decoded = other.metric("llamacpp:n_decode_total");
+    eprintln!("the target's decode calls after the client left: {decoded}");
+    assert!(decoded < 10.0, "the target decoded {decoded} times");
+}

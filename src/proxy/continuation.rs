@@ -124,6 +124,12 @@ pub(super) async fn resume(
                 return Ok(());
             }
             Err(Stop::Client(e)) => {
+                if entry.pause.is_zero() {
+                    // The client left before the rest began.
+                    entry.result = ContinuationResult::Failed;
+                    entry.why = Some("client_left");
+                    entry.pause = cut.elapsed();
+                }
                 log(ctx, entry);
                 return Err(e);
             }
@@ -299,31 +305,56 @@ async fn once(
     let host = peer.address().to_string();
     let to = (host.as_str(), base.as_str());
     let failed = |_| Stop::Refused(Failed, "target_failed");
-    let rendered = if sofar.plan.needs_template() {
-        let r = render(steps, ctx, &peer, to, &plan_body(ctx)).await;
-        Some(r.map_err(|_| Stop::Refused(Failed, "template_failed"))?)
-    } else {
-        None
-    };
-    let sent = Sent {
-        text: &sofar.text,
-        ids: sofar.token_ids.as_deref(),
-        tokens: sofar.tokens,
-    };
-    let body = sofar.plan.completion_body(rendered.as_deref(), &sent);
-    let mut up = exchange(steps, ctx, &peer).await.map_err(failed)?;
-    let head = post(ctx, &steps.config, to, "/completion", &body).map_err(failed)?;
-    up.write(&head, peer.options.write_timeout)
-        .await
-        .map_err(failed)?;
-    let header = up
-        .read_header(peer.options.read_timeout)
-        .await
-        .map_err(failed)?;
-    if header.status.as_u16() != 200 {
-        return Err(Stop::Refused(Failed, "target_refused"));
-    }
+    // The target renders and prefills while the client is watched: a
+    // hang-up drops the target's connection at once (it cancels).
+    let (sofar_ref, peer_ref) = (&sofar, &peer);
+    let ctx_ref: &RequestCtx = ctx;
+    let mut up = watching(session, async move {
+        let peer = peer_ref;
+        let rendered = if sofar_ref.plan.needs_template() {
+            let r = render(steps, ctx_ref, peer, to, &plan_body(ctx_ref)).await;
+            Some(r.map_err(|_| Stop::Refused(Failed, "template_failed"))?)
+        } else {
+            None
+        };
+        let sent = Sent {
+            text: &sofar_ref.text,
+            ids: sofar_ref.token_ids.as_deref(),
+            tokens: sofar_ref.tokens,
+        };
+        let body = sofar_ref.plan.completion_body(rendered.as_deref(), &sent);
+        let mut up = exchange(steps, ctx_ref, peer).await.map_err(failed)?;
+        let head = post(ctx_ref, &steps.config, to, "/completion", &body).map_err(failed)?;
+        up.write(&head, peer.options.write_timeout)
+            .await
+            .map_err(failed)?;
+        let header = up
+            .read_header(peer.options.read_timeout)
+            .await
+            .map_err(failed)?;
+        if header.status.as_u16() != 200 {
+            return Err(Stop::Refused(Failed, "target_refused"));
+        }
+        Ok(up)
+    })
+    .await?;
     stream_rest(steps, session, ctx, &mut up, &peer, &sofar, cut, entry).await
+}
+
+/// Runs `work` while watching the client: a hang-up ends it at once, and
+/// what `work` holds (a connection to the target) is dropped with it.
+async fn watching<T>(
+    session: &mut Session,
+    work: impl std::future::Future<Output = std::result::Result<T, Stop>>,
+) -> std::result::Result<T, Stop> {
+    tokio::select! {
+        biased;
+        r = work => r,
+        r = session.as_downstream_mut().read_body_or_idle(true) => {
+            let e = r.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed));
+            Err(Stop::Client(e.into_down()))
+        }
+    }
 }
 
 /// What the client has of the answer, and how to go on.
