@@ -74,9 +74,11 @@ enum Stop {
     Client(Box<Error>),
 }
 
-/// The answer was cut by its upstream (`cause`) for `reason`. Continues it
-/// when it can (`Ok` once the client has the whole answer); otherwise
-/// returns `cause`, and the client gets the error event as before.
+/// The answer was cut (`cause`) for `reason`: its upstream died or stalled,
+/// its member drained, or its slot was taken (then it waits in the queue
+/// first). Continues it when it can (`Ok` once the client has the whole
+/// answer); otherwise returns `cause`, and the client gets the error event
+/// as before.
 pub(super) async fn resume(
     steps: &Steps,
     session: &mut Session,
