@@ -13,7 +13,7 @@
 # progress lines, and on failure the log's last 40 lines.
 #
 # Cache directory: $LLAMATAP_CACHE (default ~/.cache/llamatap). Needs Go
-# (1.24 or later) and the Go module proxy.
+# and the Go module proxy.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,14 +32,20 @@ if [ -x "$BIN" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$VERSION" ]; then
   echo "$BIN"
   exit 0
 fi
+# Go's own install directory, when it is not on the PATH.
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  PATH="/usr/local/go/bin:$PATH"
+fi
 if ! command -v go >/dev/null 2>&1; then
-  log "go not found: install Go 1.24 or later (https://go.dev/dl/), then run this again"
+  log "go not found: install Go (https://go.dev/dl/), then run this again"
   exit 1
 fi
 
 mkdir -p "$CACHE/bin" "$CACHE/go"
 : >"$LOG"
-export GOPATH="$CACHE/go" GOFLAGS=-mod=mod GOTOOLCHAIN=local
+# An older local Go fetches the toolchain tools/jaeger/go.mod names from the
+# module proxy (GOTOOLCHAIN=auto, Go's default).
+export GOPATH="$CACHE/go" GOFLAGS=-mod=mod
 log "building jaeger $VERSION from its Go module (once per machine)"
 start=$SECONDS
 cd "$ROOT/tools/jaeger"
