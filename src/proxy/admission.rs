@@ -161,9 +161,11 @@ impl Admission {
         if !below {
             return;
         }
+        // Read only: nothing changed, so no dispatch or gauge update.
         let waiting = self
-            .with(|s| (0..=class).map(|c| s.depth(c)).sum::<usize>())
-            .unwrap_or(0);
+            .scheduler
+            .lock()
+            .map_or(0, |s| (0..=class).map(|c| s.depth(c)).sum::<usize>());
         if waiting > self.moves.pausing() {
             let model = model.filter(|_| self.fleet.serves_several_models());
             self.moves.preempt(class, model);

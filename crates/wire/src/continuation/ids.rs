@@ -46,36 +46,30 @@ struct Native {
 /// `shape` stream to `out`; `false` when the event carries none (nothing is
 /// appended).
 pub fn event_token_ids(shape: Shape, data: &[u8], out: &mut Vec<u32>) -> bool {
-    let ids: Vec<u32> = match shape {
+    let before = out.len();
+    match shape {
         Shape::Chat | Shape::Completions => {
             let Ok(c) = serde_json::from_slice::<Chunk>(data) else {
                 return false;
             };
-            let Some(entries) = c
+            let entries = c
                 .choices
                 .into_iter()
                 .next()
                 .and_then(|ch| ch.logprobs)
-                .and_then(|p| p.content)
-            else {
-                return false;
-            };
-            entries.into_iter().map(|e| e.id).collect()
+                .and_then(|p| p.content);
+            out.extend(entries.into_iter().flatten().map(|e| e.id));
         }
         Shape::Native => {
             let Ok(n) = serde_json::from_slice::<Native>(data) else {
                 return false;
             };
             match (n.tokens, n.completion_probabilities) {
-                (Some(t), _) if !t.is_empty() => t,
-                (_, Some(p)) if !p.is_empty() => p.into_iter().map(|e| e.id).collect(),
-                _ => return false,
+                (Some(t), _) if !t.is_empty() => out.extend_from_slice(&t),
+                (_, Some(p)) => out.extend(p.into_iter().map(|e| e.id)),
+                _ => {}
             }
         }
-    };
-    if ids.is_empty() {
-        return false;
     }
-    out.extend_from_slice(&ids);
-    true
+    out.len() > before
 }
