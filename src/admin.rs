@@ -20,6 +20,7 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
 use crate::fleet::Fleet;
+use crate::proxy::admission::shared::Shared;
 use crate::telemetry::exposition::Exposition;
 use crate::telemetry::Telemetry;
 
@@ -28,6 +29,8 @@ pub struct AdminApp {
     telemetry: Arc<Telemetry>,
     fleet: Arc<Fleet>,
     jaeger_url: Option<String>,
+    /// The queue's shared slots, whose state `/readyz` shows.
+    slots: Option<Arc<Shared>>,
 }
 
 impl AdminApp {
@@ -37,7 +40,14 @@ impl AdminApp {
             telemetry,
             fleet,
             jaeger_url,
+            slots: None,
         }
+    }
+
+    /// Shows the state of the queue's shared `slots` in `/readyz`.
+    pub fn with_slots(mut self, slots: Option<Arc<Shared>>) -> Self {
+        self.slots = slots;
+        self
     }
 }
 
@@ -74,7 +84,13 @@ impl ServeHttp for AdminApp {
         match path.as_str() {
             "/healthz" => reply(200, "text/plain; charset=utf-8", b"ok\n".to_vec()),
             "/readyz" => match self.fleet.readiness() {
-                Ok(()) => reply(200, "text/plain; charset=utf-8", b"ready\n".to_vec()),
+                Ok(()) => {
+                    let mut body = b"ready\n".to_vec();
+                    if let Some(s) = &self.slots {
+                        body.extend_from_slice(format!("{}\n", s.status()).as_bytes());
+                    }
+                    reply(200, "text/plain; charset=utf-8", body)
+                }
                 Err(why) => reply(
                     503,
                     "text/plain; charset=utf-8",

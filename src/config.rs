@@ -242,6 +242,18 @@ impl Config {
         let tenants = tenant::tenants(api_keys.clone(), raw.auth.keys, &|v| std::env::var(v).ok())?;
         let store = tenant::store(raw.auth.store)?;
         let queue = queue::queue(raw.queue)?;
+        if queue.shared && store.is_none() {
+            return Err(invalid(
+                "queue.shared",
+                "needs [auth.store] (the Redis the replicas share); add it, or remove queue.shared",
+            ));
+        }
+        if queue.shared && !queue.enabled {
+            return Err(invalid(
+                "queue.shared",
+                "needs the queue on (queue.enabled = true)",
+            ));
+        }
         let discovery = discovery::discovery(raw.discovery)?;
         let continuation = continuation::continuation(raw.continuation)?;
         let telemetry = telemetry::telemetry(o, &raw.telemetry)?;

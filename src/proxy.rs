@@ -70,6 +70,11 @@ impl LlamaProxy {
     pub fn moves(&self) -> Arc<moves::Moves> {
         Arc::clone(&self.steps.moves)
     }
+
+    /// The admission queue, for the shared slots' sync task.
+    pub fn admission(&self) -> Arc<admission::Admission> {
+        Arc::clone(&self.steps.admission)
+    }
 }
 
 /// The path of the request target as it came (Pingora's `raw_path`, up to

@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::fleet::watch::UpstreamWatch;
 use crate::fleet::Fleet;
 use crate::pidfile::{PidFile, PidFileError};
+use crate::proxy::admission::SlotSync;
 use crate::proxy::moves::DrainWatch;
 use crate::proxy::LlamaProxy;
 use crate::shutdown::Signals;
@@ -106,6 +107,13 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     server.bootstrap();
 
     let proxy = LlamaProxy::new(config.clone(), telemetry.clone(), fleet.clone());
+    // With `queue.shared`, the view of the other replicas is read in the
+    // background.
+    let admission = proxy.admission();
+    let slots = admission.shared().cloned();
+    let slot_sync = slots
+        .is_some()
+        .then(|| background_service("llamatap shared slots", SlotSync { admission }));
     // Answers on a member that drains move to another after
     // `continuation.drain_after_ms` (fleets only).
     let drains = (fleet.is_fleet() && config.continuation.enabled).then(|| {
@@ -133,7 +141,8 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
             .l4_buffer(L4BufferSettings::default().read(0)),
     );
 
-    let admin = AdminApp::new(telemetry.clone(), fleet.clone(), config.jaeger_url.clone());
+    let admin = AdminApp::new(telemetry.clone(), fleet.clone(), config.jaeger_url.clone())
+        .with_slots(slots);
     let mut admin_service = Service::new("llamatap admin".to_string(), HttpServer::new_app(admin));
     admin_service.add_tcp(&config.admin_listen.to_string());
     admin_service.threads = Some(1);
@@ -153,6 +162,9 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     server.add_service(watch);
     if let Some(d) = drains {
         server.add_service(d);
+    }
+    if let Some(s) = slot_sync {
+        server.add_service(s);
     }
     // One line for the start, with what an operator checks first.
     let fleet = config.upstreams.len() > 1;

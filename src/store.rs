@@ -317,6 +317,8 @@ fn key(tenant: &str, window: u64, kind: &str) -> String {
     format!("llamatap:{{{tenant}}}:{window}:{kind}")
 }
 
+pub mod slots;
+
 #[cfg(test)]
 pub(crate) mod standin;
 #[cfg(test)]

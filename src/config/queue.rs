@@ -38,6 +38,14 @@ pub struct RawQueue {
     /// Longest a dispatched request waits for its prefix's upstream when
     /// that one is full, ms; default 0 (it goes to a free one at once).
     pub affinity_wait_ms: Option<u64>,
+    /// Grant slots through leases in `[auth.store]`'s Redis, shared with
+    /// every replica using it; default false.
+    pub shared: Option<bool>,
+    /// How long a lease lives unless renewed, ms; default 3000.
+    pub lease_ms: Option<u64>,
+    /// How often the shared view (replicas, their queues, leases) is read,
+    /// ms; default 100.
+    pub sync_ms: Option<u64>,
     /// Per-class rules, by class name.
     #[serde(default)]
     pub classes: BTreeMap<String, RawClass>,
@@ -63,7 +71,7 @@ pub struct RawClass {
 }
 
 /// Validated `[queue]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Queue {
     /// The queue is on.
     pub enabled: bool,
@@ -81,6 +89,34 @@ pub struct Queue {
     /// Per class, in [`Priority::ALL`] order: its running answers may be
     /// paused for a more urgent class's request.
     pub preemptible: [bool; 3],
+    /// Slots are leased in the shared store (`queue.shared`).
+    pub shared: bool,
+    /// A lease's life unless renewed.
+    pub lease: Duration,
+    /// How often the shared view is read.
+    pub sync: Duration,
+}
+
+/// Default `queue.lease_ms`.
+pub const DEFAULT_LEASE_MS: u64 = 3_000;
+/// Default `queue.sync_ms`.
+pub const DEFAULT_SYNC_MS: u64 = 100;
+
+impl Default for Queue {
+    fn default() -> Self {
+        Queue {
+            enabled: false,
+            priority_header: None,
+            trust_priority_header: false,
+            max_inflight: None,
+            affinity_wait: None,
+            classes: [ClassRules::default(); 3],
+            preemptible: [false; 3],
+            shared: false,
+            lease: Duration::from_millis(DEFAULT_LEASE_MS),
+            sync: Duration::from_millis(DEFAULT_SYNC_MS),
+        }
+    }
 }
 
 /// Validates `[queue]`.
@@ -105,6 +141,17 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
         return Err(invalid(
             "queue.affinity_wait_ms",
             &format!("must be between 0 and {MAX_WAIT_MS}"),
+        ));
+    }
+    let lease_ms = raw.lease_ms.unwrap_or(DEFAULT_LEASE_MS);
+    if !(500..=600_000).contains(&lease_ms) {
+        return Err(invalid("queue.lease_ms", "must be between 500 and 600000"));
+    }
+    let sync_ms = raw.sync_ms.unwrap_or(DEFAULT_SYNC_MS);
+    if !(10..=10_000).contains(&sync_ms) || sync_ms * 3 > lease_ms {
+        return Err(invalid(
+            "queue.sync_ms",
+            "must be between 10 and 10000, and at most a third of queue.lease_ms",
         ));
     }
     let mut classes = [ClassRules::default(); 3];
@@ -169,6 +216,9 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
             .map(Duration::from_millis),
         classes,
         preemptible,
+        shared: raw.shared.unwrap_or(false),
+        lease: Duration::from_millis(lease_ms),
+        sync: Duration::from_millis(sync_ms),
     })
 }
 

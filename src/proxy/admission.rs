@@ -16,8 +16,11 @@
 //!
 //! Capacity per upstream: its `max_inflight`, else `queue.max_inflight`,
 //! else the slot count of its last `/slots` answer, else unknown (never
-//! limiting). Each replica counts only its own requests: with several
-//! replicas, `max_inflight` is each one's share of an upstream's slots.
+//! limiting). Without `queue.shared`, each replica counts only its own
+//! requests: with several replicas, `max_inflight` is each one's share of
+//! an upstream's slots. With it, the replicas share every upstream's slots
+//! through leases in the store ([`shared`]): a request routed to an
+//! upstream leases its slot there before it connects ([`secure`]).
 //!
 //! Pre-emption: llama-server cannot pre-empt a running slot, so llamatap
 //! does. A request that waits with no free slot, while a class less urgent
@@ -39,12 +42,15 @@ use pingora::Result;
 use tokio::sync::{oneshot, Notify};
 
 mod affinity;
+mod leasing;
 mod scheduler;
+pub mod shared;
 #[cfg(test)]
 mod tests;
 mod ticket;
 
 pub use affinity::wait_for_affine;
+pub use leasing::{secure, SlotSync};
 pub use ticket::Ticket;
 
 use super::context::RequestCtx;
@@ -85,6 +91,8 @@ pub struct Admission {
     freed: Notify,
     /// The answers that can be told to pause.
     moves: Arc<Moves>,
+    /// The slots shared with other replicas (`queue.shared`).
+    shared: Option<Arc<shared::Shared>>,
 }
 
 /// A request's passage through the queue, kept in its context.
@@ -135,8 +143,17 @@ impl Admission {
         fleet: Arc<Fleet>,
         metrics: Option<QueueMetrics>,
         moves: Arc<Moves>,
+        store: Option<Arc<crate::store::Store>>,
     ) -> Arc<Self> {
         let scheduler = Scheduler::new(&config.queue.classes, fleet.capacity());
+        let shared = store.filter(|_| config.queue.shared).map(|st| {
+            Arc::new(shared::Shared::new(
+                st,
+                config.queue.lease,
+                config.queue.sync,
+                fleet.capacity(),
+            ))
+        });
         if let Some(m) = &metrics {
             // Seeded even with the queue off: the dashboards' queries show 0.
             m.seed(fleet.members().iter().map(|m| m.upstream.name.as_str()));
@@ -149,7 +166,13 @@ impl Admission {
             scheduler: Mutex::new(scheduler),
             freed: Notify::new(),
             moves,
+            shared,
         })
+    }
+
+    /// The slots shared with other replicas, when `queue.shared` is on.
+    pub fn shared(&self) -> Option<&Arc<shared::Shared>> {
+        self.shared.as_ref()
     }
 
     /// A request of class `class` (naming `model`) waits with no free
@@ -258,6 +281,7 @@ pub async fn wait(
             who: (ci, tenant),
             bound: None,
             awaiting: None,
+            lease: None,
         });
         ctx.admission = Some(held);
         return Ok(false);
@@ -366,6 +390,7 @@ pub async fn wait(
             who: (ci, tenant),
             bound: None,
             awaiting: None,
+            lease: None,
         });
     }
     Ok(false)
@@ -449,6 +474,7 @@ pub async fn requeue(
             who: (ci, tenant),
             bound: None,
             awaiting: None,
+            lease: None,
         });
     }
     Ok(())

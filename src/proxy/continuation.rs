@@ -297,6 +297,15 @@ async fn once(
     }
     let address =
         routing::choose(&steps.fleet, ctx).map_err(|_| Stop::Refused(Failed, "no_upstream"))?;
+    // With shared slots, the target's slot is leased first (routed again
+    // when another replica took it).
+    let address = match super::admission::secure(session, ctx, &steps.admission, &steps.fleet)
+        .await
+        .map_err(Stop::Client)?
+    {
+        Some(a) => a,
+        None => address,
+    };
     entry.to = member_name(steps, ctx);
     let peer = attempt::peer(&steps.config, address);
     let base = ctx

@@ -106,6 +106,7 @@ async fn connect(
 ) -> Result<(Exchange, Box<HttpPeer>)> {
     loop {
         let peer = steps.peer(ctx).await?;
+        let peer = steps.lease(session, ctx, peer).await?;
         let member = ctx.member.unwrap_or(0);
         if let Some(stream) = steps.spares.take(member, &peer).await {
             steps.spares.refill(member, &peer);

@@ -66,8 +66,13 @@ impl Steps {
             .metrics_enabled
             .then(|| telemetry.metrics.queue.clone());
         let moves = Moves::new();
-        let admission =
-            admission::Admission::new(&config, fleet.clone(), metrics, Arc::clone(&moves));
+        let admission = admission::Admission::new(
+            &config,
+            fleet.clone(),
+            metrics,
+            Arc::clone(&moves),
+            limiter.store(),
+        );
         Steps {
             config,
             telemetry,
@@ -95,6 +100,21 @@ impl Steps {
         }
         let address = routing::choose(&self.fleet, ctx)?;
         Ok(Box::new(attempt::peer(&self.config, address)))
+    }
+
+    /// With shared slots, the slot of the attempt's upstream is leased
+    /// before it connects ([`admission::secure`]): `peer` again, or the
+    /// peer of the upstream it was routed to instead.
+    pub async fn lease(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        peer: Box<HttpPeer>,
+    ) -> Result<Box<HttpPeer>> {
+        match admission::secure(session, ctx, &self.admission, &self.fleet).await? {
+            Some(address) => Ok(Box::new(attempt::peer(&self.config, address))),
+            None => Ok(peer),
+        }
     }
 
     /// The attempt's connect failed ([`attempt::connect_failed`]).

@@ -67,6 +67,12 @@ fn now_ms() -> u64 {
 }
 
 impl Limiter {
+    /// The shared store, when `[auth.store]` is configured (the queue's
+    /// shared slots use it too).
+    pub fn store(&self) -> Option<Arc<Store>> {
+        self.store.clone()
+    }
+
     /// Counters for `config`'s tenants; `store_up` follows the store's state.
     pub fn new(config: &Config, store_up: prometheus_client::metrics::gauge::Gauge) -> Self {
         let n = config.tenants.list().len();

@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod http;
 pub mod jaeger;
 pub mod llama;
+pub mod load;
 pub mod otlp;
 pub mod prometheus;
 pub mod proxy;

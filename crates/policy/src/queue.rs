@@ -164,6 +164,10 @@ pub struct Scheduler<T> {
     pending: u32,
     /// Requests displaced and not yet taken by [`Scheduler::displaced`].
     displaced: VecDeque<Displaced<T>>,
+    /// Per class: requests waiting in other replicas' queues (shared
+    /// slots), which free slots are kept for before a less urgent class
+    /// here takes them.
+    elsewhere: Vec<u32>,
 }
 
 impl<T> Scheduler<T> {
@@ -191,7 +195,28 @@ impl<T> Scheduler<T> {
             ],
             pending: 0,
             displaced: VecDeque::new(),
+            elsewhere: vec![0; rules.len()],
         }
+    }
+
+    /// Sets, per class, the requests waiting in other replicas' queues: a
+    /// class here then takes a free slot only beyond those waiting
+    /// elsewhere at a more urgent class (and beyond its reserve).
+    pub fn set_elsewhere(&mut self, waiting: &[u32]) {
+        for (i, n) in self.elsewhere.iter_mut().enumerate() {
+            *n = waiting.get(i).copied().unwrap_or(0);
+        }
+    }
+
+    /// Free slots class `class` may take: the fleet's, less those kept for
+    /// requests of more urgent classes waiting in other replicas.
+    fn free_for(&self, class: usize, free: u32) -> u32 {
+        let ahead = self
+            .elsewhere
+            .iter()
+            .take(class)
+            .fold(0u32, |n, w| n.saturating_add(*w));
+        free.saturating_sub(ahead)
     }
 
     /// Requests queued in class `class`.
@@ -332,6 +357,7 @@ impl<T> Scheduler<T> {
                 Some(c) => (c.depth, c.rules.reserve),
                 None => continue,
             };
+            let free = self.free_for(ci, free);
             if depth == 0 || free <= reserve {
                 continue;
             }
@@ -367,7 +393,7 @@ impl<T> Scheduler<T> {
     /// queue is empty and a slot is free for it in `class`: it is then
     /// pending, as if dispatched.
     pub fn admit_now(&mut self, class: usize, tenant: usize) -> bool {
-        let free = self.free();
+        let free = self.free_for(class, self.free());
         let empty = self.total_depth() == 0;
         let Some(c) = self.classes.get_mut(class) else {
             return false;

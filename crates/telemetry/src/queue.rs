@@ -1,5 +1,6 @@
 //! The admission queue's Prometheus families: depth and oldest wait per
-//! class, refusals by class and reason, and slot use per upstream.
+//! class, refusals by class and reason, slot use per upstream, and the
+//! shared slots' state (replicas, mode, slots leased elsewhere).
 //!
 //! Every label value comes from a fixed list (the three classes, the two
 //! refusal reasons, the configured upstream names), seeded at zero at start
@@ -59,6 +60,15 @@ pub struct QueueMetrics {
     pub capacity: Family<SlotLabels, Gauge>,
     /// `llamatap_queue_affinity_waits_total{result}`.
     pub affinity_waits: Family<AffinityLabels, Counter>,
+    /// `llamatap_queue_slots_elsewhere{upstream}`: slots leased by other
+    /// replicas (shared slots).
+    pub elsewhere: Family<SlotLabels, Gauge>,
+    /// `llamatap_queue_replicas`: replicas sharing the slots.
+    pub replicas: Gauge,
+    /// `llamatap_queue_shared`: 1 while the slots are shared.
+    pub shared: Gauge,
+    /// `llamatap_queue_lease_conflicts_total`.
+    pub lease_conflicts: Counter,
 }
 
 /// Results of a wait for the upstream holding a request's prefix.
@@ -109,6 +119,27 @@ impl QueueMetrics {
             "Slots the queue uses on each upstream (max_inflight, else its /slots count; -1: unknown, not limiting)",
             m.capacity.clone(),
         );
+        r.register(
+            "llamatap_queue_slots_elsewhere",
+            "Slots of each upstream leased by other llamatap replicas, as the shared store last showed them (0 without queue.shared)",
+            m.elsewhere.clone(),
+        );
+        r.register(
+            "llamatap_queue_replicas",
+            "llamatap replicas sharing the upstreams' slots (live heartbeats in the store; 1 without queue.shared)",
+            m.replicas.clone(),
+        );
+        r.register(
+            "llamatap_queue_shared",
+            "1 while this replica grants slots through the shared store; 0 while it uses its static share (store unreachable) or queue.shared is off",
+            m.shared.clone(),
+        );
+        r.register(
+            "llamatap_queue_lease_conflicts",
+            "Leases the store refused because another replica took the upstream's last slot after this replica's view was read (the request was routed again, or waited at the head of its class)",
+            m.lease_conflicts.clone(),
+        );
+        m.replicas.set(1);
         m
     }
 
@@ -137,6 +168,7 @@ impl QueueMetrics {
             upstream: name.to_string(),
         };
         let _ = self.in_use.get_or_create(&l);
+        let _ = self.elsewhere.get_or_create(&l);
         self.capacity.get_or_create(&l).set(-1);
     }
 
@@ -146,6 +178,7 @@ impl QueueMetrics {
             upstream: name.to_string(),
         };
         self.in_use.remove(&l);
+        self.elsewhere.remove(&l);
         self.capacity.remove(&l);
     }
 

@@ -29,11 +29,11 @@ impl Admission {
         let any_usable = members.iter().any(|m| self.fleet.usable(m.id));
         let mut present = vec![false; self.fleet.capacity()];
         for m in &members {
-            let capacity = m
-                .upstream
-                .max_inflight
-                .or(self.config.max_inflight)
-                .or_else(|| m.total_slots());
+            let slots = self.slots_of(m);
+            let capacity = match &self.shared {
+                Some(shared) => shared.capacity(m.id, slots),
+                None => slots,
+            };
             // When no upstream is usable every one is tried, as routing does.
             let up = !m.draining() && (!any_usable || self.fleet.usable(m.id));
             s.set_upstream(m.id, capacity, up);
@@ -43,6 +43,9 @@ impl Admission {
         }
         for (i, _) in present.iter().enumerate().filter(|(_, p)| !**p) {
             s.set_upstream(i, Some(0), false);
+        }
+        if let Some(shared) = &self.shared {
+            s.set_elsewhere(&shared.elsewhere());
         }
     }
 

@@ -13,7 +13,13 @@ fn admission(max_depth: usize) -> Arc<Admission> {
     config.queue.enabled = true;
     config.queue.classes[BATCH].max_depth = Some(max_depth);
     let fleet = Arc::new(Fleet::new(&config));
-    Admission::new(&config, fleet, None, crate::proxy::moves::Moves::new())
+    Admission::new(
+        &config,
+        fleet,
+        None,
+        crate::proxy::moves::Moves::new(),
+        None,
+    )
 }
 
 /// Queues a batch request of `tenant`, as `wait` does.

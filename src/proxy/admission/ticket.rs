@@ -20,6 +20,8 @@ pub struct Ticket {
     pub(super) bound: Option<usize>,
     /// The upstream whose next free slot it awaits (`queue.affinity_wait_ms`).
     pub(super) awaiting: Option<usize>,
+    /// Its lease on the bound upstream (shared slots).
+    pub(super) lease: Option<super::shared::Lease>,
 }
 
 impl Ticket {
@@ -41,6 +43,10 @@ impl Ticket {
         };
         if let Some(previous) = self.bound.take() {
             s.unbind(previous);
+        }
+        // A lease is for one upstream: routed again, it is taken anew.
+        if let (Some(lease), Some(shared)) = (self.lease.take(), &adm.shared) {
+            shared.release(lease);
         }
         // The slot it awaited is its own now.
         if let Some(awaited) = self.awaiting.take() {
@@ -70,6 +76,9 @@ impl Drop for Ticket {
         let bound = self.bound.take();
         let awaiting = self.awaiting.take();
         let (class, tenant) = self.who;
+        if let (Some(lease), Some(shared)) = (self.lease.take(), &self.admission.shared) {
+            shared.release(lease);
+        }
         self.admission.with(|s| {
             s.tenant_done(class, tenant);
             if let Some(i) = awaiting {

@@ -397,3 +397,45 @@ fn a_requeued_request_of_a_new_tenant_takes_the_next_turn() {
     s.set_upstream(0, Some(2), true);
     assert_eq!(drain(&mut s), vec![20, 10]);
 }
+
+#[test]
+fn requests_waiting_elsewhere_keep_slots_from_less_urgent_classes() {
+    let t0 = Instant::now();
+    // Two slots; one interactive request waits in another replica's queue.
+    let mut s = one(2, 3);
+    s.set_elsewhere(&[1, 0, 0]);
+    for i in 0..3 {
+        assert!(s.enqueue(arrive(2, 7, 1, t0), i).is_ok());
+    }
+    // Batch takes one slot: the other is kept for the interactive request.
+    assert_eq!(drain(&mut s), vec![0]);
+    // Interactive here is not held back by interactive elsewhere.
+    assert!(s.enqueue(arrive(0, 1, 1, t0), 9).is_ok());
+    assert_eq!(drain(&mut s), vec![9]);
+    // Both slots end; nothing waits elsewhere now: batch takes both.
+    s.set_elsewhere(&[0, 0, 0]);
+    s.release(0);
+    s.release(0);
+    assert_eq!(drain(&mut s), vec![1, 2]);
+}
+
+#[test]
+fn waiting_elsewhere_counts_against_admit_now_and_adds_to_the_reserve() {
+    let mut r = rules(3);
+    if let Some(batch) = r.get_mut(2) {
+        batch.reserve = 1;
+    }
+    let mut s = Scheduler::<u32>::new(&r, 1);
+    s.set_upstream(0, Some(3), true);
+    s.set_elsewhere(&[1, 1, 0]);
+    // Three free, one interactive and one default wait elsewhere, batch
+    // keeps one more: none for batch.
+    assert!(!s.admit_now(2, 1));
+    // Default sees one interactive ahead: two left for it.
+    assert!(s.admit_now(1, 1));
+    assert!(s.admit_now(1, 1));
+    assert!(!s.admit_now(1, 1));
+    // Interactive takes what is left regardless.
+    s.set_elsewhere(&[5, 5, 5]);
+    assert!(s.admit_now(0, 1));
+}

@@ -1,0 +1,231 @@
+//! Slot leases in the shared store: what lets several llamatap replicas
+//! grant an upstream's slots as one queue would.
+//!
+//! Keys (all under the `{llamatap-slots}` hash tag, so one script may touch
+//! them together):
+//! - `llamatap:{llamatap-slots}:lease:<address>`: a sorted set per upstream,
+//!   a lease id per granted slot, scored by its expiry (ms, Redis's clock);
+//! - `llamatap:{llamatap-slots}:replicas`: each replica's id, scored by
+//!   its expiry (the heartbeat);
+//! - `llamatap:{llamatap-slots}:waiting`: a hash, per replica the requests
+//!   waiting in its queue by class (`interactive,default,batch`).
+//!
+//! A grant is one script ([`ACQUIRE`]): expired leases are dropped, and a
+//! lease is added only while the set holds fewer than the upstream's slots,
+//! so no two replicas ever grant the same slot. Leases are renewed while
+//! their streams run and removed when they end; a replica that dies leaves
+//! leases that expire on their own. Times come from Redis (`TIME`), never
+//! from a replica's clock.
+//!
+//! Deliberately not here: when to lease, renew or fall back (the admission
+//! queue's [`crate::proxy::admission`]).
+
+use redis::Value;
+
+use super::{text, Store, StoreError};
+
+/// Adds a lease when the upstream has a slot free: `{1, leases}` or
+/// `{0, leases}` (the count after the call).
+const ACQUIRE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local n = redis.call('ZCARD', KEYS[1])
+if n < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ttl * 2)
+  return {1, n + 1}
+end
+return {0, n}
+";
+
+/// Sets every lease named (`ARGV[2..]`) to expire `ARGV[1]` ms from now,
+/// adding those that expired meanwhile (their streams still run).
+const RENEW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], ttl * 2)
+return #ARGV - 1
+";
+
+/// The heartbeat and the view: registers this replica (`ARGV[1]`) for
+/// `ARGV[2]` ms with its waiting counts (`ARGV[3]`), drops replicas whose
+/// heartbeat expired, and returns `{replicas, {others' waiting}, {leases
+/// per upstream key}}`.
+const SYNC: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, r in ipairs(gone) do
+  redis.call('ZREM', KEYS[1], r)
+  redis.call('HDEL', KEYS[2], r)
+end
+redis.call('PEXPIRE', KEYS[1], ttl * 2)
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ttl * 2)
+local waiting = {}
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  if all[i] ~= ARGV[1] then table.insert(waiting, all[i + 1]) end
+end
+local leases = {}
+for i = 3, #KEYS do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+  table.insert(leases, redis.call('ZCARD', KEYS[i]))
+end
+return {redis.call('ZCARD', KEYS[1]), waiting, leases}
+";
+
+/// What the store holds of every replica: how many there are, what waits
+/// in the others' queues, and the leases on each upstream asked about.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotView {
+    /// Replicas whose heartbeat has not expired, this one included.
+    pub replicas: u32,
+    /// Per class (most urgent first), requests waiting in other replicas.
+    pub waiting: [u32; 3],
+    /// Leases per upstream, in the order asked.
+    pub leases: Vec<u32>,
+}
+
+/// The key of `upstream`'s leases.
+pub fn lease_key(upstream: &str) -> String {
+    format!("llamatap:{{llamatap-slots}}:lease:{upstream}")
+}
+
+const REPLICAS_KEY: &str = "llamatap:{llamatap-slots}:replicas";
+const WAITING_KEY: &str = "llamatap:{llamatap-slots}:waiting";
+
+impl Store {
+    /// Leases one of `upstream`'s `capacity` slots as `lease` for `ttl_ms`:
+    /// whether it was granted, and the leases held after the call.
+    pub async fn acquire_slot(
+        &self,
+        upstream: &str,
+        lease: &str,
+        capacity: u32,
+        ttl_ms: u64,
+    ) -> Result<(bool, u32), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(ACQUIRE)
+            .arg(1)
+            .arg(lease_key(upstream))
+            .arg(lease)
+            .arg(capacity)
+            .arg(ttl_ms);
+        self.call(pipe, false, |v| match v {
+            [Value::Array(r)] => match r.as_slice() {
+                [Value::Int(granted), Value::Int(n)] => {
+                    Ok((*granted == 1, u32::try_from(*n).unwrap_or(u32::MAX)))
+                }
+                other => Err(text(other)),
+            },
+            other => Err(text(other)),
+        })
+        .await
+    }
+
+    /// Removes `lease` from `upstream`'s leases (its stream ended).
+    pub async fn release_slot(&self, upstream: &str, lease: &str) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZREM").arg(lease_key(upstream)).arg(lease);
+        self.call(pipe, true, |v| match v {
+            [Value::Int(_)] => Ok(()),
+            other => Err(text(other)),
+        })
+        .await
+    }
+
+    /// Renews (or adds again) every lease of `leases`, `(upstream, ids)`,
+    /// for `ttl_ms`, in one round trip.
+    pub async fn renew_slots(
+        &self,
+        leases: &[(String, Vec<String>)],
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        if leases.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (upstream, ids) in leases {
+            pipe.cmd("EVAL")
+                .arg(RENEW)
+                .arg(1)
+                .arg(lease_key(upstream))
+                .arg(ttl_ms)
+                .arg(ids);
+        }
+        let n = leases.len();
+        self.call(pipe, false, move |v| {
+            if v.len() == n && v.iter().all(|r| matches!(r, Value::Int(_))) {
+                Ok(())
+            } else {
+                Err(text(v))
+            }
+        })
+        .await
+    }
+
+    /// The heartbeat of replica `replica` (expiring in `ttl_ms`), with its
+    /// `waiting` counts per class; the view of `upstreams`' leases.
+    pub async fn sync_slots(
+        &self,
+        replica: &str,
+        ttl_ms: u64,
+        waiting: [u32; 3],
+        upstreams: &[String],
+    ) -> Result<SlotView, StoreError> {
+        let mut pipe = redis::pipe();
+        let cmd = pipe.cmd("EVAL");
+        cmd.arg(SYNC)
+            .arg(2 + upstreams.len())
+            .arg(REPLICAS_KEY)
+            .arg(WAITING_KEY);
+        for u in upstreams {
+            cmd.arg(lease_key(u));
+        }
+        cmd.arg(replica)
+            .arg(ttl_ms)
+            .arg(format!("{},{},{}", waiting[0], waiting[1], waiting[2]));
+        self.call(pipe, false, |v| match v {
+            [Value::Array(r)] => view(r),
+            other => Err(text(other)),
+        })
+        .await
+    }
+}
+
+/// Reads [`SYNC`]'s reply.
+fn view(r: &[Value]) -> Result<SlotView, String> {
+    let [Value::Int(replicas), Value::Array(waiting), Value::Array(leases)] = r else {
+        return Err(text(r));
+    };
+    let mut out = SlotView {
+        replicas: u32::try_from(*replicas).unwrap_or(0),
+        ..SlotView::default()
+    };
+    for w in waiting {
+        let Value::BulkString(b) = w else {
+            return Err(text(std::slice::from_ref(w)));
+        };
+        let s = String::from_utf8_lossy(b);
+        for (slot, n) in out.waiting.iter_mut().zip(s.split(',')) {
+            *slot = slot.saturating_add(n.trim().parse::<u32>().unwrap_or(0));
+        }
+    }
+    for l in leases {
+        match l {
+            Value::Int(n) => out.leases.push(u32::try_from(*n).unwrap_or(0)),
+            other => return Err(text(std::slice::from_ref(other))),
+        }
+    }
+    Ok(out)
+}

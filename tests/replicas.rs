@@ -1,0 +1,405 @@
+//! llamatap replicas that share the upstreams' slots through a real
+//! `redis-server` (`queue.shared`), in front of two real llama-servers with
+//! two slots each: a flood through one replica while another takes
+//! interactive probes, a quiet replica leaving every slot to a busy one,
+//! a replica killed while it holds leases, and Redis killed mid-flood.
+//! Every figure is printed (`--nocapture` shows them); what the design
+//! guarantees is asserted, what depends on how two cores are shared is
+//! printed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::fleet::{percentile, serial, series, wait_for};
+use common::http;
+use common::llama::LlamaServer;
+use common::load::*;
+use common::proxy::{metric_value, Llamatap};
+use common::redis::Redis;
+use common::temp_config;
+
+/// The lease life in these tests: short, so that a dead replica's leases
+/// expire within the test's patience.
+const LEASE_MS: u64 = 1500;
+
+fn config(name: &str, redis: &Redis, queue: &str) -> String {
+    let toml = format!(
+        "[auth.store]\nurl = \"{}\"\ntimeout_ms = 200\n\
+         [queue]\nenabled = true\nshared = true\nlease_ms = {LEASE_MS}\n{queue}\n{}",
+        redis.url(),
+        keys()
+    );
+    temp_config(name, &toml).to_str().unwrap().to_string()
+}
+
+fn servers() -> [LlamaServer; 2] {
+    [
+        LlamaServer::start("tiny", &NP2),
+        LlamaServer::start("tiny", &NP2),
+    ]
+}
+
+fn urls(servers: &[LlamaServer; 2]) -> Vec<&str> {
+    servers.iter().map(|s| s.base_url.as_str()).collect()
+}
+
+/// Waits until every replica sees `n` replicas and shared slots, and has
+/// read both upstreams' two slots (a warm-up request each).
+fn wait_shared(replicas: &[&Llamatap], n: usize, servers: &[LlamaServer; 2]) {
+    for r in replicas {
+        let a = r.addr();
+        let ok = wait_for(Duration::from_secs(30), || {
+            chat(&a, VOICE_H, "Warm up.", 1);
+            let m = r.metrics();
+            m.contains(&format!("llamatap_queue_replicas {n}\n"))
+                && m.contains("llamatap_queue_shared 1\n")
+                && servers.iter().all(|s| {
+                    let needle = format!("upstream=\"{}\"", s.addr());
+                    series(&m, "llamatap_queue_slots", &needle).is_some_and(|v| v >= 0.0)
+                })
+        });
+        assert!(
+            ok.is_some(),
+            "a replica never saw {n} replicas sharing slots:\n{}",
+            r.metrics()
+        );
+    }
+}
+
+fn readyz(r: &Llamatap) -> String {
+    http::get(&r.admin(), "/readyz")
+        .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_flood_through_one_replica_leaves_the_reserve_to_probes_through_another() {
+    let _serial = serial();
+    let redis = Redis::start();
+    let servers = servers();
+    let urls = urls(&servers);
+    let batch_reserve = "[queue.classes.batch]\nreserve = 1\n";
+    let flooders = 8; // twice the 4 slots
+    let probes = 16;
+
+    // One replica alone, without the store: the throughput to match.
+    let alone_cfg = temp_config(
+        "replicas-alone",
+        &format!("[queue]\nenabled = true\n{batch_reserve}{}", keys()),
+    );
+    let alone = Llamatap::start_fleet(&urls, &["--config", alone_cfg.to_str().unwrap()]);
+    let a = alone.addr();
+    for _ in 0..2 {
+        chat(&a, VOICE_H, "Warm up.", 1);
+    }
+    let alone_idle = idle_ttft(&a, VOICE_H, probes);
+    let alone_flood = flood(&a, BULK_H, VOICE_H, flooders, WINDOW);
+    drop(alone);
+
+    // One replica alone with the store: what a lease round trip costs.
+    let cfg = config("replicas-reserve", &redis, batch_reserve);
+    let one = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    wait_shared(&[&one], 1, &servers);
+    let leased_idle = idle_ttft(&one.addr(), VOICE_H, probes);
+    drop(one);
+
+    // Two replicas: the flood through the first, probes through the second.
+    let first = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    let second = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    wait_shared(&[&first, &second], 2, &servers);
+    let idle = idle_ttft(&second.addr(), VOICE_H, probes);
+    let batch = [first.addr()];
+    let (f, sampled) = sample_during(&[&servers[0], &servers[1]], || {
+        flood_with(
+            &batch,
+            Some(&second.addr()),
+            BULK_H,
+            VOICE_H,
+            flooders,
+            WINDOW,
+            |_| {},
+        )
+    });
+    let figures = print_rows(
+        &format!("batch flood ({flooders} clients x 160 tokens, 2 llama-servers x 2 slots, batch reserve 1) for {WINDOW:?}, interactive probes every 300 ms; tiny model, -np 2 -t 1 each"),
+        &[
+            ("one replica alone (no store)".to_string(), alone_idle.clone(), alone_flood),
+            ("flood through replica 1, probes through replica 2 (shared slots)".to_string(), idle.clone(), f),
+        ],
+    );
+    let lease = ms(percentile(&leased_idle, 50.0)) - ms(percentile(&alone_idle, 50.0));
+    let conflicts = [&first, &second].map(|r| {
+        metric_value(&r.metrics(), "llamatap_queue_lease_conflicts_total").unwrap_or(-1.0)
+    });
+    eprintln!(
+        "leases refused for a stale view (replica 1, replica 2): {conflicts:?}\n\
+         llama-servers' requests_deferred peaked at {:?}; {} slots busy at most\n\
+         issue's targets, two replicas sharing slots: {}\n\
+         idle interactive TTFT p50: {:.1} ms without the store, {:.1} ms with shared slots (a lease round trip and its release: {lease:+.1} ms)",
+        sampled.deferred,
+        sampled.busy,
+        targets(figures[1], figures[0]),
+        ms(percentile(&alone_idle, 50.0)),
+        ms(percentile(&leased_idle, 50.0)),
+    );
+    // No llama-server ever queued a request: the replicas together never
+    // sent more than its slots.
+    assert_eq!(
+        sampled.deferred,
+        vec![0.0, 0.0],
+        "an upstream was overfilled"
+    );
+    assert!(sampled.busy <= 4);
+    assert!(figures.iter().all(|f| f.3 == 0), "errors in a run");
+    // The reserve held across replicas: a probe through the second never
+    // waited for a batch answer of the first to end (one takes well over
+    // 100 ms here).
+    let (shared95, _, shared_tps, _) = figures[1];
+    assert!(
+        shared95 < 100.0,
+        "an interactive turn at replica 2 waited for a batch answer of replica 1 ({shared95:.1} ms)"
+    );
+    assert!(shared_tps > 0.0, "batch starved");
+}
+
+#[test]
+fn a_quiet_replica_leaves_every_slot_to_the_flooding_one() {
+    let _serial = serial();
+    let redis = Redis::start();
+    let servers = servers();
+    let urls = urls(&servers);
+    let run = |cfg: &str| {
+        let busy = Llamatap::start_fleet(&urls, &["--config", cfg]);
+        let quiet = Llamatap::start_fleet(&urls, &["--config", cfg]);
+        for r in [&busy, &quiet] {
+            let a = r.addr();
+            assert!(wait_for(Duration::from_secs(30), || {
+                chat(&a, VOICE_H, "Warm up.", 1);
+                let m = r.metrics();
+                urls.iter().all(|u| {
+                    let needle = format!("upstream=\"{}\"", u.trim_start_matches("http://"));
+                    series(&m, "llamatap_queue_slots", &needle).is_some_and(|v| v >= 1.0)
+                })
+            })
+            .is_some());
+        }
+        let batch = [busy.addr()];
+        let (f, sampled) = sample_during(&[&servers[0], &servers[1]], || {
+            flood_with(
+                &batch,
+                None,
+                BULK_H,
+                NONE,
+                8,
+                Duration::from_secs(4),
+                |_| {},
+            )
+        });
+        assert_eq!(f.errors, 0);
+        assert!(f.broken.is_empty(), "{:?}", f.broken);
+        sampled
+    };
+    let shared = run(&config("replicas-quiet-shared", &redis, ""));
+    let static_cfg = temp_config(
+        "replicas-quiet-static",
+        &format!("[queue]\nenabled = true\nmax_inflight = 1\n{}", keys()),
+    );
+    let fixed = run(static_cfg.to_str().unwrap());
+    eprintln!(
+        "one replica flooding, one quiet: {} of 4 slots busy at most with shared slots, {} with a static share (max_inflight = 1 each); deferred {:?} / {:?}",
+        shared.busy, fixed.busy, shared.deferred, fixed.deferred
+    );
+    assert_eq!(
+        shared.busy, 4,
+        "the flooding replica did not get every slot"
+    );
+    assert_eq!(shared.deferred, vec![0.0, 0.0]);
+    assert!(fixed.busy <= 2);
+}
+
+#[test]
+fn a_killed_replica_s_leases_expire_and_its_slots_serve_the_other() {
+    let _serial = serial();
+    let redis = Redis::start();
+    let servers = [
+        LlamaServer::start("tiny", &HOLD_NP2),
+        LlamaServer::start("tiny", &HOLD_NP2),
+    ];
+    let urls = urls(&servers);
+    let cfg = config("replicas-kill", &redis, "");
+    let mut doomed = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    let survivor = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    wait_shared(&[&doomed, &survivor], 2, &servers);
+    // The doomed replica takes all four slots with answers that run for
+    // minutes.
+    let addr = doomed.addr();
+    let holds: Vec<_> = (0..4)
+        .map(|i| {
+            let a = addr.clone();
+            std::thread::spawn(move || chat(&a, BULK_H, &format!("Hold {i}."), HOLD_TOKENS))
+        })
+        .collect();
+    let keys: Vec<String> = servers
+        .iter()
+        .map(|s| format!("llamatap:{{llamatap-slots}}:lease:{}", s.addr()))
+        .collect();
+    let leases = || -> u64 {
+        keys.iter()
+            .map(|k| {
+                redis
+                    .command(&["ZCARD", k])
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || leases() == 4
+            && servers
+                .iter()
+                .all(|s| s.metric("llamacpp:requests_processing") >= 2.0))
+        .is_some(),
+        "the four answers never held the four slots ({} leases)",
+        leases()
+    );
+    // The survivor sees them leased elsewhere.
+    assert!(wait_for(Duration::from_secs(5), || {
+        series(
+            &survivor.metrics(),
+            "llamatap_queue_slots_elsewhere",
+            "upstream=",
+        ) == Some(4.0)
+    })
+    .is_some());
+    let killed = Instant::now();
+    doomed.child.kill().unwrap();
+    doomed.child.wait().unwrap();
+    for h in holds {
+        h.join().unwrap();
+    }
+    // A request through the survivor is served once the dead replica's
+    // leases expire.
+    let r = chat(&survivor.addr(), VOICE_H, "Are the slots back?", 4);
+    let served = killed.elapsed();
+    let gone = wait_for(Duration::from_secs(10), || leases() == 0).map(|_| killed.elapsed());
+    let replicas = wait_for(Duration::from_secs(10), || {
+        survivor.metrics().contains("llamatap_queue_replicas 1")
+    })
+    .map(|_| killed.elapsed());
+    eprintln!(
+        "a replica holding 4 leases killed: its leases gone {gone:?} later (lease_ms {LEASE_MS}), the survivor's request answered after {served:?} (status {}), the survivor counted 1 replica after {replicas:?}",
+        r.status
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.ttft.is_some());
+    assert!(gone.is_some(), "the dead replica's leases never expired");
+    assert!(
+        replicas.is_some(),
+        "the survivor still counts the dead replica"
+    );
+    // Expiry within the lease's life (renewed every third of it), plus a
+    // sync round and a loaded machine's slack.
+    assert!(
+        served < Duration::from_millis(LEASE_MS) + Duration::from_secs(3),
+        "the survivor waited {served:?} for the dead replica's slots"
+    );
+}
+
+#[test]
+fn redis_killed_mid_flood_falls_back_to_shares_and_comes_back() {
+    let _serial = serial();
+    let mut redis = Redis::start();
+    let port = redis.port;
+    let servers = servers();
+    let urls = urls(&servers);
+    let cfg = config("replicas-redis-down", &redis, "");
+    let one = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    let two = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    wait_shared(&[&one, &two], 2, &servers);
+    let batch = [one.addr(), two.addr()];
+    let mut phase = 0;
+    let mut fell_back = None;
+    let mut returned = None;
+    let mut restarted: Option<Redis> = None;
+    let started = Instant::now();
+    let (f, sampled) = sample_during(&[&servers[0], &servers[1]], || {
+        flood_with(
+            &batch,
+            None,
+            BULK_H,
+            NONE,
+            8,
+            Duration::from_secs(12),
+            |t| match phase {
+                0 if t >= Duration::from_secs(2) => {
+                    redis.kill();
+                    phase = 1;
+                }
+                1 if [&one, &two]
+                    .iter()
+                    .all(|r| r.metrics().contains("llamatap_queue_shared 0")) =>
+                {
+                    fell_back = Some(started.elapsed());
+                    phase = 2;
+                }
+                2 if t >= Duration::from_secs(6) => {
+                    restarted = Some(Redis::start_on(port));
+                    phase = 3;
+                }
+                3 if [&one, &two].iter().all(|r| {
+                    let m = r.metrics();
+                    m.contains("llamatap_queue_shared 1") && m.contains("llamatap_queue_replicas 2")
+                }) =>
+                {
+                    returned = Some(started.elapsed());
+                    phase = 4;
+                }
+                _ => {}
+            },
+        )
+    });
+    let (one_err, two_err) = (one.stderr(), two.stderr());
+    eprintln!(
+        "Redis killed 2 s into a 12 s flood over two replicas, restarted at 6 s: both on static shares at {fell_back:?}, both shared again at {returned:?}; llama-servers' requests_deferred peaked at {:?}, {} slots busy at most; {} errors, {} answers not whole",
+        sampled.deferred,
+        sampled.busy,
+        f.errors,
+        f.broken.len()
+    );
+    assert!(
+        fell_back.is_some(),
+        "a replica never fell back to its share"
+    );
+    assert!(returned.is_some(), "a replica never shared slots again");
+    assert_eq!(f.errors, 0, "a request failed because Redis failed");
+    assert!(f.broken.is_empty(), "{:?}", f.broken);
+    // During the switch a replica may have granted on its old view: at most
+    // one slot over per upstream.
+    assert!(
+        sampled.deferred.iter().all(|d| *d <= 1.0),
+        "an upstream was overfilled by more than one: {:?}",
+        sampled.deferred
+    );
+    for err in [&one_err, &two_err] {
+        assert_eq!(
+            err.matches("shared slots: the store is unreachable")
+                .count(),
+            1,
+            "{err}"
+        );
+        assert_eq!(
+            err.matches("shared slots: the store answers again").count(),
+            1,
+            "{err}"
+        );
+    }
+    assert!(
+        readyz(&one).contains("slots: shared by 2 replicas"),
+        "{}",
+        readyz(&one)
+    );
+    drop(restarted);
+}
