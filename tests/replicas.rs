@@ -106,63 +106,111 @@ fn a_flood_through_one_replica_leaves_the_reserve_to_probes_through_another() {
     let leased_idle = idle_ttft(&one.addr(), VOICE_H, probes);
     drop(one);
 
-    // Two replicas: the flood through the first, probes through the second.
-    let first = Llamatap::start_fleet(&urls, &["--config", &cfg]);
-    let second = Llamatap::start_fleet(&urls, &["--config", &cfg]);
-    wait_shared(&[&first, &second], 2, &servers);
-    let idle = idle_ttft(&second.addr(), VOICE_H, probes);
-    let batch = [first.addr()];
-    let (f, sampled) = sample_during(&[&servers[0], &servers[1]], || {
-        flood_with(
-            &batch,
-            Some(&second.addr()),
-            BULK_H,
-            VOICE_H,
-            flooders,
-            WINDOW,
-            |_| {},
-        )
-    });
+    // Two replicas: the flood through the first, probes through the second;
+    // with the reserve, then with batch preemptible instead.
+    let preempt_cfg = config(
+        "replicas-preempt",
+        &redis,
+        "[queue.classes.batch]\npreemptible = true\n",
+    );
+    let mut rows = vec![(
+        "one replica alone (no store)".to_string(),
+        alone_idle.clone(),
+        alone_flood,
+    )];
+    let mut samples = Vec::new();
+    let mut conflicts = Vec::new();
+    let mut paused = (0.0, 0.0);
+    for (name, cfg) in [
+        (
+            "flood through replica 1, probes through replica 2, batch reserve 1",
+            &cfg,
+        ),
+        (
+            "flood through replica 1, probes through replica 2, batch preemptible",
+            &preempt_cfg,
+        ),
+    ] {
+        let first = Llamatap::start_fleet(&urls, &["--config", cfg]);
+        let second = Llamatap::start_fleet(&urls, &["--config", cfg]);
+        wait_shared(&[&first, &second], 2, &servers);
+        let idle = idle_ttft(&second.addr(), VOICE_H, probes);
+        let batch = [first.addr()];
+        let (f, sampled) = sample_during(&[&servers[0], &servers[1]], || {
+            flood_with(
+                &batch,
+                Some(&second.addr()),
+                BULK_H,
+                VOICE_H,
+                flooders,
+                WINDOW,
+                |_| {},
+            )
+        });
+        conflicts.push([&first, &second].map(|r| {
+            metric_value(&r.metrics(), "llamatap_queue_lease_conflicts_total").unwrap_or(-1.0)
+        }));
+        if name.contains("preemptible") {
+            // Every answer recorded, each pause with its continuation.
+            let m = first.wait_metrics(Duration::from_secs(10), |m| {
+                series(m, "llamatap_preemptions_total", "class=\"batch\"")
+                    == series(m, "llamatap_continuations_total", "reason=\"preempted\"")
+            });
+            paused = (
+                series(&m, "llamatap_preemptions_total", "class=\"batch\"").unwrap_or(0.0),
+                series(
+                    &m,
+                    "llamatap_continuations_total",
+                    "reason=\"preempted\",result=\"continued\"",
+                )
+                .unwrap_or(0.0),
+            );
+        }
+        samples.push(sampled);
+        rows.push((name.to_string(), idle, f));
+    }
     let figures = print_rows(
-        &format!("batch flood ({flooders} clients x 160 tokens, 2 llama-servers x 2 slots, batch reserve 1) for {WINDOW:?}, interactive probes every 300 ms; tiny model, -np 2 -t 1 each"),
-        &[
-            ("one replica alone (no store)".to_string(), alone_idle.clone(), alone_flood),
-            ("flood through replica 1, probes through replica 2 (shared slots)".to_string(), idle.clone(), f),
-        ],
+        &format!("batch flood ({flooders} clients x 160 tokens, 2 llama-servers x 2 slots) for {WINDOW:?}, interactive probes every 300 ms; tiny model, -np 2 -t 1 each"),
+        &rows,
     );
     let lease = ms(percentile(&leased_idle, 50.0)) - ms(percentile(&alone_idle, 50.0));
-    let conflicts = [&first, &second].map(|r| {
-        metric_value(&r.metrics(), "llamatap_queue_lease_conflicts_total").unwrap_or(-1.0)
-    });
     eprintln!(
-        "leases refused for a stale view (replica 1, replica 2): {conflicts:?}\n\
-         llama-servers' requests_deferred peaked at {:?}; {} slots busy at most\n\
-         issue's targets, two replicas sharing slots: {}\n\
+        "leases refused for a stale view (replica 1, replica 2), per run: {conflicts:?}\n\
+         llama-servers' requests_deferred peaked at {:?} / {:?}; {} / {} slots busy at most\n\
+         issue's targets, two replicas sharing slots with the reserve: {}\n\
+         issue's targets, two replicas sharing slots, batch preemptible: {}; {} batch answers paused at replica 1 for probes at replica 2, {} continued\n\
          idle interactive TTFT p50: {:.1} ms without the store, {:.1} ms with shared slots (a lease round trip and its release: {lease:+.1} ms)",
-        sampled.deferred,
-        sampled.busy,
+        samples[0].deferred,
+        samples[1].deferred,
+        samples[0].busy,
+        samples[1].busy,
         targets(figures[1], figures[0]),
+        targets(figures[2], figures[0]),
+        paused.0,
+        paused.1,
         ms(percentile(&alone_idle, 50.0)),
         ms(percentile(&leased_idle, 50.0)),
     );
     // No llama-server ever queued a request: the replicas together never
     // sent more than its slots.
-    assert_eq!(
-        sampled.deferred,
-        vec![0.0, 0.0],
-        "an upstream was overfilled"
-    );
-    assert!(sampled.busy <= 4);
+    for s in &samples {
+        assert_eq!(s.deferred, vec![0.0, 0.0], "an upstream was overfilled");
+        assert!(s.busy <= 4);
+    }
     assert!(figures.iter().all(|f| f.3 == 0), "errors in a run");
-    // The reserve held across replicas: a probe through the second never
-    // waited for a batch answer of the first to end (one takes well over
-    // 100 ms here).
-    let (shared95, _, shared_tps, _) = figures[1];
-    assert!(
-        shared95 < 100.0,
-        "an interactive turn at replica 2 waited for a batch answer of replica 1 ({shared95:.1} ms)"
-    );
-    assert!(shared_tps > 0.0, "batch starved");
+    // The reserve held across replicas, and pre-emption reached across
+    // them: a probe through the second never waited for a batch answer of
+    // the first to end (one takes well over 100 ms here).
+    for (name, f) in ["reserve", "pre-emption"].iter().zip(&figures[1..]) {
+        assert!(
+            f.0 < 100.0,
+            "with the {name}, an interactive turn at replica 2 waited for a batch answer of replica 1 ({:.1} ms)",
+            f.0
+        );
+        assert!(f.2 > 0.0, "batch starved");
+    }
+    assert!(paused.0 >= 1.0, "no batch answer at replica 1 was paused");
+    assert_eq!(paused.0, paused.1, "a paused answer was not continued");
 }
 
 #[test]

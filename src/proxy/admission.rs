@@ -93,6 +93,10 @@ pub struct Admission {
     moves: Arc<Moves>,
     /// The slots shared with other replicas (`queue.shared`).
     shared: Option<Arc<shared::Shared>>,
+    /// Per class, requests granted a slot here whose lease is not taken
+    /// yet: reported to the store as still waiting, so that no other
+    /// replica takes the slot meant for them meanwhile.
+    unleased: [std::sync::atomic::AtomicU32; 3],
 }
 
 /// A request's passage through the queue, kept in its context.
@@ -167,6 +171,7 @@ impl Admission {
             freed: Notify::new(),
             moves,
             shared,
+            unleased: Default::default(),
         })
     }
 
@@ -276,13 +281,7 @@ pub async fn wait(
     });
     if now.unwrap_or(true) {
         held.wait = Some(arrived.elapsed());
-        held.ticket = Some(Ticket {
-            admission: Arc::clone(admission),
-            who: (ci, tenant),
-            bound: None,
-            awaiting: None,
-            lease: None,
-        });
+        held.ticket = Some(Ticket::new(admission, (ci, tenant)));
         ctx.admission = Some(held);
         return Ok(false);
     }
@@ -325,6 +324,9 @@ pub async fn wait(
         }
     };
     ctx.admission = Some(held);
+    // With shared slots, the other replicas learn at once that a request
+    // waits here.
+    admission.announce(true);
     let model = ctx.request.model.clone();
     admission.preempt_for(ci, model.as_deref());
     let mut waiting = Waiting {
@@ -385,13 +387,7 @@ pub async fn wait(
     if let Some(h) = ctx.admission.as_deref_mut() {
         h.queued_now = false;
         h.wait = Some(arrived.elapsed());
-        h.ticket = Some(Ticket {
-            admission: Arc::clone(admission),
-            who: (ci, tenant),
-            bound: None,
-            awaiting: None,
-            lease: None,
-        });
+        h.ticket = Some(Ticket::new(admission, (ci, tenant)));
     }
     Ok(false)
 }
@@ -435,6 +431,7 @@ pub async fn requeue(
     if let Some(h) = ctx.admission.as_deref_mut() {
         h.queued_now = true;
     }
+    admission.announce(true);
     let mut waiting = Waiting {
         admission,
         who: (ci, tenant),
@@ -469,13 +466,7 @@ pub async fn requeue(
     drop(waiting);
     if let Some(h) = ctx.admission.as_deref_mut() {
         h.queued_now = false;
-        h.ticket = Some(Ticket {
-            admission: Arc::clone(admission),
-            who: (ci, tenant),
-            bound: None,
-            awaiting: None,
-            lease: None,
-        });
+        h.ticket = Some(Ticket::new(admission, (ci, tenant)));
     }
     Ok(())
 }

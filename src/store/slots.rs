@@ -100,6 +100,10 @@ pub fn lease_key(upstream: &str) -> String {
     format!("llamatap:{{llamatap-slots}}:lease:{upstream}")
 }
 
+/// The channel on which a replica tells the others to read the view now
+/// (a request queued there, or a slot freed while requests wait
+/// elsewhere); the message is the sender's replica id.
+pub const CHANGED: &str = "llamatap:{llamatap-slots}:changed";
 const REPLICAS_KEY: &str = "llamatap:{llamatap-slots}:replicas";
 const WAITING_KEY: &str = "llamatap:{llamatap-slots}:waiting";
 
@@ -131,6 +135,35 @@ impl Store {
             other => Err(text(other)),
         })
         .await
+    }
+
+    /// Tells the other replicas (on [`CHANGED`]) to read the view now.
+    pub async fn announce(&self, replica: &str) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("PUBLISH").arg(CHANGED).arg(replica);
+        self.call(pipe, true, |v| match v {
+            [Value::Int(_)] => Ok(()),
+            other => Err(text(other)),
+        })
+        .await
+    }
+
+    /// A subscription to [`CHANGED`], on a connection of its own; each
+    /// message's payload (the sender's replica id).
+    pub async fn changes(&self) -> Result<redis::aio::PubSubStream, StoreError> {
+        let client = self
+            .client
+            .as_ref()
+            .map_err(|e| StoreError::Reply(e.clone()))?;
+        let bound = self.cfg.timeout.max(std::time::Duration::from_secs(1));
+        let subscribe = async {
+            let mut ps = client.get_async_pubsub().await?;
+            ps.subscribe(CHANGED).await?;
+            Ok::<_, StoreError>(ps.into_on_message())
+        };
+        tokio::time::timeout(bound, subscribe)
+            .await
+            .map_err(|_| StoreError::Timeout(bound))?
     }
 
     /// Removes `lease` from `upstream`'s leases (its stream ended).

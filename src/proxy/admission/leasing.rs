@@ -12,6 +12,7 @@
 //! Deliberately not here: the store side of leases ([`super::shared`]).
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -61,7 +62,12 @@ pub async fn secure(
         let slots = admission.slots_of(&member);
         match shared.acquire(i, &key_of(&member), slots).await {
             Acquired::Leased(lease) => {
-                ticket.lease = Some(lease);
+                ticket.leased(lease);
+                // The store learns it waits no more: a replica keeping a
+                // slot back for it would otherwise wait for the next round.
+                if ctx.admission.as_deref().is_some_and(|h| h.waited) {
+                    admission.announce(false);
+                }
                 return Ok(rerouted);
             }
             Acquired::Full => {
@@ -105,7 +111,13 @@ impl Admission {
             return;
         };
         let waiting = self.scheduler.lock().map_or([0; 3], |s| {
-            Priority::ALL.map(|p| depth_u32(s.depth(p as usize)))
+            Priority::ALL.map(|p| {
+                let granted = self
+                    .unleased
+                    .get(p as usize)
+                    .map_or(0, |n| n.load(Ordering::Relaxed));
+                depth_u32(s.depth(p as usize)).saturating_add(granted)
+            })
         });
         let members = self.fleet.members();
         let upstreams: Vec<(usize, String)> = members.iter().map(|m| (m.id, key_of(m))).collect();
@@ -123,6 +135,25 @@ impl Admission {
                     .set(i64::from(shared.others(member.id)));
             }
         }
+    }
+
+    /// With shared slots, what waits here changed: from a task of its
+    /// own, a sync round (the store learns it); when `tell` (a request
+    /// queued here), the other replicas are then told to read the view.
+    pub(super) fn announce(self: &Arc<Self>, tell: bool) {
+        let Some(shared) = self.shared.clone().filter(|s| s.is_shared()) else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let me = Arc::clone(self);
+        rt.spawn(async move {
+            me.sync_shared().await;
+            if tell {
+                shared.announce().await;
+            }
+        });
     }
 
     /// A request of a more urgent class waits at another replica while no
@@ -170,12 +201,19 @@ impl BackgroundService for SlotSync {
         let Some(every) = self.admission.shared.as_ref().map(|s| s.sync_every()) else {
             return;
         };
+        let Some(shared) = self.admission.shared.clone() else {
+            return;
+        };
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let follow = shared.follow();
+        tokio::pin!(follow);
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
+                () = &mut follow => {}
                 _ = tick.tick() => self.admission.sync_shared().await,
+                () = shared.changed() => self.admission.sync_shared().await,
             }
         }
     }

@@ -30,6 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::Notify;
+
 use crate::store::slots::SlotView;
 use crate::store::Store;
 
@@ -64,14 +66,26 @@ pub struct Shared {
     /// Slots are shared (the store answers); else the static share.
     shared: AtomicBool,
     state: Mutex<State>,
+    /// Another replica asked for a sync round now.
+    changed: Notify,
+}
+
+/// One of this replica's leases.
+struct Own {
+    /// Its upstream's key.
+    key: String,
+    /// Its removal from the store is under way.
+    releasing: bool,
 }
 
 #[derive(Default)]
 struct State {
     /// Per member id: slots leased by other replicas.
     others: Vec<u32>,
-    /// This replica's leases: id to upstream key.
-    own: HashMap<String, String>,
+    /// This replica's leases, by id: still counted as its own while their
+    /// removal is under way (the store may count them yet), never renewed
+    /// then.
+    own: HashMap<String, Own>,
     /// Replicas last seen (this one included).
     replicas: u32,
     /// Per class, requests waiting in other replicas' queues.
@@ -99,6 +113,42 @@ impl Shared {
                 replicas: 1,
                 ..State::default()
             }),
+            changed: Notify::new(),
+        }
+    }
+
+    /// Resolves when another replica announced a change (or one was
+    /// announced since the last call).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Tells the other replicas to read the view now (after this one's
+    /// sync round wrote what waits here).
+    pub async fn announce(&self) {
+        if !self.is_shared() {
+            return;
+        }
+        if let Err(e) = self.store.announce(&self.replica).await {
+            self.fall_back(&e.to_string());
+        }
+    }
+
+    /// Follows the other replicas' announcements, for as long as the sync
+    /// task polls it: one subscription at a time, subscribed again (after
+    /// ten sync intervals) when it breaks.
+    pub async fn follow(&self) {
+        use futures_util::StreamExt;
+        loop {
+            if let Ok(mut changes) = self.store.changes().await {
+                while let Some(msg) = changes.next().await {
+                    let from: String = msg.get_payload().unwrap_or_default();
+                    if from != self.replica {
+                        self.changed.notify_one();
+                    }
+                }
+            }
+            tokio::time::sleep(self.sync * 10).await;
         }
     }
 
@@ -180,29 +230,52 @@ impl Shared {
             }
         }
         if let Ok(mut s) = self.state.lock() {
-            s.own.insert(lease.id.clone(), lease.key.clone());
+            let own = Own {
+                key: lease.key.clone(),
+                releasing: false,
+            };
+            s.own.insert(lease.id.clone(), own);
         }
         Acquired::Leased(lease)
     }
 
     /// The stream of `lease` ended: its slot is free for every replica.
     pub fn release(self: &Arc<Self>, lease: Lease) {
-        if let Ok(mut s) = self.state.lock() {
-            s.own.remove(&lease.id);
-        }
-        if !self.is_shared() {
+        let rt = tokio::runtime::Handle::try_current().ok();
+        let Some(rt) = rt.filter(|_| self.is_shared()) else {
             // Written back only while shared; it expires on its own.
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.forget(&lease.id);
             return;
         };
+        // Counted as this replica's until the store dropped it: counted as
+        // another's meanwhile, it would look like a slot taken elsewhere.
+        if let Ok(mut s) = self.state.lock() {
+            if let Some(o) = s.own.get_mut(&lease.id) {
+                o.releasing = true;
+            }
+        }
         let me = Arc::clone(self);
+        let waited_for = self.elsewhere().iter().any(|n| *n > 0);
         rt.spawn(async move {
-            if let Err(e) = me.store.release_slot(&lease.key, &lease.id).await {
-                me.fall_back(&e.to_string());
+            let removed = me.store.release_slot(&lease.key, &lease.id).await;
+            me.forget(&lease.id);
+            match removed {
+                // A request waits at another replica: it may take the slot.
+                Ok(()) if waited_for => {
+                    if let Err(e) = me.store.announce(&me.replica).await {
+                        me.fall_back(&e.to_string());
+                    }
+                }
+                Ok(()) => {}
+                Err(e) => me.fall_back(&e.to_string()),
             }
         });
+    }
+
+    fn forget(&self, id: &str) {
+        if let Ok(mut s) = self.state.lock() {
+            s.own.remove(id);
+        }
     }
 
     /// One round of the heartbeat: sends this replica's `waiting` per
@@ -269,8 +342,8 @@ impl Shared {
             |_| Vec::new(),
             |s| {
                 let mut by: HashMap<&str, Vec<String>> = HashMap::new();
-                for (id, key) in &s.own {
-                    by.entry(key.as_str()).or_default().push(id.clone());
+                for (id, o) in s.own.iter().filter(|(_, o)| !o.releasing) {
+                    by.entry(o.key.as_str()).or_default().push(id.clone());
                 }
                 by.into_iter()
                     .map(|(k, ids)| (k.to_string(), ids))
@@ -327,8 +400,8 @@ impl Shared {
 }
 
 /// This replica's leases on the upstream keyed `key`.
-fn own_on(own: &HashMap<String, String>, key: &str) -> u32 {
-    u32::try_from(own.values().filter(|k| k.as_str() == key).count()).unwrap_or(u32::MAX)
+fn own_on(own: &HashMap<String, Own>, key: &str) -> u32 {
+    u32::try_from(own.values().filter(|o| o.key == key).count()).unwrap_or(u32::MAX)
 }
 
 /// A replica id unique among replicas: the host's name (a pod's name in

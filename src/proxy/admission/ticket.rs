@@ -5,6 +5,7 @@
 //! Deliberately not here: choosing the upstream (the router, through the
 //! `choose` callback) and waiting for the grant ([`super::wait`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Admission;
@@ -22,9 +23,42 @@ pub struct Ticket {
     pub(super) awaiting: Option<usize>,
     /// Its lease on the bound upstream (shared slots).
     pub(super) lease: Option<super::shared::Lease>,
+    /// Counted among the granted requests not leased yet (shared slots).
+    pub(super) unleased: bool,
 }
 
 impl Ticket {
+    /// A slot granted to a request of `who` (class index, tenant key);
+    /// with shared slots, counted as not leased until it is.
+    pub(super) fn new(admission: &Arc<Admission>, who: (usize, usize)) -> Self {
+        let unleased = admission.shared.is_some();
+        if let Some(n) = admission.unleased.get(who.0).filter(|_| unleased) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        Ticket {
+            admission: Arc::clone(admission),
+            who,
+            bound: None,
+            awaiting: None,
+            lease: None,
+            unleased,
+        }
+    }
+
+    /// Its lease is taken: no longer counted as waiting.
+    pub(super) fn leased(&mut self, lease: super::shared::Lease) {
+        self.lease = Some(lease);
+        self.uncount();
+    }
+
+    fn uncount(&mut self) {
+        if std::mem::take(&mut self.unleased) {
+            if let Some(n) = self.admission.unleased.get(self.who.0) {
+                n.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Routes the request among the upstreams with a free slot: `choose`
     /// gets the upstreams to leave out (full or down) and returns the one
     /// chosen, which the slot is then bound to. A retry after a failed
@@ -75,6 +109,7 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let bound = self.bound.take();
         let awaiting = self.awaiting.take();
+        self.uncount();
         let (class, tenant) = self.who;
         if let (Some(lease), Some(shared)) = (self.lease.take(), &self.admission.shared) {
             shared.release(lease);
