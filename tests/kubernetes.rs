@@ -907,6 +907,41 @@ fn llamatap_upstream_is_the_headless_llama_server_service() {
 }
 
 #[test]
+fn the_queue_is_on_and_shared_through_the_redis_service() {
+    let all = objects();
+    let l = Llamatap::from(&all);
+    let queue = l.config["queue"].as_table().expect("a [queue] table");
+    assert_eq!(queue["enabled"].as_bool(), Some(true), "queue.enabled");
+    assert_eq!(queue["shared"].as_bool(), Some(true), "queue.shared");
+    // The store is the Redis Service, on the port its pods listen on.
+    let url = l.config["auth"]["store"]["url"]
+        .as_str()
+        .expect("[auth.store] url");
+    let rest = url.strip_prefix("redis://").expect("a redis:// URL");
+    let (host, port) = split_addr(rest.trim_end_matches('/'));
+    let svc = object(&all, "Service", &host);
+    let svc_port = svc["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"].as_u64() == Some(port.into()))
+        .unwrap_or_else(|| panic!("Service {host} has no port {port}"));
+    let selector = string_map(&svc["spec"]["selector"]);
+    let redis = workloads(&all)
+        .into_iter()
+        .find(|(_, t)| selects(&selector, &string_map(&t["metadata"]["labels"])))
+        .map(|(_, t)| t)
+        .unwrap_or_else(|| panic!("Service {host} selects no workload"));
+    let c = container(redis, "redis");
+    let target = resolve_port(&container_ports(c), &svc_port["targetPort"]).unwrap();
+    let args = strings(&c["args"]);
+    let listens: u16 = common::flag(&args, "--port").unwrap().parse().unwrap();
+    assert_eq!(target, listens, "the Service reaches redis-server's --port");
+    // Nothing kept on disk: leases and minute counts are short-lived.
+    assert_eq!(common::flag(&args, "--appendonly").as_deref(), Some("no"));
+}
+
+#[test]
 fn termination_grace_period_covers_the_prestop_sleep_and_the_sigterm_drain() {
     let all = objects();
     let l = Llamatap::from(&all);

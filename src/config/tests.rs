@@ -507,3 +507,15 @@ fn every_key_the_file_accepts_is_documented() {
         "keys the file accepts that the configuration reference does not name: {undocumented:?}"
     );
 }
+
+#[test]
+fn shared_slots_need_the_store_and_the_queue() {
+    let e = load("[queue]\nenabled = true\nshared = true\n").unwrap_err();
+    assert!(e.to_string().contains("queue.shared"), "{e}");
+    assert!(e.to_string().contains("[auth.store]"), "{e}");
+    let store = "[auth.store]\nurl = \"redis://127.0.0.1:6379\"\n";
+    let e = load(&format!("[queue]\nshared = true\n{store}")).unwrap_err();
+    assert!(e.to_string().contains("queue.enabled"), "{e}");
+    let c = load(&format!("[queue]\nenabled = true\nshared = true\n{store}")).unwrap();
+    assert!(c.queue.shared && c.store.is_some());
+}

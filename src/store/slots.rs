@@ -262,3 +262,6 @@ fn view(r: &[Value]) -> Result<SlotView, String> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;

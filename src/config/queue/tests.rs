@@ -58,3 +58,28 @@ fn bad_values_are_one_line_errors() {
         assert!(!e.contains('\n'), "{e}");
     }
 }
+
+#[test]
+fn shared_slots_are_off_by_default_with_their_lease_and_sync() {
+    let q = parse("[queue]\nenabled = true\n").unwrap();
+    assert!(!q.shared);
+    assert_eq!(q.lease, Duration::from_millis(DEFAULT_LEASE_MS));
+    assert_eq!(q.sync, Duration::from_millis(DEFAULT_SYNC_MS));
+    let q = parse("[queue]\nshared = true\nlease_ms = 1500\nsync_ms = 50\n").unwrap();
+    assert!(q.shared);
+    assert_eq!(q.lease, Duration::from_millis(1500));
+    assert_eq!(q.sync, Duration::from_millis(50));
+}
+
+#[test]
+fn a_lease_outlives_three_sync_rounds() {
+    for (text, key) in [
+        ("[queue]\nlease_ms = 100\n", "queue.lease_ms"),
+        ("[queue]\nsync_ms = 5\n", "queue.sync_ms"),
+        ("[queue]\nlease_ms = 600\nsync_ms = 300\n", "queue.sync_ms"),
+    ] {
+        let e = parse(text).unwrap_err();
+        assert!(e.contains(key), "{text}: {e}");
+    }
+    assert!(parse("[queue]\nlease_ms = 600\nsync_ms = 200\n").is_ok());
+}
