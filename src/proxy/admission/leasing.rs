@@ -60,7 +60,14 @@ pub async fn secure(
             return Ok(rerouted);
         };
         let slots = admission.slots_of(&member);
-        match shared.acquire(i, &key_of(&member), slots).await {
+        let asked = std::time::Instant::now();
+        // Timed only when it asks the store (not on the static share).
+        let timed = admission.metrics.as_ref().filter(|_| shared.is_shared());
+        let acquired = shared.acquire(i, &key_of(&member), slots).await;
+        if let Some(m) = timed {
+            m.lease_duration.observe(asked.elapsed().as_secs_f64());
+        }
+        match acquired {
             Acquired::Leased(lease) => {
                 ticket.leased(lease);
                 // The store learns it waits no more: a replica keeping a
