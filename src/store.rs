@@ -83,6 +83,9 @@ pub struct Store {
     nonce: AtomicU64,
     up: AtomicBool,
     gauge: prometheus_client::metrics::gauge::Gauge,
+    /// Per-minute limits are kept here: its changes of state are logged
+    /// as the rate limits' (the shared slots log their own).
+    limits: bool,
 }
 
 impl Store {
@@ -102,7 +105,15 @@ impl Store {
             nonce: AtomicU64::new(0),
             up: AtomicBool::new(true),
             gauge,
+            limits: true,
         }
+    }
+
+    /// Whether per-minute limits are kept here (default true): without,
+    /// its changes of state are not logged as the rate limits'.
+    pub fn with_limits(mut self, limits: bool) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The configuration.
@@ -241,6 +252,9 @@ impl Store {
             Ok(_) => {
                 if !self.up.swap(true, Ordering::Relaxed) {
                     self.gauge.set(1);
+                    if !self.limits {
+                        return;
+                    }
                     tracing::info!(
                         store = self.cfg.address.as_str(),
                         "rate-limit store reachable again; limits are shared across replicas"
@@ -250,6 +264,9 @@ impl Store {
             Err(e) => {
                 if self.up.swap(false, Ordering::Relaxed) {
                     self.gauge.set(0);
+                    if !self.limits {
+                        return;
+                    }
                     let fallback = match self.cfg.on_error {
                         crate::config::OnError::Allow => {
                             "each replica now enforces the limits on its own (on_error = allow)"

@@ -395,6 +395,7 @@ fn redis_killed_mid_flood_falls_back_to_shares_and_comes_back() {
     let batch = [one.addr(), two.addr()];
     let mut phase = 0;
     let mut fell_back = None;
+    let mut ready_meanwhile = String::new();
     let mut returned = None;
     let mut restarted: Option<Redis> = None;
     let started = Instant::now();
@@ -416,6 +417,7 @@ fn redis_killed_mid_flood_falls_back_to_shares_and_comes_back() {
                     .all(|r| r.metrics().contains("llamatap_queue_shared 0")) =>
                 {
                     fell_back = Some(started.elapsed());
+                    ready_meanwhile = readyz(&one);
                     phase = 2;
                 }
                 2 if t >= Duration::from_secs(6) => {
@@ -446,6 +448,12 @@ fn redis_killed_mid_flood_falls_back_to_shares_and_comes_back() {
         fell_back.is_some(),
         "a replica never fell back to its share"
     );
+    // Still ready (it serves), saying why slots are not shared.
+    assert!(
+        ready_meanwhile.starts_with("ready\n")
+            && ready_meanwhile.contains("slots: static share, 1/2 of each upstream"),
+        "{ready_meanwhile}"
+    );
     assert!(returned.is_some(), "a replica never shared slots again");
     assert_eq!(f.errors, 0, "a request failed because Redis failed");
     assert!(f.broken.is_empty(), "{:?}", f.broken);
@@ -457,6 +465,9 @@ fn redis_killed_mid_flood_falls_back_to_shares_and_comes_back() {
         sampled.deferred
     );
     for err in [&one_err, &two_err] {
+        // No tenant has a per-minute limit: the store is not spoken of as
+        // the rate limits'.
+        assert!(!err.contains("rate-limit store"), "{err}");
         assert_eq!(
             err.matches("shared slots: the store is unreachable")
                 .count(),

@@ -80,10 +80,10 @@ impl Limiter {
             tenants: config.tenants.clone(),
             windows: (0..n).map(|_| Mutex::new(Window::default())).collect(),
             inflight: (0..n).map(|_| Arc::new(AtomicU32::new(0))).collect(),
-            store: config
-                .store
-                .clone()
-                .map(|s| Arc::new(Store::new(s, store_up))),
+            store: config.store.clone().map(|s| {
+                let limits = config.tenants.list().iter().any(|t| t.limits.per_minute());
+                Arc::new(Store::new(s, store_up).with_limits(limits))
+            }),
         }
     }
 
