@@ -326,7 +326,7 @@ pub async fn wait(
     ctx.admission = Some(held);
     // With shared slots, the other replicas learn at once that a request
     // waits here.
-    admission.announce(true);
+    admission.announce(ci, true);
     let model = ctx.request.model.clone();
     admission.preempt_for(ci, model.as_deref());
     let mut waiting = Waiting {
@@ -431,7 +431,7 @@ pub async fn requeue(
     if let Some(h) = ctx.admission.as_deref_mut() {
         h.queued_now = true;
     }
-    admission.announce(true);
+    admission.announce(ci, true);
     let mut waiting = Waiting {
         admission,
         who: (ci, tenant),

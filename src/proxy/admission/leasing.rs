@@ -72,8 +72,8 @@ pub async fn secure(
                 ticket.leased(lease);
                 // The store learns it waits no more: a replica keeping a
                 // slot back for it would otherwise wait for the next round.
-                if ctx.admission.as_deref().is_some_and(|h| h.waited) {
-                    admission.announce(false);
+                if let Some(h) = ctx.admission.as_deref().filter(|h| h.waited) {
+                    admission.announce(h.class as usize, false);
                 }
                 return Ok(rerouted);
             }
@@ -144,13 +144,19 @@ impl Admission {
         }
     }
 
-    /// With shared slots, what waits here changed: from a task of its
-    /// own, a sync round (the store learns it); when `tell` (a request
-    /// queued here), the other replicas are then told to read the view.
-    pub(super) fn announce(self: &Arc<Self>, tell: bool) {
+    /// With shared slots, what waits here at class `class` changed: from
+    /// a task of its own, a sync round (the store learns it); when `tell`
+    /// (a request queued here), the other replicas are then told to read
+    /// the view. Only for a class that another replica could act on (one
+    /// with a less urgent class below it: it may hold slots back or pause
+    /// an answer for it), and only when there is another replica.
+    pub(super) fn announce(self: &Arc<Self>, class: usize, tell: bool) {
         let Some(shared) = self.shared.clone().filter(|s| s.is_shared()) else {
             return;
         };
+        if class + 1 >= Priority::ALL.len() || shared.replicas() < 2 {
+            return;
+        }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
