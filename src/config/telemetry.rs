@@ -60,9 +60,12 @@ pub(super) fn telemetry(o: &Overrides, t: &RawTelemetry) -> Result<Settings, Con
             "must be between 0.0 and 1.0",
         ));
     }
+    let protocol = parse_protocol(&protocol)?;
+    let otlp_metrics =
+        super::otlp_metrics::metrics_export(&o.metrics_export, endpoint.as_deref(), protocol)?;
     Ok(Settings {
         otlp_endpoint: endpoint,
-        otlp_protocol: parse_protocol(&protocol)?,
+        otlp_protocol: protocol,
         service_name: o
             .service_name
             .clone()
@@ -84,5 +87,6 @@ pub(super) fn telemetry(o: &Overrides, t: &RawTelemetry) -> Result<Settings, Con
             .as_deref()
             .or(t.access_log.as_deref())
             .and_then(AccessLogTarget::parse),
+        otlp_metrics,
     })
 }
