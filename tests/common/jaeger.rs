@@ -32,6 +32,29 @@ pub fn binary() -> PathBuf {
 impl Jaeger {
     /// Starts it and waits until its query API answers.
     pub fn start(label: &str) -> Jaeger {
+        Self::start_with(label, None)
+    }
+
+    /// As [`Jaeger::start`], with a metrics pipeline as well: its OTLP
+    /// receiver (gRPC and HTTP) takes metrics and its OTLP exporter sends
+    /// them on, as received, to the OTLP/gRPC receiver at `forward`
+    /// (`127.0.0.1:port`).
+    pub fn start_forwarding_metrics(label: &str, forward: &str) -> Jaeger {
+        Self::start_with(label, Some(forward))
+    }
+
+    fn start_with(label: &str, forward: Option<&str>) -> Jaeger {
+        let (metrics_pipeline, metrics_exporter) = match forward {
+            Some(addr) => (
+                "    metrics:\n      receivers: [otlp]\n      exporters: [otlp/forward]\n"
+                    .to_string(),
+                format!(
+                    "  otlp/forward:\n    endpoint: {addr}\n    compression: none\n    tls:\n      insecure: true\n    \
+                     sending_queue:\n      enabled: false\n    retry_on_failure:\n      enabled: false\n"
+                ),
+            ),
+            None => (String::new(), String::new()),
+        };
         let bin = binary();
         assert!(
             bin.is_file(),
@@ -56,7 +79,7 @@ impl Jaeger {
       receivers: [otlp]
       processors: [batch]
       exporters: [jaeger_storage_exporter]
-  telemetry:
+{metrics_pipeline}  telemetry:
     metrics:
       level: none
     logs:
@@ -87,7 +110,7 @@ processors:
 exporters:
   jaeger_storage_exporter:
     trace_storage: memstore
-"#
+{metrics_exporter}"#
             ),
         )
         .unwrap();
