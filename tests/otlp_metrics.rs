@@ -467,3 +467,51 @@ fn bad_metrics_variables_stop_the_start_with_one_line() {
         assert!(lines[0].contains(var), "{err}");
     }
 }
+
+#[test]
+fn every_instrument_unit_attribute_and_variable_is_documented() {
+    use llamatap::telemetry::genai::Kind;
+    use llamatap::telemetry::semconv as sc;
+    let telemetry = include_str!("../docs/telemetry.md");
+    let section = &telemetry[telemetry.find("## OTLP metrics").unwrap()..];
+    let section = &section[..section.find("\n## ").unwrap()];
+    for kind in Kind::ALL {
+        let i = kind.instrument();
+        let row = format!("| `{}` | `{}` |", i.name, i.unit);
+        assert!(section.contains(&row), "no row {row}");
+    }
+    for attr in [
+        sc::GEN_AI_OPERATION_NAME,
+        sc::GEN_AI_PROVIDER_NAME,
+        sc::GEN_AI_REQUEST_MODEL,
+        sc::GEN_AI_RESPONSE_MODEL,
+        sc::ERROR_TYPE,
+        sc::SERVER_ADDRESS,
+        sc::SERVER_PORT,
+        sc::GEN_AI_TOKEN_TYPE,
+        sc::OTEL_METRIC_OVERFLOW,
+        sc::ERROR_TYPE_OTHER,
+    ] {
+        assert!(
+            section.contains(&format!("`{attr}")),
+            "{attr} not documented"
+        );
+    }
+    assert!(section.contains(&format!("v{}", sc::SEMCONV_VERSION)));
+    assert!(section.contains(sc::SCHEMA_URL));
+    let configuration = include_str!("../docs/configuration.md");
+    for var in [
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+        "OTEL_METRIC_EXPORT_INTERVAL",
+        "OTEL_METRIC_EXPORT_TIMEOUT",
+        "OTEL_SEMCONV_STABILITY_OPT_IN",
+    ] {
+        assert!(configuration.contains(&format!("| `{var}` |")), "{var}");
+        assert!(
+            section.contains(var) || var == "OTEL_SEMCONV_STABILITY_OPT_IN",
+            "{var}"
+        );
+    }
+}
