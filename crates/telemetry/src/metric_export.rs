@@ -22,6 +22,9 @@ use tokio::sync::oneshot;
 use super::genai::{encode, unix_nanos, GenAiMetrics};
 use crate::settings::{MetricsExport, OtlpProtocol};
 
+#[cfg(test)]
+mod tests;
+
 /// Failure to start the exporter.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start OTLP metrics export: {0}")]
@@ -90,25 +93,28 @@ impl Client {
 struct Reach(Option<bool>);
 
 impl Reach {
-    fn update(&mut self, result: &Result<(), String>, endpoint: &str) {
-        match result {
-            Ok(()) => {
-                if self.0 == Some(false) {
-                    tracing::info!(endpoint, "OTLP metrics export works again");
-                }
-                self.0 = Some(true);
+    /// Takes one export's result; true when it changed the state and was
+    /// logged (the first failure, the first success after failures).
+    fn update(&mut self, result: &Result<(), String>, endpoint: &str) -> bool {
+        let ok = result.is_ok();
+        let changed = match (self.0, ok) {
+            (Some(false), true) => {
+                tracing::info!(endpoint, "OTLP metrics export works again");
+                true
             }
-            Err(e) => {
-                if self.0 != Some(false) {
-                    tracing::warn!(
-                        endpoint,
-                        error = %e,
-                        "OTLP metrics export failed (logged again only once it works again)"
-                    );
-                }
-                self.0 = Some(false);
+            (None | Some(true), false) => {
+                let error = result.as_ref().err().map_or("", String::as_str);
+                tracing::warn!(
+                    endpoint,
+                    error,
+                    "OTLP metrics export failed (logged again only once it works again)"
+                );
+                true
             }
-        }
+            _ => false,
+        };
+        self.0 = Some(ok);
+        changed
     }
 }
 
