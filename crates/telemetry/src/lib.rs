@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use crate::record::RequestRecord;
 use access_log::AccessLog;
-use genai::{GenAiMetrics, RequestModels, SpanRef};
+use genai::{GenAiMetrics, RequestModels};
 use metric_export::MetricExporter;
 use metrics::{Metrics, TraceExemplar};
 use models::ModelNames;
@@ -184,23 +184,21 @@ impl Telemetry {
         let trace_id = span.as_ref().map(Tracing::trace_id);
         let ids = span.as_ref().map(Tracing::span_ids);
         let sampled = span.as_ref().and_then(Tracing::sampled_trace_id);
-        let server = span.as_ref().map(Tracing::server_context);
+        let span_ref = span.as_ref().map(Tracing::span_ref);
         let queued = match (&self.tracing, span) {
             (Some(t), Some(s)) => t.finish(s, rec),
             _ => false,
         };
         if self.metrics_enabled {
             self.metrics.inflight_requests.dec();
-            let exemplar = sampled
-                .zip(server)
-                .filter(|_| queued)
-                .map(|(id, c)| TraceExemplar {
-                    trace_id: Arc::new(id),
-                    span: SpanRef {
-                        trace_id: c.trace_id().to_bytes(),
-                        span_id: c.span_id().to_bytes(),
-                    },
-                });
+            let exemplar =
+                sampled
+                    .zip(span_ref)
+                    .filter(|_| queued)
+                    .map(|(id, span)| TraceExemplar {
+                        trace_id: Arc::new(id),
+                        span,
+                    });
             let models = if self.metrics.genai.enabled() {
                 RequestModels {
                     request: rec
