@@ -386,6 +386,48 @@ fn metrics_reach_a_collector(protocol: &str) {
             "exemplar trace {id} is not in Jaeger: {t}"
         );
     }
+    // The collector's own Prometheus exporter serves the same counts under
+    // the names Prometheus users query, with the exemplars (OpenMetrics).
+    let prom_addr = jaeger.prometheus.clone().unwrap();
+    let mut exposed = String::new();
+    let served = common::wait_until(Duration::from_secs(30), || {
+        let Ok(mut r) = http::send(
+            &prom_addr,
+            "GET",
+            "/metrics",
+            &[
+                ("Accept", "application/openmetrics-text; version=1.0.0"),
+                ("Connection", "close"),
+            ],
+            b"",
+        ) else {
+            return false;
+        };
+        exposed = String::from_utf8_lossy(&r.read_all().unwrap_or_default()).into_owned();
+        metric_sum(
+            &exposed,
+            "gen_ai_server_request_duration_seconds_count{",
+            &[],
+        ) == 5.0
+    });
+    assert!(served, "the collector's /metrics:\n{exposed}");
+    assert_eq!(
+        metric_sum(
+            &exposed,
+            "gen_ai_client_token_usage_sum{",
+            &["gen_ai_token_type=\"output\""]
+        ),
+        got.sum(TOKENS, Some(("gen_ai.token.type", "output"))),
+        "{exposed}"
+    );
+    let exemplar_ids: Vec<&str> = exposed
+        .lines()
+        .filter(|l| l.starts_with("gen_ai_server_request_duration_seconds_bucket{"))
+        .filter_map(|l| l.split("trace_id=\"").nth(1))
+        .filter_map(|t| t.get(..32))
+        .collect();
+    assert!(!exemplar_ids.is_empty(), "no exemplar:\n{exposed}");
+    assert!(exemplar_ids.iter().all(|id| traces.iter().any(|t| t == id)));
     eprintln!(
         "{protocol}: {} series over {} instruments, {} exemplar traces found in Jaeger",
         got.points.len(),
