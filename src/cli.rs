@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::config::Overrides;
+use crate::config::{Overrides, RawMetricsExport};
 
 /// llamatap: a drop-in proxy for llama-server that measures time to first token and first sentence.
 #[derive(Debug, Parser)]
@@ -90,8 +90,20 @@ impl Cli {
                 .ok()
                 .filter(|s| !s.is_empty()),
             access_log: self.access_log.clone(),
+            metrics_export: RawMetricsExport {
+                exporter: env("OTEL_METRICS_EXPORTER"),
+                endpoint: env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+                protocol: env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"),
+                interval_ms: env("OTEL_METRIC_EXPORT_INTERVAL"),
+                timeout_ms: env("OTEL_METRIC_EXPORT_TIMEOUT"),
+            },
         }
     }
+}
+
+/// A variable's value; unset and empty are alike (as OpenTelemetry reads them).
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|s| !s.trim().is_empty())
 }
 
 /// Reads `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG` into a ratio.

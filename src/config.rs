@@ -13,6 +13,7 @@ mod check;
 pub mod continuation;
 pub mod discovery;
 mod locate;
+mod otlp_metrics;
 pub mod queue;
 mod raw;
 pub mod telemetry;
@@ -113,6 +114,24 @@ pub struct Overrides {
     pub upstream_api_key: Option<String>,
     /// `--access-log` / `LLAMATAP_ACCESS_LOG`.
     pub access_log: Option<String>,
+    /// The OTLP metrics' variables, as written.
+    pub metrics_export: RawMetricsExport,
+}
+
+/// The OTLP metrics' `OTEL_*` variables, as written (validated with the
+/// `[telemetry]` table).
+#[derive(Debug, Default, Clone)]
+pub struct RawMetricsExport {
+    /// `OTEL_METRICS_EXPORTER`: a comma-separated list.
+    pub exporter: Option<String>,
+    /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`.
+    pub endpoint: Option<String>,
+    /// `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`.
+    pub protocol: Option<String>,
+    /// `OTEL_METRIC_EXPORT_INTERVAL`, milliseconds.
+    pub interval_ms: Option<String>,
+    /// `OTEL_METRIC_EXPORT_TIMEOUT`, milliseconds.
+    pub timeout_ms: Option<String>,
 }
 
 impl Overrides {

@@ -60,9 +60,19 @@ pub(super) fn telemetry(o: &Overrides, t: &RawTelemetry) -> Result<Settings, Con
             "must be between 0.0 and 1.0",
         ));
     }
+    let protocol = parse_protocol(&protocol)?;
+    let otlp_metrics =
+        super::otlp_metrics::metrics_export(&o.metrics_export, endpoint.as_deref(), protocol)?;
+    let metrics = t.metrics.unwrap_or(true);
+    if otlp_metrics.is_some() && !metrics {
+        return Err(invalid(
+            "OTEL_METRICS_EXPORTER",
+            "otlp needs telemetry.metrics = true (one recording feeds /metrics and OTLP)",
+        ));
+    }
     Ok(Settings {
         otlp_endpoint: endpoint,
-        otlp_protocol: parse_protocol(&protocol)?,
+        otlp_protocol: protocol,
         service_name: o
             .service_name
             .clone()
@@ -75,7 +85,7 @@ pub(super) fn telemetry(o: &Overrides, t: &RawTelemetry) -> Result<Settings, Con
             4096,
             MAX_EXPORT_QUEUE_SIZE,
         )?,
-        metrics: t.metrics.unwrap_or(true),
+        metrics,
         capture_content: t.capture_content.unwrap_or(false),
         max_event_bytes: positive("telemetry.max_event_bytes", t.max_event_bytes, 1 << 20)?,
         max_inspect_bytes: positive("telemetry.max_inspect_bytes", t.max_inspect_bytes, 1 << 20)?,
@@ -84,5 +94,6 @@ pub(super) fn telemetry(o: &Overrides, t: &RawTelemetry) -> Result<Settings, Con
             .as_deref()
             .or(t.access_log.as_deref())
             .and_then(AccessLogTarget::parse),
+        otlp_metrics,
     })
 }

@@ -519,3 +519,31 @@ fn shared_slots_need_the_store_and_the_queue() {
     let c = load(&format!("[queue]\nenabled = true\nshared = true\n{store}")).unwrap();
     assert!(c.queue.shared && c.store.is_some());
 }
+
+#[test]
+fn otlp_metrics_follow_the_traces_endpoint_and_need_the_recording() {
+    let otlp = |toml: &str| {
+        let raw = RawConfig::from_toml(toml).unwrap();
+        let o = Overrides {
+            metrics_export: RawMetricsExport {
+                exporter: Some("otlp".into()),
+                ..RawMetricsExport::default()
+            },
+            ..Overrides::default()
+        };
+        Config::from_raw(raw, &o)
+    };
+    let c =
+        otlp("[telemetry]\notlp_endpoint = \"http://c:4318\"\notlp_protocol = \"http\"").unwrap();
+    let m = c.telemetry.otlp_metrics.unwrap();
+    assert_eq!(m.endpoint, "http://c:4318/v1/metrics");
+    assert_eq!(m.protocol, OtlpProtocol::HttpProtobuf);
+    assert!(load("").unwrap().telemetry.otlp_metrics.is_none());
+    let e = otlp("[telemetry]\nmetrics = false")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("OTEL_METRICS_EXPORTER") && e.contains("telemetry.metrics"),
+        "{e}"
+    );
+}

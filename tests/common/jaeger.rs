@@ -18,6 +18,9 @@ pub struct Jaeger {
     pub otlp_http: String,
     /// The query service (HTTP API and UI), `127.0.0.1:port`.
     pub query: String,
+    /// With a metrics pipeline: its `prometheus` exporter (OpenMetrics, with
+    /// exemplars), `127.0.0.1:port`.
+    pub prometheus: Option<String>,
     log: PathBuf,
 }
 
@@ -32,6 +35,32 @@ pub fn binary() -> PathBuf {
 impl Jaeger {
     /// Starts it and waits until its query API answers.
     pub fn start(label: &str) -> Jaeger {
+        Self::start_with(label, None)
+    }
+
+    /// As [`Jaeger::start`], with a metrics pipeline as well: its OTLP
+    /// receiver (gRPC and HTTP) takes metrics, its OTLP exporter sends them
+    /// on, as received, to the OTLP/gRPC receiver at `forward`
+    /// (`127.0.0.1:port`), and its `prometheus` exporter serves them
+    /// ([`Jaeger::prometheus`]).
+    pub fn start_forwarding_metrics(label: &str, forward: &str) -> Jaeger {
+        Self::start_with(label, Some(forward))
+    }
+
+    fn start_with(label: &str, forward: Option<&str>) -> Jaeger {
+        let prometheus = forward.map(|_| format!("127.0.0.1:{}", free_port()));
+        let (metrics_pipeline, metrics_exporter) = match (forward, &prometheus) {
+            (Some(addr), Some(prom)) => (
+                "    metrics:\n      receivers: [otlp]\n      exporters: [otlp/forward, prometheus]\n"
+                    .to_string(),
+                format!(
+                    "  otlp/forward:\n    endpoint: {addr}\n    compression: none\n    tls:\n      insecure: true\n    \
+                     sending_queue:\n      enabled: false\n    retry_on_failure:\n      enabled: false\n  \
+                     prometheus:\n    endpoint: {prom}\n    enable_open_metrics: true\n"
+                ),
+            ),
+            _ => (String::new(), String::new()),
+        };
         let bin = binary();
         assert!(
             bin.is_file(),
@@ -56,7 +85,7 @@ impl Jaeger {
       receivers: [otlp]
       processors: [batch]
       exporters: [jaeger_storage_exporter]
-  telemetry:
+{metrics_pipeline}  telemetry:
     metrics:
       level: none
     logs:
@@ -87,7 +116,7 @@ processors:
 exporters:
   jaeger_storage_exporter:
     trace_storage: memstore
-"#
+{metrics_exporter}"#
             ),
         )
         .unwrap();
@@ -105,6 +134,7 @@ exporters:
             otlp_grpc: format!("127.0.0.1:{grpc}"),
             otlp_http: format!("127.0.0.1:{http_port}"),
             query: format!("127.0.0.1:{query}"),
+            prometheus,
             log,
         };
         let up = wait_until(Duration::from_secs(60), || {

@@ -1,15 +1,23 @@
 //! A real OTLP receiver for tests: OTLP/HTTP (protobuf) on a raw socket and
-//! OTLP/gRPC with tonic, both collecting every exported span.
+//! OTLP/gRPC with tonic, both collecting every exported span; and an
+//! OTLP/gRPC metrics receiver collecting every export request.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::metrics::v1::Metric;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
@@ -178,4 +186,79 @@ pub fn black_hole() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         }
     });
     (url, accepted)
+}
+
+/// Metric export requests received, in order.
+#[derive(Clone, Default)]
+pub struct ReceivedMetrics {
+    pub requests: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+}
+
+impl ReceivedMetrics {
+    /// Every metric received so far, with its resource's `service.name`.
+    pub fn metrics(&self) -> Vec<(String, Metric)> {
+        let g = self.requests.lock().unwrap();
+        let mut out = Vec::new();
+        for req in g.iter() {
+            for rm in &req.resource_metrics {
+                let service = rm
+                    .resource
+                    .as_ref()
+                    .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
+                    .and_then(|a| a.value.as_ref())
+                    .and_then(|v| match &v.value {
+                        Some(
+                            opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                                s,
+                            ),
+                        ) => Some(s.clone()),
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                for sm in &rm.scope_metrics {
+                    for m in &sm.metrics {
+                        out.push((service.clone(), m.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+struct MetricsCollector(ReceivedMetrics);
+
+#[tonic::async_trait]
+impl MetricsService for MetricsCollector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.0.requests.lock().unwrap().push(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+/// OTLP/gRPC metrics receiver; returns its `127.0.0.1:port`.
+pub fn metrics_grpc_receiver() -> (String, ReceivedMetrics) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let rec = ReceivedMetrics::default();
+    let r = rec.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            tonic::transport::Server::builder()
+                .add_service(MetricsServiceServer::new(MetricsCollector(r)))
+                .serve_with_incoming(tokio_stream_from(l))
+                .await
+                .unwrap();
+        });
+    });
+    (addr.to_string(), rec)
 }

@@ -12,7 +12,9 @@ pub mod cachebreak;
 pub mod continuation;
 pub mod export;
 pub mod exposition;
+pub mod genai;
 pub mod logs;
+pub mod metric_export;
 pub mod metrics;
 pub mod models;
 pub mod observe;
@@ -34,6 +36,8 @@ use std::time::Duration;
 
 use crate::record::RequestRecord;
 use access_log::AccessLog;
+use genai::{GenAiMetrics, RequestModels};
+use metric_export::MetricExporter;
 use metrics::{Metrics, TraceExemplar};
 use models::ModelNames;
 use recent::{RecentRequest, RecentRequests};
@@ -54,6 +58,9 @@ pub enum TelemetryError {
     /// OTLP export could not start.
     #[error(transparent)]
     Tracing(#[from] spans::TracingError),
+    /// OTLP metrics export could not start.
+    #[error(transparent)]
+    MetricExport(#[from] metric_export::MetricExportError),
 }
 
 /// Shared telemetry state.
@@ -70,6 +77,8 @@ pub struct Telemetry {
     pub recent: RecentRequests,
     /// The access log, when configured.
     pub access: Option<AccessLog>,
+    /// The OTLP metrics exporter, when `OTEL_METRICS_EXPORTER=otlp`.
+    pub metric_export: Option<MetricExporter>,
     served: served::Served,
     inflight: AtomicI64,
 }
@@ -97,7 +106,20 @@ pub struct Start<'a> {
 impl Telemetry {
     /// Builds metrics and, with an endpoint, tracing.
     pub fn start(cfg: &Start<'_>) -> Result<Arc<Telemetry>, TelemetryError> {
-        let metrics = Metrics::new();
+        let mut metrics = Metrics::new();
+        let metric_export = match &cfg.settings.otlp_metrics {
+            Some(export) if cfg.settings.metrics => {
+                let mut genai = GenAiMetrics::new();
+                genai.enable(cfg.default_server);
+                metrics.genai = Arc::new(genai);
+                Some(MetricExporter::start(
+                    export,
+                    &cfg.settings.service_name,
+                    metrics.genai.clone(),
+                )?)
+            }
+            _ => None,
+        };
         // A discovered name's members are seeded as they join.
         metrics.upstreams.seed_upstreams(&cfg.upstreams);
         metrics.tenants.seed(&cfg.tenants);
@@ -128,6 +150,7 @@ impl Telemetry {
             models,
             recent: RecentRequests::new(cfg.recent_requests),
             access,
+            metric_export,
             served: served::Served::default(),
             inflight: AtomicI64::new(0),
         }))
@@ -161,16 +184,37 @@ impl Telemetry {
         let trace_id = span.as_ref().map(Tracing::trace_id);
         let ids = span.as_ref().map(Tracing::span_ids);
         let sampled = span.as_ref().and_then(Tracing::sampled_trace_id);
+        let span_ref = span.as_ref().map(Tracing::span_ref);
         let queued = match (&self.tracing, span) {
             (Some(t), Some(s)) => t.finish(s, rec),
             _ => false,
         };
         if self.metrics_enabled {
             self.metrics.inflight_requests.dec();
-            let exemplar = sampled.filter(|_| queued).map(|id| TraceExemplar {
-                trace_id: Arc::new(id),
-            });
-            self.metrics.record(rec, &model, exemplar.as_ref());
+            let exemplar =
+                sampled
+                    .zip(span_ref)
+                    .filter(|_| queued)
+                    .map(|(id, span)| TraceExemplar {
+                        trace_id: Arc::new(id),
+                        span,
+                    });
+            let models = if self.metrics.genai.enabled() {
+                RequestModels {
+                    request: rec
+                        .request
+                        .model
+                        .as_deref()
+                        .map(|m| self.models.label(Some(m))),
+                    response: rec
+                        .response_model
+                        .as_deref()
+                        .map(|m| self.models.label(Some(m))),
+                }
+            } else {
+                RequestModels::default()
+            };
+            self.metrics.record(rec, &model, &models, exemplar.as_ref());
         }
         if let Some(log) = &self.access {
             log.submit(crate::access_line::line(rec, &model, ids.as_ref()));
@@ -208,13 +252,17 @@ impl Telemetry {
         self.inflight.load(Ordering::Relaxed)
     }
 
-    /// Writes the access-log lines and exports the spans still queued, then
-    /// stops both, giving up after `within` (at shutdown: a black-holing
-    /// collector or a stalled disk cannot hold the exit).
+    /// Writes the access-log lines, exports the spans still queued and the
+    /// metrics a last time, then stops, giving up after `within` (at
+    /// shutdown: a black-holing collector or a stalled disk cannot hold the
+    /// exit).
     pub fn shutdown(&self, within: Duration) {
         let deadline = std::time::Instant::now() + within;
         if let Some(log) = &self.access {
             log.shutdown(within);
+        }
+        if let Some(m) = &self.metric_export {
+            m.shutdown(deadline.saturating_duration_since(std::time::Instant::now()));
         }
         if let Some(t) = &self.tracing {
             t.shutdown(deadline.saturating_duration_since(std::time::Instant::now()));

@@ -20,6 +20,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::exposition::Exposition;
+use super::genai::{GenAiMetrics, RequestModels};
 use crate::record::{HangupPhase, Outcome, RequestRecord};
 use llamatap_wire::request::Route;
 
@@ -133,6 +134,8 @@ pub struct Metrics {
     pub queue: super::queue::QueueMetrics,
     /// `llamatap_continuations_total{reason,result}`.
     pub continuation: super::continuation::ContinuationMetrics,
+    /// The OTLP metrics (off unless OTLP metrics export is on).
+    pub genai: Arc<GenAiMetrics>,
 }
 
 impl Metrics {
@@ -254,6 +257,7 @@ impl Metrics {
             cachebreak,
             queue,
             continuation,
+            genai: Arc::new(GenAiMetrics::new()),
         };
         m.build_info
             .get_or_create(&VersionLabels {

@@ -1,4 +1,5 @@
-//! Names of span attributes and events: the wire contract with trace backends,
+//! Names of span attributes, span events and OTLP metrics: the wire contract
+//! with trace and metric backends,
 //! kept in one place because the GenAI conventions are still moving.
 //!
 //! Follows OpenTelemetry semantic conventions v1.37 (GenAI: Development
@@ -171,3 +172,36 @@ pub const LLAMATAP_CONTINUATION_REPREFILLED: &str = "llamatap.continuation.repre
 pub const LLAMATAP_CONTINUATION_CACHED: &str = "llamatap.continuation.cached_tokens";
 /// From the cut to the continuation's first token, milliseconds.
 pub const LLAMATAP_CONTINUATION_PAUSE_MS: &str = "llamatap.continuation.pause_ms";
+
+// === OTLP metrics ===
+
+/// The semantic-conventions release followed (span and metric names alike).
+pub const SEMCONV_VERSION: &str = "1.37.0";
+/// Its schema URL, on the exported metrics' scope and resource.
+pub const SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.37.0";
+/// Histogram, seconds: arrival to the end of the answer (or its failure).
+pub const GEN_AI_SERVER_REQUEST_DURATION: &str = "gen_ai.server.request.duration";
+/// Histogram, seconds: arrival to the first visible content token.
+pub const GEN_AI_SERVER_TIME_TO_FIRST_TOKEN: &str = "gen_ai.server.time_to_first_token";
+/// Histogram, seconds: time per output token after the first.
+pub const GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN: &str = "gen_ai.server.time_per_output_token";
+/// Histogram, tokens: input and output tokens per request.
+pub const GEN_AI_CLIENT_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
+/// `gen_ai.token.type`: [`TOKEN_TYPE_INPUT`] or [`TOKEN_TYPE_OUTPUT`].
+pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
+/// Input tokens (all prompt tokens, cached ones included).
+pub const TOKEN_TYPE_INPUT: &str = "input";
+/// Output tokens.
+pub const TOKEN_TYPE_OUTPUT: &str = "output";
+/// llamatap's own histogram, seconds: arrival to the first sentence's end.
+pub const LLAMATAP_SERVER_TIME_TO_FIRST_SENTENCE: &str = "llamatap.server.time_to_first_sentence";
+/// llamatap's own histogram, seconds: the wait in the admission queue.
+pub const LLAMATAP_SERVER_QUEUE_DURATION: &str = "llamatap.server.queue.duration";
+/// The attribute of the series that takes attribute sets beyond the cap.
+pub const OTEL_METRIC_OVERFLOW: &str = "otel.metric.overflow";
+/// `error.type` when the class is none of the known ones.
+pub const ERROR_TYPE_OTHER: &str = "_OTHER";
+/// UCUM seconds.
+pub const UNIT_SECONDS: &str = "s";
+/// Tokens (the conventions' annotation).
+pub const UNIT_TOKENS: &str = "{token}";

@@ -5,6 +5,7 @@
 //! `config` module).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Largest `telemetry.export_queue_size`: spans waiting for export, each
 /// holding at most about 20 KiB of strings (they are bounded), so a full
@@ -44,6 +45,21 @@ pub struct Settings {
     pub max_inspect_bytes: usize,
     /// Where the access log goes; `None`: no access log.
     pub access_log: Option<AccessLogTarget>,
+    /// OTLP metrics export; `None` (the default): Prometheus `/metrics` only.
+    pub otlp_metrics: Option<MetricsExport>,
+}
+
+/// Where and how often the OTLP metrics are sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsExport {
+    /// gRPC: the collector's base URL; HTTP: the full URL (`…/v1/metrics`).
+    pub endpoint: String,
+    /// OTLP transport.
+    pub protocol: OtlpProtocol,
+    /// Time between two exports (`OTEL_METRIC_EXPORT_INTERVAL`).
+    pub interval: Duration,
+    /// Longest one export may take (`OTEL_METRIC_EXPORT_TIMEOUT`).
+    pub timeout: Duration,
 }
 
 /// Where access-log lines are written.

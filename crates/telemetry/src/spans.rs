@@ -277,6 +277,16 @@ impl Tracing {
         span.server.span_context().clone()
     }
 
+    /// The trace and span ids of a request's SERVER span, as bytes (an
+    /// OTLP exemplar's).
+    pub fn span_ref(span: &RequestSpan) -> crate::genai::SpanRef {
+        let c = span.server.span_context();
+        crate::genai::SpanRef {
+            trace_id: c.trace_id().to_bytes(),
+            span_id: c.span_id().to_bytes(),
+        }
+    }
+
     /// The trace and span ids of a request's SERVER span, hex.
     pub fn span_ids(span: &RequestSpan) -> crate::access_line::SpanIds {
         let c = span.server.span_context();

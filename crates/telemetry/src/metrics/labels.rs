@@ -5,11 +5,24 @@ use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
 
-/// The exemplar of a sampled request: its trace id (32 hex digits).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// The exemplar of a sampled request: its trace id (32 hex digits), the
+/// only label of a Prometheus exemplar, and the SERVER span's ids for the
+/// OTLP metrics' exemplars.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct TraceExemplar {
     /// The trace id, lower-case hex.
     pub trace_id: Arc<String>,
+    /// The trace and span ids, as bytes.
+    pub span: crate::genai::SpanRef,
+}
+
+impl EncodeLabelSet for TraceExemplar {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        [("trace_id", self.trace_id.as_str())].encode(encoder)
+    }
 }
 
 /// `{model}`.

@@ -2,7 +2,7 @@
 //! count, its stages (each exemplar stamped with the moment the stage
 //! happened), tokens, time per output token, its longest gap, a hang-up's
 //! phase and wasted time, then the upstream, tenant, cache-break and queue
-//! families.
+//! families, and last the OTLP metrics ([`crate::genai`]).
 //!
 //! Deliberately not here: the families themselves (the parent module) and
 //! the model label's bound ([`super::super::models`]).
@@ -10,9 +10,17 @@
 use super::*;
 
 impl Metrics {
-    /// Records one finished request under `model` (already a bounded label);
-    /// `exemplar` is the trace id of a sampled request.
-    pub fn record(&self, rec: &RequestRecord, model: &str, exemplar: Option<&TraceExemplar>) {
+    /// Records one finished request under `model` (already a bounded label),
+    /// in the Prometheus families and, when on, the OTLP metrics (under
+    /// `models`, the request's and the answer's model labels); `exemplar` is
+    /// the trace of a sampled request.
+    pub fn record(
+        &self,
+        rec: &RequestRecord,
+        model: &str,
+        models: &RequestModels,
+        exemplar: Option<&TraceExemplar>,
+    ) {
         self.requests
             .get_or_create(&RequestLabels {
                 model: model.to_string(),
@@ -105,5 +113,6 @@ impl Metrics {
         self.cachebreak.record(rec);
         self.queue.record(rec);
         self.continuation.record(rec);
+        self.genai.record(rec, models, exemplar.map(|e| e.span));
     }
 }

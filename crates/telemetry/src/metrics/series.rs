@@ -102,6 +102,7 @@ impl Metrics {
     /// any more): those seeded and those recorded since, on any route and
     /// outcome.
     pub fn remove_model(&self, model: &str) {
+        self.genai.remove_model(model);
         let m = || model.to_string();
         for stage in STAGES {
             self.stage.remove(&StageLabels { model: m(), stage });

@@ -55,13 +55,22 @@ fn text(m: &Metrics, f: Exposition) -> String {
 fn exemplar() -> TraceExemplar {
     TraceExemplar {
         trace_id: Arc::new(TRACE.to_string()),
+        span: crate::genai::SpanRef {
+            trace_id: [1; 16],
+            span_id: [2; 8],
+        },
     }
 }
 
 #[test]
 fn openmetrics_buckets_carry_the_trace_id_of_a_sampled_request() {
     let m = Metrics::new();
-    m.record(&record(), "tiny", Some(&exemplar()));
+    m.record(
+        &record(),
+        "tiny",
+        &RequestModels::default(),
+        Some(&exemplar()),
+    );
     let om = text(&m, Exposition::OpenMetrics);
     // TTFT 30 ms lands in the 0.04 bucket, stamped with its moment.
     let line = om
@@ -98,7 +107,12 @@ fn openmetrics_buckets_carry_the_trace_id_of_a_sampled_request() {
 #[test]
 fn the_classic_format_has_no_exemplars_and_the_same_names() {
     let m = Metrics::new();
-    m.record(&record(), "tiny", Some(&exemplar()));
+    m.record(
+        &record(),
+        "tiny",
+        &RequestModels::default(),
+        Some(&exemplar()),
+    );
     let classic = text(&m, Exposition::Classic);
     assert!(!classic.contains(TRACE), "{classic}");
     assert!(!classic.contains("# EOF"));
@@ -121,7 +135,7 @@ fn the_classic_format_has_no_exemplars_and_the_same_names() {
 #[test]
 fn an_unsampled_request_leaves_no_exemplar() {
     let m = Metrics::new();
-    m.record(&record(), "tiny", None);
+    m.record(&record(), "tiny", &RequestModels::default(), None);
     let om = text(&m, Exposition::OpenMetrics);
     assert!(!om.contains("trace_id"), "{om}");
     assert!(om.contains(
@@ -135,7 +149,7 @@ fn a_cut_request_records_no_stage_of_an_answers_end() {
     let mut rec = record();
     rec.outcome = Outcome::ClientHangup;
     rec.first_sentence = None;
-    m.record(&rec, "tiny", None);
+    m.record(&rec, "tiny", &RequestModels::default(), None);
     let t = text(&m, Exposition::Classic);
     let count = |stage: &str| {
         t.lines()
@@ -163,7 +177,7 @@ fn absurd_timings_make_no_stage_and_no_panic() {
             predicted_ms: Some(predicted),
             cache_n: Some(u64::MAX),
         });
-        m.record(&rec, "tiny", None);
+        m.record(&rec, "tiny", &RequestModels::default(), None);
     }
     let t = text(&m, Exposition::Classic);
     assert!(t.contains("llamatap_stage_duration_seconds_count{model=\"tiny\",stage=\"e2e\"} 3"));
@@ -180,11 +194,11 @@ fn a_removed_model_leaves_no_series_and_named_models_are_never_seeded_rejected()
     assert!(!seeded.contains("model=\"gone\",outcome=\"rejected\""));
     assert!(seeded.contains("model=\"none\",outcome=\"rejected\",route=\"chat_completions\""));
     assert!(!seeded.contains("model=\"none\",outcome=\"upstream_error\",route=\"metrics\""));
-    m.record(&record(), "gone", None);
+    m.record(&record(), "gone", &RequestModels::default(), None);
     let mut rec = record();
     rec.route = Route::Other;
     rec.outcome = Outcome::Rejected;
-    m.record(&rec, "gone", None);
+    m.record(&rec, "gone", &RequestModels::default(), None);
     m.remove_model("gone");
     // The model's series are gone; what carries no model label (the
     // tenant's counters) keeps counting.
