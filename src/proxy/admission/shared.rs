@@ -76,6 +76,8 @@ struct Own {
     key: String,
     /// Its removal from the store is under way.
     releasing: bool,
+    /// Its grant is under way (the store may count it already).
+    acquiring: bool,
 }
 
 #[derive(Default)]
@@ -208,33 +210,54 @@ impl Shared {
             key: key.to_string(),
             id: format!("{}:{n}", self.replica),
         };
-        if self.is_shared() {
-            let cap = slots.unwrap_or(u32::MAX);
-            match self
-                .store
-                .acquire_slot(key, &lease.id, cap, self.lease_ms)
-                .await
-            {
-                Ok((granted, held)) => {
-                    if let Ok(mut s) = self.state.lock() {
-                        let own = own_on(&s.own, key) + u32::from(granted);
-                        if let Some(o) = s.others.get_mut(id) {
-                            *o = held.saturating_sub(own);
-                        }
-                    }
-                    if !granted {
-                        return Acquired::Full;
-                    }
-                }
-                Err(e) => self.fall_back(&e.to_string()),
-            }
-        }
+        // This replica's from the start: a view read while the grant is
+        // under way would otherwise count it as another replica's.
+        let shared = self.is_shared();
         if let Ok(mut s) = self.state.lock() {
             let own = Own {
                 key: lease.key.clone(),
                 releasing: false,
+                acquiring: shared,
             };
             s.own.insert(lease.id.clone(), own);
+        }
+        if !shared {
+            return Acquired::Leased(lease);
+        }
+        let cap = slots.unwrap_or(u32::MAX);
+        let answer = self
+            .store
+            .acquire_slot(key, &lease.id, cap, self.lease_ms)
+            .await;
+        let Ok(mut s) = self.state.lock() else {
+            return Acquired::Leased(lease);
+        };
+        match answer {
+            Ok((granted, held)) => {
+                if granted {
+                    if let Some(o) = s.own.get_mut(&lease.id) {
+                        o.acquiring = false;
+                    }
+                } else {
+                    s.own.remove(&lease.id);
+                }
+                let own = own_on(&s.own, key);
+                if let Some(o) = s.others.get_mut(id) {
+                    *o = held.saturating_sub(own);
+                }
+                if !granted {
+                    return Acquired::Full;
+                }
+            }
+            Err(e) => {
+                // Kept as this replica's: written to the store when it
+                // answers again (it may hold it already).
+                if let Some(o) = s.own.get_mut(&lease.id) {
+                    o.acquiring = false;
+                }
+                drop(s);
+                self.fall_back(&e.to_string());
+            }
         }
         Acquired::Leased(lease)
     }
@@ -342,7 +365,7 @@ impl Shared {
             |_| Vec::new(),
             |s| {
                 let mut by: HashMap<&str, Vec<String>> = HashMap::new();
-                for (id, o) in s.own.iter().filter(|(_, o)| !o.releasing) {
+                for (id, o) in s.own.iter().filter(|(_, o)| !o.releasing && !o.acquiring) {
                     by.entry(o.key.as_str()).or_default().push(id.clone());
                 }
                 by.into_iter()
