@@ -299,10 +299,11 @@ async fn once(
         routing::choose(&steps.fleet, ctx).map_err(|_| Stop::Refused(Failed, "no_upstream"))?;
     // With shared slots, the target's slot is leased first (routed again
     // when another replica took it).
-    let address = match super::admission::secure(session, ctx, &steps.admission, &steps.fleet)
-        .await
-        .map_err(Stop::Client)?
-    {
+    let secured = super::admission::secure(session, ctx, &steps.admission, &steps.fleet).await;
+    let address = match secured.map_err(|e| match e.etype() {
+        pingora::ErrorType::ConnectNoRoute => Stop::Refused(Failed, "no_upstream"),
+        _ => Stop::Client(e),
+    })? {
         Some(a) => a,
         None => address,
     };

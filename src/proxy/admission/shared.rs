@@ -415,7 +415,8 @@ impl Shared {
     pub fn status(&self) -> String {
         let n = self.replicas();
         if self.is_shared() {
-            format!("slots: shared by {n} replicas through the store")
+            let replicas = if n == 1 { "replica" } else { "replicas" };
+            format!("slots: shared by {n} {replicas} through the store")
         } else {
             format!("slots: static share, 1/{n} of each upstream (the store is unreachable)")
         }
