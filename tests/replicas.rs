@@ -69,6 +69,16 @@ fn wait_shared(replicas: &[&Llamatap], n: usize, servers: &[LlamaServer; 2]) {
     }
 }
 
+/// Two replicas of `cfg` in front of `servers`, once both see each other
+/// and share slots.
+fn start_pair(cfg: &str, servers: &[LlamaServer; 2]) -> (Llamatap, Llamatap) {
+    let urls = urls(servers);
+    let one = Llamatap::start_fleet(&urls, &["--config", cfg]);
+    let two = Llamatap::start_fleet(&urls, &["--config", cfg]);
+    wait_shared(&[&one, &two], 2, servers);
+    (one, two)
+}
+
 fn readyz(r: &Llamatap) -> String {
     http::get(&r.admin(), "/readyz")
         .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
@@ -150,9 +160,7 @@ fn a_flood_through_one_replica_leaves_the_reserve_to_probes_through_another() {
             &preempt_cfg,
         ),
     ] {
-        let first = Llamatap::start_fleet(&urls, &["--config", cfg]);
-        let second = Llamatap::start_fleet(&urls, &["--config", cfg]);
-        wait_shared(&[&first, &second], 2, &servers);
+        let (first, second) = start_pair(cfg, &servers);
         let idle = idle_ttft(&second.addr(), VOICE_H, probes);
         let batch = [first.addr()];
         let (f, sampled) = sample_during(&[&servers[0], &servers[1]], || {
@@ -171,19 +179,8 @@ fn a_flood_through_one_replica_leaves_the_reserve_to_probes_through_another() {
         }));
         if name.contains("preemptible") {
             // Every answer recorded, each pause with its continuation.
-            let m = first.wait_metrics(Duration::from_secs(10), |m| {
-                series(m, "llamatap_preemptions_total", "class=\"batch\"")
-                    == series(m, "llamatap_continuations_total", "reason=\"preempted\"")
-            });
-            paused = (
-                series(&m, "llamatap_preemptions_total", "class=\"batch\"").unwrap_or(0.0),
-                series(
-                    &m,
-                    "llamatap_continuations_total",
-                    "reason=\"preempted\",result=\"continued\"",
-                )
-                .unwrap_or(0.0),
-            );
+            let (_, preempted, continued) = paused_and_continued(&first, |_| true);
+            paused = (preempted, continued);
         }
         samples.push(sampled);
         rows.push((name.to_string(), idle, f));
@@ -301,11 +298,8 @@ fn a_killed_replica_s_leases_expire_and_its_slots_serve_the_other() {
         LlamaServer::start("tiny", &HOLD_NP2),
         LlamaServer::start("tiny", &HOLD_NP2),
     ];
-    let urls = urls(&servers);
     let cfg = config("replicas-kill", &redis, "");
-    let mut doomed = Llamatap::start_fleet(&urls, &["--config", &cfg]);
-    let survivor = Llamatap::start_fleet(&urls, &["--config", &cfg]);
-    wait_shared(&[&doomed, &survivor], 2, &servers);
+    let (mut doomed, survivor) = start_pair(&cfg, &servers);
     // The doomed replica takes all four slots with answers that run for
     // minutes.
     let addr = doomed.addr();
@@ -387,11 +381,8 @@ fn redis_killed_mid_flood_falls_back_to_shares_and_comes_back() {
     let mut redis = Redis::start();
     let port = redis.port;
     let servers = servers();
-    let urls = urls(&servers);
     let cfg = config("replicas-redis-down", &redis, "");
-    let one = Llamatap::start_fleet(&urls, &["--config", &cfg]);
-    let two = Llamatap::start_fleet(&urls, &["--config", &cfg]);
-    wait_shared(&[&one, &two], 2, &servers);
+    let (one, two) = start_pair(&cfg, &servers);
     let batch = [one.addr(), two.addr()];
     let mut phase = 0;
     let mut fell_back = None;
@@ -551,11 +542,8 @@ fn two_tenants_share_the_slots_across_replicas() {
     let _serial = serial();
     let redis = Redis::start();
     let servers = servers();
-    let urls = urls(&servers);
     let cfg = config("replicas-fair", &redis, "");
-    let one = Llamatap::start_fleet(&urls, &["--config", &cfg]);
-    let two = Llamatap::start_fleet(&urls, &["--config", &cfg]);
-    wait_shared(&[&one, &two], 2, &servers);
+    let (one, two) = start_pair(&cfg, &servers);
     let addrs = [one.addr(), two.addr()];
     let window = Duration::from_secs(5);
     // Each tenant's four clients spread over both replicas.

@@ -547,19 +547,12 @@ fn a_batch_flood_on_a_fleet_of_two_with_the_reserve() {
         if name.contains("preemptible") {
             // Every answer recorded: no slot in use, and each pause counted
             // with its continuation (one record holds both).
-            let m = proxy.wait_metrics(Duration::from_secs(10), |m| {
-                series(m, "llamatap_queue_in_use", "upstream=") == Some(0.0)
-                    && series(m, "llamatap_preemptions_total", "class=\"batch\"")
-                        == series(m, "llamatap_continuations_total", "reason=\"preempted\"")
+            let (m, preempted, continued) = paused_and_continued(&proxy, |m| {
+                series(m, "llamatap_queue_slots_in_use", "upstream=") == Some(0.0)
             });
             paused = Some((
-                series(&m, "llamatap_preemptions_total", "class=\"batch\"").unwrap_or(0.0),
-                series(
-                    &m,
-                    "llamatap_continuations_total",
-                    "reason=\"preempted\",result=\"continued\"",
-                )
-                .unwrap_or(0.0),
+                preempted,
+                continued,
                 m.lines()
                     .filter(|l| l.starts_with("llamatap_continuations_total") && !l.ends_with(" 0"))
                     .collect::<Vec<_>>()

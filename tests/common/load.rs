@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::fleet::{percentile, wait_for};
+use super::fleet::{percentile, series, wait_for};
 use super::http;
 use super::llama::LlamaServer;
 
@@ -198,31 +198,30 @@ pub fn keys() -> String {
 
 /// Samples llama-server's own queue while `work` runs; the largest value.
 pub fn max_deferred_during(llama: &LlamaServer, work: impl FnOnce()) -> f64 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let most = Arc::new(AtomicU64::new(0));
-    let url = llama.base_url.clone();
-    let (s, m) = (stop.clone(), most.clone());
-    let sampler = std::thread::spawn(move || {
-        let addr = url.trim_start_matches("http://").to_string();
-        while !s.load(Ordering::Relaxed) {
-            if let Ok((_, body)) = http::get(&addr, "/metrics") {
-                let text = String::from_utf8_lossy(&body);
-                if let Some(v) = text
-                    .lines()
-                    .find(|l| l.starts_with("llamacpp:requests_deferred "))
-                    .and_then(|l| l.rsplit(' ').next())
-                    .and_then(|v| v.parse::<f64>().ok())
-                {
-                    m.fetch_max(v as u64, Ordering::Relaxed);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    sample_during(&[llama], work).1.deferred[0]
+}
+
+/// Waits until every pause `proxy` counted has its continuation recorded
+/// (`llamatap_preemptions_total{class="batch"}` equals the preempted
+/// continuations), and `more` holds of the metrics too; the metrics then,
+/// the batch answers paused and those continued.
+pub fn paused_and_continued(
+    proxy: &super::proxy::Llamatap,
+    more: impl Fn(&str) -> bool,
+) -> (String, f64, f64) {
+    let m = proxy.wait_metrics(Duration::from_secs(10), |m| {
+        more(m)
+            && series(m, "llamatap_preemptions_total", "class=\"batch\"")
+                == series(m, "llamatap_continuations_total", "reason=\"preempted\"")
     });
-    work();
-    stop.store(true, Ordering::Relaxed);
-    sampler.join().unwrap();
-    most.load(Ordering::Relaxed) as f64
+    let paused = series(&m, "llamatap_preemptions_total", "class=\"batch\"").unwrap_or(0.0);
+    let continued = series(
+        &m,
+        "llamatap_continuations_total",
+        "reason=\"preempted\",result=\"continued\"",
+    )
+    .unwrap_or(0.0);
+    (m, paused, continued)
 }
 
 /// Figures of one flood run.

@@ -112,11 +112,22 @@ impl TraceService for Collector {
 
 /// OTLP/gRPC receiver; returns its URL.
 pub fn grpc_receiver() -> (String, Received) {
+    let rec = Received::default();
+    let r = rec.clone();
+    let addr = serve_grpc(move || {
+        tonic::transport::Server::builder().add_service(TraceServiceServer::new(Collector(r)))
+    });
+    (format!("http://{addr}"), rec)
+}
+
+/// Runs the tonic router `router` makes on a loopback port, on a thread
+/// of its own; the port's address.
+fn serve_grpc(
+    router: impl FnOnce() -> tonic::transport::server::Router + Send + 'static,
+) -> std::net::SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     listener.set_nonblocking(true).unwrap();
-    let rec = Received::default();
-    let r = rec.clone();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -124,15 +135,13 @@ pub fn grpc_receiver() -> (String, Received) {
             .unwrap();
         rt.block_on(async move {
             let l = tokio::net::TcpListener::from_std(listener).unwrap();
-            let incoming = tokio_stream_from(l);
-            tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(Collector(r)))
-                .serve_with_incoming(incoming)
+            router()
+                .serve_with_incoming(tokio_stream_from(l))
                 .await
                 .unwrap();
         });
     });
-    (format!("http://{addr}"), rec)
+    addr
 }
 
 fn tokio_stream_from(
@@ -241,24 +250,11 @@ impl MetricsService for MetricsCollector {
 
 /// OTLP/gRPC metrics receiver; returns its `127.0.0.1:port`.
 pub fn metrics_grpc_receiver() -> (String, ReceivedMetrics) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    listener.set_nonblocking(true).unwrap();
     let rec = ReceivedMetrics::default();
     let r = rec.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::from_std(listener).unwrap();
-            tonic::transport::Server::builder()
-                .add_service(MetricsServiceServer::new(MetricsCollector(r)))
-                .serve_with_incoming(tokio_stream_from(l))
-                .await
-                .unwrap();
-        });
+    let addr = serve_grpc(move || {
+        tonic::transport::Server::builder()
+            .add_service(MetricsServiceServer::new(MetricsCollector(r)))
     });
     (addr.to_string(), rec)
 }
