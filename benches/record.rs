@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use llamatap::record::{Outcome, QueueFacts, RequestRecord, UpstreamFacts};
-use llamatap::request::{RequestFacts, Route};
+use llamatap::record::{QueueFacts, RequestRecord, UpstreamFacts};
+use llamatap::request::RequestFacts;
 use llamatap::telemetry::genai::{GenAiMetrics, RequestModels, SpanRef};
 use llamatap::telemetry::metrics::{Metrics, TraceExemplar};
 use llamatap::telemetry::models::ModelNames;
@@ -19,40 +19,18 @@ use std::hint::black_box;
 
 fn record() -> RequestRecord {
     RequestRecord {
-        route: Route::ChatCompletions,
-        method: "POST".into(),
-        path: "/v1/chat/completions".into(),
-        status: Some(200),
-        outcome: Outcome::Ok,
-        error_type: None,
-        error_message: None,
-        hangup_phase: None,
         request: RequestFacts {
             model: Some("tiny".into()),
             ..RequestFacts::default()
         },
-        streamed: true,
         received_wall: SystemTime::now(),
-        upstream_headers: Some(Duration::from_millis(2)),
-        first_token_any: Some(Duration::from_millis(30)),
-        first_token: Some(Duration::from_millis(30)),
-        first_sentence: Some(Duration::from_millis(90)),
-        sentence_chars: Some(10),
-        sentence_text: None,
-        last_token: Some(Duration::from_millis(300)),
-        end: Duration::from_millis(310),
-        response_model: Some("tiny".into()),
-        response_id: None,
         finish_reasons: vec!["stop".into()],
-        timings: None,
         usage: Some(llamatap::llama::Usage {
             input_tokens: Some(412),
             output_tokens: Some(96),
             ..Default::default()
         }),
         token_events: 96,
-        max_token_gap: Some(Duration::from_millis(40)),
-        skipped_events: 0,
         response_bytes: 20_000,
         client_address: Some("127.0.0.1:51234".into()),
         upstream: Some(UpstreamFacts {
@@ -65,14 +43,12 @@ fn record() -> RequestRecord {
             predicted_cached_tokens: None,
             prediction: None,
         }),
-        tenant: None,
-        cache_break: None,
         queue: Some(QueueFacts {
             class: "default",
             wait: Duration::from_millis(3),
             waited: false,
         }),
-        continuations: Vec::new(),
+        ..RequestRecord::example()
     }
 }
 

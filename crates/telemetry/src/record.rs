@@ -14,6 +14,8 @@ use llamatap_wire::llama::{Timings, Usage};
 use llamatap_wire::request::{RequestFacts, Route};
 pub use llamatap_wire::text::{bounded, truncate, CUT_MARKER};
 
+#[cfg(any(test, feature = "example"))]
+mod example;
 #[cfg(test)]
 mod tests;
 

@@ -2,33 +2,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::*;
 use crate::record::{Outcome, UpstreamFacts};
-use llamatap_wire::request::{RequestFacts, Route};
+use llamatap_wire::request::RequestFacts;
 
 fn record() -> RequestRecord {
     RequestRecord {
-        route: Route::ChatCompletions,
-        method: "POST".into(),
-        path: "/v1/chat/completions".into(),
-        status: Some(200),
-        outcome: Outcome::Ok,
-        error_type: None,
         error_message: Some("secret detail".into()),
-        hangup_phase: None,
         request: RequestFacts {
             model: Some("client-chosen-name".into()),
             ..Default::default()
         },
-        streamed: true,
         received_wall: UNIX_EPOCH + Duration::from_millis(1_700_000_000_250),
-        upstream_headers: Some(Duration::from_millis(2)),
         first_token_any: Some(Duration::from_micros(30_500)),
         first_token: Some(Duration::from_micros(30_500)),
-        first_sentence: Some(Duration::from_millis(90)),
-        sentence_chars: Some(10),
         sentence_text: Some("The first sentence.".into()),
-        last_token: Some(Duration::from_millis(300)),
-        end: Duration::from_millis(310),
-        response_model: Some("tiny".into()),
         response_id: Some("chatcmpl-1".into()),
         finish_reasons: vec!["stop".into()],
         timings: Some(llamatap_wire::llama::Timings {
@@ -40,8 +26,6 @@ fn record() -> RequestRecord {
         usage: None,
         token_events: 12,
         max_token_gap: None,
-        skipped_events: 0,
-        response_bytes: 100,
         client_address: Some("127.0.0.1:5555".into()),
         upstream: Some(UpstreamFacts {
             name: "gpu-a".into(),
@@ -53,10 +37,8 @@ fn record() -> RequestRecord {
             predicted_cached_tokens: None,
             prediction: None,
         }),
-        tenant: None,
-        cache_break: None,
         queue: None,
-        continuations: Vec::new(),
+        ..RequestRecord::example()
     }
 }
 

@@ -1,11 +1,8 @@
-use std::time::{Duration, SystemTime};
-
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::metrics::v1::{exemplar, metric, Metric};
 
 use super::*;
-use crate::record::{QueueFacts, UpstreamFacts};
-use llamatap_wire::request::{RequestFacts, Route};
+use llamatap_wire::request::Route;
 
 const SPAN: SpanRef = SpanRef {
     trace_id: [0xab; 16],
@@ -13,59 +10,7 @@ const SPAN: SpanRef = SpanRef {
 };
 
 fn record() -> RequestRecord {
-    RequestRecord {
-        route: Route::ChatCompletions,
-        method: "POST".into(),
-        path: "/v1/chat/completions".into(),
-        status: Some(200),
-        outcome: Outcome::Ok,
-        error_type: None,
-        error_message: None,
-        hangup_phase: None,
-        request: RequestFacts::default(),
-        streamed: true,
-        received_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-        upstream_headers: Some(Duration::from_millis(2)),
-        first_token_any: Some(Duration::from_millis(30)),
-        first_token: Some(Duration::from_millis(30)),
-        first_sentence: Some(Duration::from_millis(90)),
-        sentence_chars: Some(10),
-        sentence_text: None,
-        last_token: Some(Duration::from_millis(300)),
-        end: Duration::from_millis(310),
-        response_model: Some("tiny".into()),
-        response_id: None,
-        finish_reasons: vec![],
-        timings: None,
-        usage: Some(llamatap_wire::llama::Usage {
-            input_tokens: Some(20),
-            output_tokens: Some(10),
-            ..Default::default()
-        }),
-        token_events: 10,
-        max_token_gap: Some(Duration::from_millis(40)),
-        skipped_events: 0,
-        response_bytes: 100,
-        client_address: None,
-        upstream: Some(UpstreamFacts {
-            name: "a".into(),
-            host: "10.0.0.1".into(),
-            port: 8081,
-            policy: "round_robin",
-            reason: "only",
-            failovers: 0,
-            predicted_cached_tokens: None,
-            prediction: None,
-        }),
-        tenant: None,
-        cache_break: None,
-        queue: Some(QueueFacts {
-            class: "default",
-            wait: Duration::from_millis(3),
-            waited: true,
-        }),
-        continuations: Vec::new(),
-    }
+    RequestRecord::example()
 }
 
 fn models() -> RequestModels {

@@ -1,50 +1,18 @@
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use super::*;
-use llamatap_wire::request::RequestFacts;
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
 fn record() -> RequestRecord {
     RequestRecord {
-        route: Route::ChatCompletions,
-        method: "POST".into(),
-        path: "/v1/chat/completions".into(),
-        status: Some(200),
-        outcome: Outcome::Ok,
-        error_type: None,
-        error_message: None,
-        hangup_phase: None,
-        request: RequestFacts::default(),
-        streamed: true,
-        received_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-        upstream_headers: Some(Duration::from_millis(2)),
-        first_token_any: Some(Duration::from_millis(30)),
-        first_token: Some(Duration::from_millis(30)),
-        first_sentence: Some(Duration::from_millis(90)),
-        sentence_chars: Some(10),
-        sentence_text: None,
-        last_token: Some(Duration::from_millis(300)),
-        end: Duration::from_millis(310),
-        response_model: Some("tiny".into()),
-        response_id: None,
-        finish_reasons: vec![],
-        timings: None,
         usage: Some(llamatap_wire::llama::Usage {
             output_tokens: Some(10),
             ..Default::default()
         }),
-        token_events: 10,
-        max_token_gap: Some(Duration::from_millis(40)),
-        skipped_events: 0,
-        response_bytes: 100,
-        client_address: None,
         upstream: None,
-        tenant: None,
-        cache_break: None,
         queue: None,
-        continuations: Vec::new(),
+        ..RequestRecord::example()
     }
 }
 
