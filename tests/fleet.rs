@@ -259,17 +259,21 @@ fn conversations_stay_on_one_upstream() {
     }
     let used: BTreeSet<&String> = home.values().collect();
     assert!(used.len() >= 2, "8 new conversations all went to {used:?}");
-    let m = proxy.metrics();
-    let decisions = |reason: &str| {
+    // Decisions are counted when a request's record is written, after its
+    // last byte went out: wait for the last ones.
+    let decisions = |m: &str, reason: &str| {
         fleet::series(
-            &m,
+            m,
             "llamatap_routing_decisions_total",
             &format!("reason=\"{reason}\""),
         )
         .unwrap_or(0.0)
     };
-    assert!(decisions("prefix_hit") >= 32.0, "{m}");
-    assert!(decisions("cold") >= 8.0, "{m}");
+    let m = proxy.wait_metrics(Duration::from_secs(10), |m| {
+        decisions(m, "prefix_hit") >= 32.0 && decisions(m, "cold") >= 8.0
+    });
+    assert!(decisions(&m, "prefix_hit") >= 32.0, "{m}");
+    assert!(decisions(&m, "cold") >= 8.0, "{m}");
     eprintln!("placement of 8 conversations: {home:?}");
 }
 
@@ -631,15 +635,21 @@ fn sigkill_one_upstream_under_load() {
     // A stream cut mid-answer goes on from another upstream
     // (`[continuation]`, on by default); only one that could not be
     // continued ends with the error event.
-    let m = proxy.metrics();
-    let count = |result: &str| {
+    // Continuations are counted when a request's record is written, after
+    // its last byte went out: wait for the last ones.
+    let count_in = |m: &str, result: &str| {
         common::proxy::metric_series(
-            &m,
+            m,
             "llamatap_continuations_total",
             &["reason=\"upstream_died\"", &format!("result=\"{result}\"")],
         )
         .unwrap_or(0.0)
     };
+    let m = proxy.wait_metrics(Duration::from_secs(10), |m| {
+        count_in(m, "continued") >= 1.0
+            && count_in(m, "not_continuable") + count_in(m, "failed") >= cut_streams as f64
+    });
+    let count = |result: &str| count_in(&m, result);
     let continued = count("continued");
     assert!(
         continued >= 1.0,

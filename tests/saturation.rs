@@ -107,7 +107,6 @@ fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_
     );
     let proxy = Llamatap::start(&llama.base_url, &["--config", &cfg]);
     let p = proxy.addr();
-    let admin = format!("127.0.0.1:{}", proxy.admin_port);
     let long = Hold::start(&p, &[], &llama);
     let prompts_before = llama.metric("llamacpp:prompt_tokens_total");
     let refused: Vec<Answer> = (0..6)
@@ -141,7 +140,16 @@ fn requests_queued_past_their_deadline_get_503_with_retry_after_and_never_reach_
         prompts_before, prompts_after,
         "llama-server processed a prompt of a refused request"
     );
-    let m = metrics(&admin);
+    // The refusal is counted in the logging hook, after its response went
+    // out: a client can read its 503 before the sixth count is written.
+    let timed_out = |m: &str| {
+        series(
+            m,
+            "llamatap_queue_refused_total",
+            "reason=\"queue_timeout\"",
+        ) == Some(6.0)
+    };
+    let m = proxy.wait_metrics(Duration::from_secs(10), timed_out);
     assert_eq!(
         series(
             &m,
