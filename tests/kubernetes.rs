@@ -198,6 +198,16 @@ fn container_ports(c: &Yaml) -> BTreeMap<String, u16> {
         .collect()
 }
 
+/// The entry of Service `host`'s ports whose `port` is `port`.
+fn service_port<'a>(svc: &'a Yaml, host: &str, port: u16) -> &'a Yaml {
+    svc["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"].as_u64() == Some(port.into()))
+        .unwrap_or_else(|| panic!("Service {host} has no port {port}"))
+}
+
 /// A port given by name or number, as a number of one of `ports`.
 fn resolve_port(ports: &BTreeMap<String, u16>, port: &Yaml) -> Option<u16> {
     match port {
@@ -885,12 +895,7 @@ fn llamatap_upstream_is_the_headless_llama_server_service() {
         Some(false),
         "DNS lists only pods whose /health says ready"
     );
-    let svc_port = svc["spec"]["ports"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|p| p["port"].as_u64() == Some(port.into()))
-        .unwrap_or_else(|| panic!("Service {host} has no port {port}"));
+    let svc_port = service_port(svc, &host, port);
 
     // A headless Service's DNS gives pod addresses: the URL's port is the
     // pods' own, where llama-server listens (--port).
@@ -920,12 +925,7 @@ fn the_queue_is_on_and_shared_through_the_redis_service() {
     let rest = url.strip_prefix("redis://").expect("a redis:// URL");
     let (host, port) = split_addr(rest.trim_end_matches('/'));
     let svc = object(&all, "Service", &host);
-    let svc_port = svc["spec"]["ports"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|p| p["port"].as_u64() == Some(port.into()))
-        .unwrap_or_else(|| panic!("Service {host} has no port {port}"));
+    let svc_port = service_port(svc, &host, port);
     let selector = string_map(&svc["spec"]["selector"]);
     let redis = workloads(&all)
         .into_iter()

@@ -17,7 +17,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::metrics::v1::Metric;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
@@ -33,18 +35,7 @@ impl Received {
     fn add(&self, req: ExportTraceServiceRequest) {
         let mut g = self.spans.lock().unwrap();
         for rs in req.resource_spans {
-            let service = rs
-                .resource
-                .as_ref()
-                .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
-                .and_then(|a| a.value.as_ref())
-                .and_then(|v| match &v.value {
-                    Some(
-                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s),
-                    ) => Some(s.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
+            let service = service_name(rs.resource.as_ref());
             for ss in rs.scope_spans {
                 for s in ss.spans {
                     g.push((service.clone(), s));
@@ -160,7 +151,6 @@ pub fn hex(b: &[u8]) -> String {
 
 /// A string attribute.
 pub fn attr_str(s: &Span, key: &str) -> Option<String> {
-    use opentelemetry_proto::tonic::common::v1::any_value::Value;
     s.attributes.iter().find(|a| a.key == key).and_then(|a| {
         match a.value.as_ref()?.value.as_ref()? {
             Value::StringValue(v) => Some(v.clone()),
@@ -171,7 +161,6 @@ pub fn attr_str(s: &Span, key: &str) -> Option<String> {
 
 /// An integer attribute.
 pub fn attr_int(s: &Span, key: &str) -> Option<i64> {
-    use opentelemetry_proto::tonic::common::v1::any_value::Value;
     s.attributes.iter().find(|a| a.key == key).and_then(|a| {
         match a.value.as_ref()?.value.as_ref()? {
             Value::IntValue(v) => Some(*v),
@@ -210,20 +199,7 @@ impl ReceivedMetrics {
         let mut out = Vec::new();
         for req in g.iter() {
             for rm in &req.resource_metrics {
-                let service = rm
-                    .resource
-                    .as_ref()
-                    .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
-                    .and_then(|a| a.value.as_ref())
-                    .and_then(|v| match &v.value {
-                        Some(
-                            opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
-                                s,
-                            ),
-                        ) => Some(s.clone()),
-                        _ => None,
-                    })
-                    .unwrap_or_default();
+                let service = service_name(rm.resource.as_ref());
                 for sm in &rm.scope_metrics {
                     for m in &sm.metrics {
                         out.push((service.clone(), m.clone()));
@@ -233,6 +209,18 @@ impl ReceivedMetrics {
         }
         out
     }
+}
+
+/// A resource's `service.name`, empty when it has none.
+fn service_name(resource: Option<&Resource>) -> String {
+    resource
+        .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
+        .and_then(|a| a.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(Value::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 struct MetricsCollector(ReceivedMetrics);
