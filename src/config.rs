@@ -202,6 +202,9 @@ pub struct Config {
     pub max_body_bytes: u64,
     /// Largest request header block (names plus values).
     pub max_header_bytes: usize,
+    /// Longest a write to the client may make no progress (a client that
+    /// stops reading), before the request ends.
+    pub client_write_timeout: Duration,
     /// The admission queue.
     pub queue: queue::Queue,
     /// How discovered upstreams are looked up.
@@ -343,6 +346,11 @@ impl Config {
                 raw.limits.max_header_bytes,
                 64 << 10,
             )?,
+            client_write_timeout: Duration::from_secs(positive_u64(
+                "limits.client_write_seconds",
+                raw.limits.client_write_seconds,
+                30,
+            )?),
             queue,
             discovery,
             continuation,

@@ -156,6 +156,25 @@ impl Fleet {
             .and_then(|t| t.get(i).cloned().flatten())
     }
 
+    /// Member `i` answers `/health` with 200 within `within`: its process
+    /// and host are alive. llama-server answers `/health` from its HTTP
+    /// threads, not its task loop, so a member busy with another request's
+    /// long prefill answers, while a stopped, crashed or unreachable one
+    /// does not.
+    pub async fn answers_health(&self, i: usize, within: std::time::Duration) -> bool {
+        let Some(m) = self.member(i) else {
+            return false;
+        };
+        let Some(target) = m.address() else {
+            return false;
+        };
+        let path = format!("{}/health", m.upstream.base_path);
+        matches!(
+            probe::get(target, &m.upstream.address, &path, within).await,
+            Ok((200, _))
+        )
+    }
+
     /// The members that take new requests (not draining), by id.
     fn serving(&self) -> Vec<Arc<Member>> {
         let mut all = self.members();

@@ -21,6 +21,7 @@ mod bodies;
 mod cachebreak;
 pub mod context;
 mod continuation;
+mod downstream;
 pub mod errors;
 mod forward;
 mod guard;

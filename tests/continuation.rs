@@ -831,3 +831,203 @@ fn a_client_that_leaves_during_the_pause_ends_the_continuation_on_the_target() {
     eprintln!("the target's decode calls after the client left: {decoded}");
     assert!(decoded < 10.0, "the target decoded {decoded} times");
 }
+
+/// `llamatap_requests_total` summed over every series: requests recorded.
+fn recorded(m: &str) -> f64 {
+    common::proxy::metric_sum(m, "llamatap_requests_total", &[])
+}
+
+#[test]
+fn a_finished_answer_whose_last_event_the_client_trimmed_is_not_continued() {
+    // `response_fields` trims a native stream's last event to
+    // `{"content":""}` (no `"stop": true`), and a last event larger than
+    // `telemetry.max_event_bytes` (a large `logit_bias`, which llama-server
+    // echoes in its last event) goes unread. Either way the body ends by
+    // its framing: the answer is over. It is not continued (no tokens after
+    // its end), and its member is not ejected.
+    let _serial = serial();
+    let servers = start_servers(2, "tiny", &[]);
+    let (p, _spans) = proxy(&servers, "[telemetry]\nmax_event_bytes = 4096\n");
+    let bias: serde_json::Map<String, Value> =
+        (100..700).map(|t| (t.to_string(), json!(-0.5))).collect();
+    let cases = [
+        json!({"response_fields": ["content"]}),
+        json!({"logit_bias": bias}),
+    ];
+    for (i, extra) in cases.iter().enumerate() {
+        let mut b = json!({
+            "prompt": "Once upon a time",
+            "stream": true,
+            "n_predict": 24,
+            "temperature": 0,
+            "ignore_eos": true,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let seen = stream_at(&p.addr(), "/completion", &b.to_string(), usize::MAX, || {});
+        assert_eq!(seen.status, 200, "{}", seen.raw);
+        assert!(seen.clean_end, "case {i}");
+        assert!(
+            seen.error_events.is_empty(),
+            "case {i}: {:?}",
+            seen.error_events
+        );
+        // One answer of 24 tokens, no more.
+        assert!(
+            seen.contents.len() <= 24,
+            "case {i}: {} content events: {}",
+            seen.contents.len(),
+            fleet::tail_chars(&seen.raw, 600)
+        );
+        let stops = seen.raw.matches("\"stop\":true").count();
+        assert!(stops <= 1, "case {i}: {stops} stop events");
+        let m = p.wait_metrics(Duration::from_secs(10), |m| recorded(m) >= (i + 1) as f64);
+        assert_eq!(recorded(&m), (i + 1) as f64, "case {i}");
+        assert_eq!(
+            common::proxy::metric_sum(&m, "llamatap_continuations_total", &[]),
+            0.0,
+            "case {i}: {}",
+            m.lines()
+                .filter(|l| l.contains("continuations_total"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    // Neither member was ejected: rounds of requests at once go to both.
+    let before: Vec<f64> = servers.iter().map(processed).collect();
+    for round in 0..3 {
+        std::thread::scope(|s| {
+            for k in 0..4 {
+                let addr = p.addr();
+                s.spawn(move || {
+                    let b = json!({
+                        "prompt": format!("Round {round}, request {k}: tell a story."),
+                        "n_predict": 32, "ignore_eos": true,
+                    })
+                    .to_string();
+                    let mut r =
+                        http::send(&addr, "POST", "/completion", &[], b.as_bytes()).unwrap();
+                    assert_eq!(r.head.status, 200);
+                    r.read_all().unwrap();
+                });
+            }
+        });
+    }
+    let after: Vec<f64> = servers.iter().map(processed).collect();
+    for (k, (a, b)) in after.iter().zip(&before).enumerate() {
+        assert!(
+            a > b,
+            "server {k} took none of 6 requests: {before:?} -> {after:?}"
+        );
+    }
+}
+
+/// Prompt tokens `server` has processed so far (`llamacpp:prompt_tokens_total`).
+fn processed(server: &LlamaServer) -> f64 {
+    server.metric("llamacpp:prompt_tokens_total")
+}
+
+#[test]
+fn a_member_busy_with_another_prefill_is_not_a_stall() {
+    // A long prompt sent to the member that streams an answer holds the
+    // answer's next token for the whole prefill (llama-server decodes both
+    // slots in one batch). With `stall_ms` below that prefill, the silence
+    // used to cut the answer as `stalled` and eject a healthy member. The
+    // member still answers `/health`: the answer waits on, whole, on its
+    // own member.
+    let _serial = serial();
+    let servers = start_servers(2, "slow", &[]);
+    let (p, _spans) = proxy(&servers, "[continuation]\nstall_ms = 400\n");
+    let long_prompt = "The lighthouse keeper counted the waves. ".repeat(180);
+    let mut prefill = None;
+    let seen = stream(&p.addr(), &body(json!({"max_tokens": 60})), 10, || {
+        let v = busy(&servers);
+        let url = servers[v].base_url.clone();
+        let b = json!({"prompt": long_prompt, "n_predict": 1, "cache_prompt": false}).to_string();
+        prefill = Some(std::thread::spawn(move || {
+            let addr = url.trim_start_matches("http://").to_string();
+            let mut r = http::send(&addr, "POST", "/completion", &[], b.as_bytes()).unwrap();
+            let status = r.head.status;
+            let body = r.read_all().unwrap();
+            (status, body)
+        }));
+    });
+    let (status, answer) = prefill.expect("never sent the prefill").join().unwrap();
+    assert_eq!(status, 200);
+    let evaluated = serde_json::from_slice::<Value>(&answer).unwrap()["timings"]["prompt_ms"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(seen.status, 200, "{}", seen.raw);
+    assert!(seen.error_events.is_empty(), "{:?}", seen.error_events);
+    assert!(seen.done && seen.clean_end);
+    assert_eq!(seen.ids.len(), 1);
+    let gap = seen.max_gap();
+    let m = p.wait_metrics(Duration::from_secs(10), |m| recorded(m) >= 1.0);
+    assert_eq!(
+        common::proxy::metric_sum(&m, "llamatap_continuations_total", &[]),
+        0.0,
+        "the answer was moved (longest gap {gap:?}, the prefill took {evaluated} ms)"
+    );
+    eprintln!("longest gap {gap:?} against stall_ms 400; the other prefill took {evaluated:.0} ms");
+}
+
+#[test]
+fn a_queued_fleet_request_over_64_kib_reaches_its_member_whole() {
+    // Routing reads ahead of a fleet request to choose its member, and the
+    // queue read ahead again to watch the socket while it waited: together
+    // more than Pingora can replay (64 KiB), so the member got the head and
+    // the body without its start, and waited for bytes that never came.
+    let _serial = serial();
+    let servers = start_servers(2, "slow", &[]);
+    let (p, _spans) = proxy(&servers, "[queue]\nenabled = true\nmax_inflight = 1\n");
+    // Both members' one slot taken by answers of a few seconds.
+    let holders: Vec<_> = (0..2)
+        .map(|k| {
+            let addr = p.addr();
+            std::thread::spawn(move || {
+                let b = json!({
+                    "prompt": format!("Holder {k} tells a story"),
+                    "n_predict": 40, "ignore_eos": true, "temperature": 0,
+                })
+                .to_string();
+                let mut r = http::send(&addr, "POST", "/completion", &[], b.as_bytes()).unwrap();
+                let status = r.head.status;
+                r.read_all().unwrap();
+                status
+            })
+        })
+        .collect();
+    let busy = fleet::wait_for(Duration::from_secs(30), || {
+        servers.iter().all(|s| {
+            s.slots()
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|slot| slot["is_processing"] == true)
+        })
+    });
+    assert!(busy.is_some(), "the holders never ran");
+    let big = json!({
+        "messages": [{"role": "user", "content": "Say hi."}],
+        "max_tokens": 4,
+        "temperature": 0,
+        "padding": "x".repeat(100_000),
+    })
+    .to_string();
+    assert!(big.len() > 100_000);
+    let addr = p.addr();
+    let waiter = std::thread::spawn(move || {
+        let mut r = http::send(&addr, "POST", "/v1/chat/completions", &[], big.as_bytes()).unwrap();
+        let status = r.head.status;
+        let body = r.read_all().unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    });
+    for h in holders {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+    let (status, body) = waiter.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["choices"][0]["message"]["content"].is_string(), "{body}");
+}

@@ -33,6 +33,8 @@ struct Script {
     chats: AtomicUsize,
     /// Model name it serves.
     model: Mutex<String>,
+    /// Streaming chats whose connection it closes before the response head.
+    die_before_head: AtomicUsize,
 }
 
 /// A scripted llama-server: `/health`, `/slots`, `/v1/models`, a 501 for
@@ -107,6 +109,30 @@ fn answer(script: &Script, s: &mut TcpStream, req: &ReqInfo) {
             503,
             r#"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#,
         ),
+        "/v1/chat/completions"
+            if serde_json::from_slice::<Value>(&req.body).is_ok_and(|b| b["stream"] == true) =>
+        {
+            let dies = script
+                .die_before_head
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if dies {
+                // The request was read; the connection closes unanswered.
+                let _ = s.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            script.chats.fetch_add(1, Ordering::SeqCst);
+            upstream::sse_head(s);
+            for event in [
+                upstream::chat_role_event(),
+                upstream::chat_event("ok."),
+                upstream::chat_final_event(10, 0, 1),
+                "data: [DONE]\n\n".to_string(),
+            ] {
+                upstream::chunk(s, event.as_bytes());
+            }
+            upstream::end_chunks(s);
+        }
         "/v1/chat/completions" => {
             script.chats.fetch_add(1, Ordering::SeqCst);
             let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
@@ -639,5 +665,56 @@ fn a_failed_connect_fails_over_and_names_the_upstream() {
         proxy.stderr().contains(&name),
         "the upstream is named: {}",
         proxy.stderr()
+    );
+}
+
+/// A member that closes a streaming request's connection before any byte
+/// of the answer (it died under the request): nothing reached the client,
+/// so the stream starts again on the other member (a continuation from zero
+/// tokens), where a 502 used to end it.
+#[test]
+fn a_stream_whose_member_dies_before_the_head_starts_on_another() {
+    let (sa, sb) = (script("tiny.gguf"), script("tiny.gguf"));
+    sa.die_before_head.store(1, Ordering::SeqCst);
+    let (a, b) = (llama(sa.clone()), llama(sb.clone()));
+    let proxy = Llamatap::start_fleet(&[&a.url(), &b.url()], &["--routing-policy", "round_robin"]);
+    wait_ready(&proxy);
+    // Round robin: one of two requests goes to a first.
+    for conversation in 0..2 {
+        let mut body: Value = serde_json::from_str(&chat(conversation, 0, "hi")).unwrap();
+        body["stream"] = Value::Bool(true);
+        let mut r = http::post(&proxy.addr(), "/v1/chat/completions", &body.to_string()).unwrap();
+        assert_eq!(r.head.status, 200, "conversation {conversation}");
+        let got = String::from_utf8(r.read_all().unwrap()).unwrap();
+        assert!(
+            got.ends_with("data: [DONE]\n\n"),
+            "conversation {conversation}: {got}"
+        );
+        assert_eq!(
+            got.matches("chatcmpl-test").count(),
+            3,
+            "one whole answer: {got}"
+        );
+    }
+    assert_eq!(
+        sa.die_before_head.load(Ordering::SeqCst),
+        0,
+        "a never got a stream"
+    );
+    assert_eq!(sb.chats.load(Ordering::SeqCst), 2, "b answered both");
+    let m = proxy.wait_metrics(Duration::from_secs(10), |m| {
+        metric_series(
+            m,
+            "llamatap_continuations_total",
+            &["reason=\"upstream_died\"", "result=\"continued\""],
+        ) == Some(1.0)
+    });
+    assert_eq!(
+        metric_series(
+            &m,
+            "llamatap_continuations_total",
+            &["reason=\"upstream_died\"", "result=\"continued\""]
+        ),
+        Some(1.0)
     );
 }

@@ -1508,3 +1508,56 @@ fn a_priority_header_naming_no_class_is_refused_with_400() {
         assert_eq!(status, 200, "{ok:?}: {text}");
     }
 }
+
+/// A client that stops reading mid-stream: once its socket's buffers are
+/// full, llamatap's write to it makes no progress. Past
+/// `limits.client_write_seconds` the request ends as a client timeout and
+/// the upstream connection closes (llama-server would cancel), where it
+/// used to be held for as long as the client kept its socket open.
+#[test]
+fn a_client_that_stops_reading_is_let_go_and_its_upstream_closed() {
+    let closed: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let (closed_up, sent_up) = (closed.clone(), sent.clone());
+    let up = Scripted::start(move |s, _req| {
+        upstream::sse_head(s);
+        let event = upstream::chat_event(&"x".repeat(64 * 1024));
+        // At most 1 GiB: far more than every buffer between here and a
+        // client that reads nothing.
+        for _ in 0..16_384 {
+            if !upstream::chunk(s, event.as_bytes()) {
+                *closed_up.lock().unwrap() = Some(Instant::now());
+                return;
+            }
+            sent_up.fetch_add(1, Ordering::SeqCst);
+        }
+        upstream::end_chunks(s);
+    });
+    let cfg = common::temp_config("unread", "[limits]\nclient_write_seconds = 1\n");
+    let proxy = Llamatap::start(&up.url(), &["--config", cfg.to_str().unwrap()]);
+    // Sends the request and never reads a byte of the answer.
+    let client = http::send_only(
+        &proxy.addr(),
+        "POST",
+        "/v1/chat/completions",
+        CHAT.as_bytes(),
+    )
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || closed.lock().unwrap().is_some()),
+        "the upstream connection was still open after {} events were sent to a client that reads nothing",
+        sent.load(Ordering::SeqCst)
+    );
+    let m = proxy.wait_metrics(Duration::from_secs(10), |m| {
+        metric_sum(m, "llamatap_requests_total", &["outcome=\"client_hangup\""]) >= 1.0
+    });
+    assert_eq!(
+        metric_sum(
+            &m,
+            "llamatap_requests_total",
+            &["outcome=\"client_hangup\""]
+        ),
+        1.0
+    );
+    drop(client);
+}

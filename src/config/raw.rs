@@ -84,6 +84,8 @@ pub struct RawLimits {
     pub max_body_bytes: Option<u64>,
     /// Largest total size of request header names and values, bytes (431 above).
     pub max_header_bytes: Option<usize>,
+    /// Longest a write to the client may make no progress, seconds.
+    pub client_write_seconds: Option<u64>,
 }
 
 /// `[upstream_timeouts]` as written.

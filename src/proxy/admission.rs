@@ -288,15 +288,23 @@ pub async fn wait(
     held.waited = true;
     held.queued_now = true;
     // Read the body first (within Pingora's replay buffer), so that the
-    // socket can be watched for a hang-up while the request waits.
+    // socket can be watched for a hang-up while the request waits. Only
+    // when nothing was read ahead yet (routing reads ahead in a fleet): a
+    // second read could outgrow the replay buffer, and the start of the
+    // body would be lost. A body still unread is forwarded from the socket.
+    let unread = session
+        .as_ref()
+        .get_retry_buffer()
+        .is_none_or(|b| b.is_empty());
     let watch = !session
         .req_header()
         .headers
         .contains_key(http::header::EXPECT)
-        && (session.is_body_done() || {
-            let _ = super::routing::preread(session, super::routing::REPLAY_LIMIT).await?;
-            session.is_body_done()
-        });
+        && (session.is_body_done()
+            || (unread && {
+                let _ = super::routing::preread(session, super::routing::REPLAY_LIMIT).await?;
+                session.is_body_done()
+            }));
     let (tx, rx) = oneshot::channel();
     let weight = admission.tenants.get(ctx.tenant).map_or(1, |t| t.weight);
     let arrival = Arrival {

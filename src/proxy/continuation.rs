@@ -35,7 +35,7 @@ use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
 use super::moves::{Answer, Registration, Signal};
-use super::{admission, attempt, request_head, routing, Steps};
+use super::{admission, attempt, downstream, request_head, routing, Steps};
 use crate::continuation::{self as plan, AnswerUsage, Plan, Sent, Shape, StreamIds};
 use crate::llama::{self, StreamFormat};
 use crate::request::Route;
@@ -151,6 +151,70 @@ pub(super) async fn resume(
             }
         }
     }
+}
+
+/// The attempt's upstream closed or reset its connection before the
+/// answer's head: nothing reached the client, so a continuable stream
+/// starts again from zero tokens on another member, with the body it
+/// sent. Returns that body when it does (the member is ejected and not
+/// chosen again, and the continuation is counted); `None` when the error
+/// stands (not an upstream's death, not continuable, continued as often as
+/// allowed, its body not kept, or no other member).
+pub(super) fn before_head(steps: &Steps, ctx: &mut RequestCtx, e: &Error) -> Option<Bytes> {
+    let died = e.esource() == &pingora::ErrorSource::Upstream
+        && matches!(
+            e.etype(),
+            ErrorType::ConnectionClosed | ErrorType::ReadError
+        );
+    if !died || ctx.request.stream != Some(true) || !armed(steps, ctx) || !elsewhere(steps, ctx) {
+        return None;
+    }
+    let body = ctx.resume.as_ref().map(|r| r.body.clone())?;
+    if body.is_empty() {
+        return None;
+    }
+    let from = member_name(steps, ctx);
+    if let Some(i) = ctx.member {
+        steps.fleet.eject(i);
+        ctx.routed.ejected = true;
+        if !ctx.routed.tried.contains(&i) {
+            ctx.routed.tried.push(i);
+        }
+    }
+    // The next attempt's head and first token count from the request's
+    // arrival, as before.
+    ctx.upstream_headers = None;
+    log(
+        ctx,
+        Continued {
+            at: ctx.received.elapsed(),
+            reason: Reason::UpstreamDied,
+            result: ContinuationResult::Continued,
+            why: None,
+            from,
+            to: None,
+            tokens_before: 0,
+            reprefilled: None,
+            pause: Duration::ZERO,
+            cached: None,
+        },
+    );
+    Some(body)
+}
+
+/// Longest wait for a silent member's `/health` before its silence counts
+/// as a stall.
+const ALIVE_WITHIN: Duration = Duration::from_millis(1000);
+
+/// The answer's member still answers its `/health` (within the lesser of
+/// [`ALIVE_WITHIN`] and half of `continuation.stall_ms`): its silence is
+/// another request's work, not a stall.
+pub(super) async fn member_alive(steps: &Steps, ctx: &RequestCtx) -> bool {
+    let Some(i) = ctx.member else {
+        return false;
+    };
+    let within = ALIVE_WITHIN.min(steps.config.continuation.stall / 2);
+    steps.fleet.answers_health(i, within).await
 }
 
 /// Whether `ctx` may be continued at all (checked before the cut is
@@ -403,6 +467,11 @@ fn what_to_continue(ctx: &RequestCtx) -> std::result::Result<SoFar, &'static str
     if observer.facts().error.is_some() {
         return Err("upstream_error_event");
     }
+    if observer.facts().skipped_events > 0 {
+        // An event too large to read (`telemetry.max_event_bytes`) went to
+        // the client unread: the transcript lacks its text.
+        return Err("event_skipped");
+    }
     let t = observer.transcript().ok_or("not_observed")?;
     if t.hidden {
         return Err("hidden_tokens");
@@ -523,11 +592,7 @@ async fn write(
 ) -> Result<()> {
     let b = Bytes::from(bytes);
     steps.response_chunk(ctx, Some(&b), end);
-    session
-        .as_downstream_mut()
-        .write_response_body(b, end)
-        .await
-        .map_err(|e| e.into_down())?;
+    downstream::body(session, b, end, steps.config.client_write_timeout).await?;
     if end {
         ctx.terminal_sent = true;
     }

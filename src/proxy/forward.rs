@@ -42,7 +42,7 @@ use tokio::sync::futures::Notified;
 
 use super::context::RequestCtx;
 use super::moves::{Registration, Signal};
-use super::{continuation, Steps};
+use super::{continuation, downstream, Steps};
 use crate::telemetry::continuation::Reason;
 use crate::upstream::client::Exchange;
 
@@ -50,14 +50,34 @@ use crate::upstream::client::Exchange;
 /// An error goes to `fail_to_proxy` and `logging`.
 pub async fn run(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
     answer_continue(session, ctx).await?;
-    // The connect and the request are boxed: their futures are large and
-    // over before the answer, which is what a held stream keeps.
-    let (mut up, peer) = Box::pin(connect(steps, session, ctx)).await?;
-    if session.req_header().method == http::Method::HEAD {
-        up.head_request();
-    }
-    Box::pin(send_request(steps, session, &mut up, &peer, ctx)).await?;
-    let header = read_header(session, &mut up, &peer).await?;
+    // The body again, for an attempt after an upstream that died before
+    // its answer's head (nothing reached the client).
+    let mut replay: Option<Bytes> = None;
+    let (mut up, peer, header) = loop {
+        // The connect and the request are boxed: their futures are large and
+        // over before the answer, which is what a held stream keeps.
+        let (mut up, peer) = Box::pin(connect(steps, session, ctx)).await?;
+        if session.req_header().method == http::Method::HEAD {
+            up.head_request();
+        }
+        Box::pin(send_request(
+            steps,
+            session,
+            &mut up,
+            &peer,
+            ctx,
+            replay.as_ref(),
+        ))
+        .await?;
+        match read_header(session, &mut up, &peer).await {
+            Ok(header) => break (up, peer, header),
+            Err(e) => match continuation::before_head(steps, ctx, &e) {
+                // Its connection closes first; the request goes to another.
+                Some(body) => replay = Some(body),
+                None => return Err(e),
+            },
+        }
+    };
     let Some((reason, cause)) = respond(steps, session, &mut up, header, &peer, ctx).await? else {
         return Ok(());
     };
@@ -130,7 +150,7 @@ async fn connect(
 
 /// Writes the request head (shaped by [`Steps::upstream_request`]) and the
 /// body (each chunk through [`Steps::request_chunk`], which enforces the body
-/// limit).
+/// limit), or `replay`, the whole body read by an earlier attempt.
 /// The head goes out with the first body chunk, a body read whole with it
 /// in one write.
 async fn send_request(
@@ -139,6 +159,7 @@ async fn send_request(
     up: &mut Exchange,
     peer: &HttpPeer,
     ctx: &mut RequestCtx,
+    replay: Option<&Bytes>,
 ) -> Result<()> {
     let mut req = session.req_header().clone();
     req.set_version(http::Version::HTTP_11);
@@ -156,8 +177,26 @@ async fn send_request(
     })?;
     drop(req);
     let timeout = peer.options.write_timeout;
+    if let Some(body) = replay {
+        ctx.request_bytes = body.len() as u64;
+        if chunked {
+            out.put_slice(format!("{:x}\r\n", body.len()).as_bytes());
+            out.put_slice(body);
+            out.put_slice(b"\r\n0\r\n\r\n");
+        } else {
+            out.put_slice(body);
+        }
+        return up.write(&out, timeout).await;
+    }
     // The part of the body read before routing (fleets only) is in Pingora's
-    // replay buffer; the rest is read here.
+    // replay buffer; the rest is read here. A buffer that outgrew its limit
+    // has lost the body's start: refused, never forwarded without it.
+    if session.as_ref().retry_buffer_truncated() {
+        return Error::e_explain(
+            ErrorType::InternalError,
+            "the request body read ahead outgrew what can be replayed",
+        );
+    }
     let mut pending = session
         .as_ref()
         .get_retry_buffer()
@@ -247,11 +286,8 @@ async fn respond(
         header.insert_header(header::TRANSFER_ENCODING, "chunked")?;
     }
     steps.downstream_response(&mut header, ctx)?;
-    session
-        .as_downstream_mut()
-        .write_response_header(header)
-        .await
-        .map_err(|e| e.into_down())?;
+    let client_timeout = steps.config.client_write_timeout;
+    downstream::head(session, header, client_timeout).await?;
 
     // The read timeout restarts with every chunk; the timer is moved only
     // when it fires, not per chunk (and once when a continuable answer's
@@ -310,7 +346,24 @@ async fn respond(
                 continue;
             }
             () = &mut stall => {
-                if last.checked_add(timeout).is_some_and(|d| Instant::now() >= d) {
+                let now = Instant::now();
+                if last.checked_add(timeout).is_some_and(|d| now >= d) {
+                    // A silence of `stall_ms` on a member that still answers
+                    // its `/health` is a member busy with another request
+                    // (a long prefill holds every slot's next token), not a
+                    // stall: the answer waits on, up to the read timeout.
+                    let stall_ms = steps.config.continuation.stall;
+                    let read_limit = peer.options.read_timeout.unwrap_or(Duration::MAX);
+                    if armed
+                        && timeout == stall_ms
+                        && last.checked_add(read_limit).is_some_and(|d| now < d)
+                        && continuation::member_alive(steps, ctx).await
+                    {
+                        let _in = ctx.log_span.enter();
+                        tracing::debug!("silent for stall_ms on a member that answers /health: waiting on");
+                        stall.as_mut().reset(deadline(Instant::now(), stall_ms));
+                        continue;
+                    }
                     let e = Error::explain(
                         ErrorType::ReadTimedout,
                         "reading the response body (timeout)",
@@ -326,43 +379,18 @@ async fn respond(
             }
         };
         last = Instant::now();
-        // A continuable answer whose body ends without its terminal event,
-        // while another upstream could take it, is continued: this chunk is
-        // not its end.
-        let unfinished = if armed && end && continuation::elsewhere(steps, ctx) {
-            steps.response_chunk(ctx, chunk.as_ref(), false);
-            // An answer that ended with its upstream's in-band error event
-            // is an answer, not a cut.
-            let done = ctx
-                .observer
-                .as_ref()
-                .is_some_and(|o| o.facts().done || o.facts().error.is_some());
-            if done {
-                steps.response_chunk(ctx, None, true);
-            }
-            !done
-        } else {
-            steps.response_chunk(ctx, chunk.as_ref(), end);
-            false
-        };
-        let ds = session.as_downstream_mut();
+        // A body that ends by its framing (the terminal chunk, its
+        // `Content-Length`, or the close of a body delimited by it) is the
+        // end of the answer, whatever its last event says: a client can
+        // trim that event (`response_fields`), or make it larger than the
+        // observer reads. Only a read error (a reset, a framing error, a
+        // close before the framing's end) is a cut, above.
+        steps.response_chunk(ctx, chunk.as_ref(), end);
         if let Some(b) = chunk.filter(|b| !b.is_empty()) {
-            ds.write_response_body(b, end && !unfinished)
-                .await
-                .map_err(|e| e.into_down())?;
+            downstream::body(session, b, end, client_timeout).await?;
             ctx.terminal_sent |= ctx.observer.as_ref().is_some_and(|o| o.facts().done);
-        } else if end && !unfinished {
-            ds.write_response_body(Bytes::new(), true)
-                .await
-                .map_err(|e| e.into_down())?;
-        }
-        if unfinished {
-            let e = Error::explain(
-                ErrorType::ConnectionClosed,
-                "the upstream ended the stream before its terminal event",
-            )
-            .into_up();
-            return Ok(Some((Reason::UpstreamDied, e)));
+        } else if end {
+            downstream::body(session, Bytes::new(), true, client_timeout).await?;
         }
         if registration.is_none() {
             if let Some(s) = signal.as_ref().filter(|_| has_tokens(ctx)) {
@@ -382,11 +410,7 @@ async fn respond(
     if bodiless_answer {
         // The loop never ran: end the body here.
         steps.response_chunk(ctx, None, true);
-        session
-            .as_downstream_mut()
-            .write_response_body(Bytes::new(), true)
-            .await
-            .map_err(|e| e.into_down())?;
+        downstream::body(session, Bytes::new(), true, client_timeout).await?;
     }
     Ok(None)
 }

@@ -72,8 +72,13 @@ pub async fn write_error_with(
     }
     ctx.status = Some(reply.status);
     let ds = session.as_downstream_mut();
-    let _ = ds.write_error_response(resp, Bytes::from(body)).await;
+    let _ =
+        tokio::time::timeout(LAST_WRITE, ds.write_error_response(resp, Bytes::from(body))).await;
 }
+
+/// Longest wait writing an error answer or event: the request is over, and
+/// a client that does not read it must not hold it.
+const LAST_WRITE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A fatal error of a request (`upstream`: the upstream of its last
 /// attempt, named in the log line and the span only): an OpenAI-shaped
@@ -92,7 +97,11 @@ pub async fn fail(
     ctx.ended.get_or_insert_with(Instant::now);
     ctx.failure = Some((f.outcome, f.code, errors::message_naming(&f, e, upstream)));
     let mut code = f.status;
-    if f.status != 0 {
+    // A client that stopped reading gets nothing more: the write would wait
+    // on it again.
+    let unread = e.esource() == &pingora::ErrorSource::Downstream
+        && e.etype() == &pingora::ErrorType::WriteTimedout;
+    if f.status != 0 && !unread {
         if session.as_downstream().response_written().is_none() {
             let reply = ErrorReply {
                 status: f.status,
@@ -105,7 +114,8 @@ pub async fn fail(
             let mid = ctx.observer.as_ref().is_some_and(|o| o.mid_event());
             let event = errors::sse_error_event(&msg, f.kind, f.code, mid);
             let ds = session.as_downstream_mut();
-            let _ = ds.write_response_body(Bytes::from(event), true).await;
+            let write = ds.write_response_body(Bytes::from(event), true);
+            let _ = tokio::time::timeout(LAST_WRITE, write).await;
             code = ctx.status.unwrap_or(200);
         }
     }

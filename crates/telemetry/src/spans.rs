@@ -148,7 +148,7 @@ impl Tracing {
             .tracer
             .span_builder("llm")
             .with_kind(SpanKind::Server)
-            .with_start_time(received)
+            .with_start_time(whole_micros(received))
             .start_with_context(&self.tracer, &cx);
         RequestSpan {
             server,
@@ -170,7 +170,7 @@ impl Tracing {
             .tracer
             .span_builder("upstream")
             .with_kind(SpanKind::Client)
-            .with_start_time(now)
+            .with_start_time(whole_micros(now))
             .start_with_context(&self.tracer, &cx);
         let c = client.span_context();
         let header = tracecontext::format_traceparent(
@@ -179,7 +179,7 @@ impl Tracing {
             c.trace_flags().to_u8(),
         );
         if let Some(mut old) = span.client.replace(client) {
-            old.end_with_timestamp(now);
+            old.end_with_timestamp(whole_micros(now));
         }
         (header, span.tracestate.clone())
     }
@@ -189,7 +189,11 @@ impl Tracing {
     /// an exemplar name its trace (a span the full queue dropped never
     /// reaches the collector).
     pub fn finish(&self, mut span: RequestSpan, rec: &RequestRecord) -> bool {
-        let at = |d: Duration| rec.received_wall + d;
+        // Every time of the spans in whole microseconds, so that an event
+        // at the very end of its span (a first sentence decided at the
+        // terminal event) is not shown after the span's end by a viewer
+        // that turns start and duration into microseconds separately.
+        let at = |d: Duration| whole_micros(rec.received_wall + d);
         let end = at(rec.end);
         let op = rec.route.operation_name();
         let req_model = rec.request.model.as_deref();
@@ -309,6 +313,19 @@ impl Tracing {
     }
 }
 
+/// `t` rounded down to a whole microsecond (the resolution of Jaeger and
+/// most viewers): rounding every time of a span the same way keeps each
+/// event within its span once shown.
+pub fn whole_micros(t: SystemTime) -> SystemTime {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => {
+            SystemTime::UNIX_EPOCH
+                + Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        }
+        Err(_) => t,
+    }
+}
+
 /// OTLP/HTTP wants the signal path; a bare base URL gets `/v1/traces`.
 fn http_traces_url(endpoint: &str) -> String {
     let trimmed = endpoint.trim_end_matches('/');
@@ -318,3 +335,6 @@ fn http_traces_url(endpoint: &str) -> String {
         format!("{trimmed}/v1/traces")
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -77,10 +77,13 @@ impl Refusal {
 
 // === Plan ===
 
-/// Top-level fields of a chat request carried into the continuation's
-/// `/completion` as the client sent them: sampling, stop strings, and
-/// `model` (a router-mode llama-server routes on it).
-const CARRIED: [&str; 30] = [
+/// Top-level fields of a request carried into the continuation's
+/// `/completion` as the client sent them: everything the pinned
+/// llama-server reads (its `server-schema.cpp`) that changes what is
+/// generated or how its events look: sampling, stop strings, adapters,
+/// limits of time and indentation, the shape of probabilities and timings,
+/// and `model` (a router-mode llama-server routes on it).
+const CARRIED: [&str; 41] = [
     "model",
     "temperature",
     "top_p",
@@ -111,7 +114,40 @@ const CARRIED: [&str; 30] = [
     "dynatemp_exponent",
     "top_n_sigma",
     "n_probs",
+    "adaptive_target",
+    "adaptive_decay",
+    "min_keep",
+    "backend_sampling",
+    "post_sampling_probs",
+    "lora",
+    "t_max_predict_ms",
+    "n_indent",
+    "n_keep",
+    "n_discard",
+    "timings_per_token",
 ];
+
+/// An integer field as llama-server reads it (`json::get<int>`): a number,
+/// a fraction truncated toward zero (`20.0` and `20.7` are 20); `None` when
+/// absent, null, or not a number.
+fn integer(v: Option<&Value>) -> Option<i64> {
+    let v = v?;
+    if let Some(i) = v.as_i64() {
+        return Some(i);
+    }
+    v.as_f64().filter(|f| f.is_finite()).map(|f| {
+        // Saturating, as a value beyond the range is refused upstream anyway.
+        f.trunc().clamp(i64::MIN as f64, i64::MAX as f64) as i64
+    })
+}
+
+/// The first of `names` that is set (not null), as llama-server picks a
+/// field among its aliases.
+fn first_set<'a>(req: &'a Map<String, Value>, names: &[&str]) -> Option<&'a Value> {
+    names
+        .iter()
+        .find_map(|k| req.get(*k).filter(|v| !v.is_null()))
+}
 
 /// The request's route, as the continuation sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,8 +222,9 @@ pub fn plan_for(shape: Shape, body: &[u8]) -> Result<Plan, Refusal> {
     {
         return Err(Refusal::ResponseFormat);
     }
-    // llama-server reads `n` as an integer, 2.0 included.
-    if set("n").and_then(Value::as_f64).is_some_and(|n| n > 1.0) {
+    // llama-server reads `n_cmpl`, or its alias `n`, as an integer (2.0
+    // included).
+    if integer(first_set(&req, &["n_cmpl", "n"])).is_some_and(|n| n > 1) {
         return Err(Refusal::SeveralChoices);
     }
     let prompt = match shape {
@@ -210,14 +247,19 @@ pub fn plan_for(shape: Shape, body: &[u8]) -> Result<Plan, Refusal> {
         Shape::Chat => (set("logprobs") == Some(&Value::Bool(true)))
             .then(|| set("top_logprobs").and_then(Value::as_u64).unwrap_or(20)),
         Shape::Completions => set("logprobs").and_then(Value::as_u64).filter(|n| *n > 0),
+        // `n_probs` is carried; its alias `logprobs` is read the same way.
+        Shape::Native if set("n_probs").is_none() => integer(set("logprobs"))
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| *n > 0),
         Shape::Native => None,
     };
-    // As llama-server reads the limit: the first of these set, a negative
-    // one meaning no limit.
-    let max_tokens = ["n_predict", "max_completion_tokens", "max_tokens"]
-        .iter()
-        .find_map(|k| set(k))
-        .and_then(Value::as_u64);
+    // As llama-server reads the limit: the first of these set, as an
+    // integer (a fraction truncated), a negative one meaning no limit.
+    let max_tokens = integer(first_set(
+        &req,
+        &["n_predict", "max_completion_tokens", "max_tokens"],
+    ))
+    .and_then(|n| u64::try_from(n).ok());
     let include_usage = set("stream_options")
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)

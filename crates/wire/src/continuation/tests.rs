@@ -209,6 +209,10 @@ fn carried_values() -> Value {
         "mirostat_tau": 5.0, "mirostat_eta": 0.1, "logit_bias": {"15": -100},
         "samplers": ["top_k", "temperature"], "dynatemp_range": 0.3,
         "dynatemp_exponent": 1.5, "top_n_sigma": 1.0, "n_probs": 2,
+        "adaptive_target": 0.4, "adaptive_decay": 0.9, "min_keep": 1,
+        "backend_sampling": false, "post_sampling_probs": true,
+        "lora": [{"id": 0, "scale": 0.5}], "t_max_predict_ms": 2500,
+        "n_indent": 4, "n_keep": -1, "n_discard": 8, "timings_per_token": true,
     })
 }
 
@@ -493,6 +497,53 @@ fn the_limit_is_read_as_llama_server_reads_it() {
         None
     );
     assert_eq!(limit(json!({"n_predict": -1})), None);
+    // An integer field read from a number with a fraction: truncated, as
+    // `json::get<int>` does (20.0 is a limit of 20, not no limit).
+    assert_eq!(limit(json!({"max_tokens": 20.0})), Some(20));
+    assert_eq!(limit(json!({"max_tokens": 20.9})), Some(20));
+    assert_eq!(limit(json!({"n_predict": -1.0, "max_tokens": 5})), None);
+    let body = plan(&chat(json!({"max_tokens": 20.0})))
+        .unwrap()
+        .completion_body(Some("R"), &text_sent("S", 5));
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["n_predict"], json!(15));
+}
+
+#[test]
+fn several_completions_are_refused_by_either_name() {
+    // `n_cmpl` is llama-server's own name, `n` its alias; either above 1
+    // generates several answers, which one stream cannot carry on.
+    for extra in [
+        json!({"n_cmpl": 2}),
+        json!({"n_cmpl": 2.0}),
+        json!({"n": 3}),
+        json!({"n_cmpl": 2, "n": 1}),
+    ] {
+        assert_eq!(refusal(extra.clone()), Refusal::SeveralChoices, "{extra}");
+    }
+    for extra in [
+        json!({"n_cmpl": 1}),
+        json!({"n": 1.5}),
+        json!({"n_cmpl": null, "n": 1}),
+    ] {
+        assert!(plan(&chat(extra.clone())).is_ok(), "{extra}");
+    }
+}
+
+#[test]
+fn a_native_requests_logprobs_alias_asks_for_n_probs() {
+    let native = |extra: Value| {
+        let mut b = json!({"prompt": "p", "stream": true});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let p = plan_for(Shape::Native, &serde_json::to_vec(&b).unwrap()).unwrap();
+        let body = p.completion_body(None, &text_sent("", 0));
+        serde_json::from_slice::<Value>(&body).unwrap()["n_probs"].clone()
+    };
+    assert_eq!(native(json!({"logprobs": 3})), json!(3));
+    assert_eq!(native(json!({"n_probs": 2, "logprobs": 3})), json!(2));
+    assert_eq!(native(json!({"logprobs": 0})), Value::Null);
 }
 
 // === completions, native, token ids ===
