@@ -1031,3 +1031,76 @@ fn a_queued_fleet_request_over_64_kib_reaches_its_member_whole() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert!(v["choices"][0]["message"]["content"].is_string(), "{body}");
 }
+
+#[test]
+fn on_a_real_models_text_a_continued_answer_equals_the_uninterrupted_one() {
+    // SmolLM2-135M-Instruct (Q4_1): real text, greedy. Cut once with the
+    // token ids carried (`logprobs`: token-exact) and once from text (the
+    // target tokenizes the text again); each continued answer equals the
+    // uninterrupted one, character for character.
+    let _serial = serial();
+    let mut servers = start_servers(3, "real", &[]);
+    let (p, _spans) = proxy(&servers, "");
+    let mut live: Vec<usize> = (0..servers.len()).collect();
+    for (label, extra) in [
+        ("token-exact", json!({"logprobs": true, "top_logprobs": 1})),
+        ("from text", json!({})),
+    ] {
+        let mut b = json!({
+            "messages": [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "Describe a lighthouse keeper's day, hour by hour, in detail."},
+            ],
+            "stream": true,
+            "max_tokens": 120,
+            "temperature": 0,
+            "stream_options": {"include_usage": true},
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let b = b.to_string();
+        let whole = stream(&p.addr(), &b, usize::MAX, || {});
+        assert_eq!(whole.status, 200, "{label}: {}", whole.raw);
+        assert!(whole.done && whole.clean_end, "{label}");
+        assert!(
+            whole.contents.len() > 40,
+            "{label}: the answer is too short to cut: {:?}",
+            whole.text()
+        );
+        let mut victim = None;
+        let seen = stream(&p.addr(), &b, 20, || {
+            let v = busy_among(&servers, &live);
+            servers[v].kill();
+            victim = Some(v);
+        });
+        let v = victim.expect("never cut");
+        live.retain(|i| *i != v);
+        assert_eq!(seen.status, 200, "{label}: {}", seen.raw);
+        assert!(seen.error_events.is_empty(), "{label}: {:?}", seen.error_events);
+        assert!(seen.done && seen.done_last && seen.clean_end, "{label}");
+        assert_eq!(seen.ids.len(), 1, "{label}");
+        assert_eq!(seen.text(), whole.text(), "{label}: the continued text differs");
+        assert_eq!(seen.finish_reasons, whole.finish_reasons, "{label}");
+        eprintln!(
+            "{label}: cut after 20 of {} events; equal: {:?}",
+            whole.contents.len(),
+            fleet::tail_chars(&seen.text(), 160)
+        );
+    }
+    let m = p.wait_metrics(Duration::from_secs(10), |m| {
+        metric_series(
+            m,
+            "llamatap_continuations_total",
+            &["reason=\"upstream_died\"", "result=\"continued\""],
+        ) == Some(2.0)
+    });
+    assert_eq!(
+        metric_series(
+            &m,
+            "llamatap_continuations_total",
+            &["reason=\"upstream_died\"", "result=\"continued\""]
+        ),
+        Some(2.0)
+    );
+}
