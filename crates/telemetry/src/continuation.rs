@@ -116,6 +116,9 @@ pub struct Continued {
     /// Prompt tokens the target found in its KV cache (its `cache_n`), when
     /// known: the continuation's prompt was reused this far.
     pub cached: Option<u64>,
+    /// Tokens the target generated (its `predicted_n`), when known: with
+    /// `tokens_before`, what the answer generated in all.
+    pub generated: Option<u64>,
     /// From the cut to the continuation's first token (or to the failure).
     pub pause: Duration,
 }
