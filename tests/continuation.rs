@@ -854,7 +854,7 @@ fn a_continued_answer_is_charged_the_tokens_before_and_after_the_cut() {
     const TPM: u64 = 1_000_000;
     let _serial = serial();
     let mut servers = start_servers(2, "slow", &[]);
-    let (p, _spans) = proxy(
+    let (p, spans) = proxy(
         &servers,
         &format!("[[auth.keys]]\nname = \"team\"\nkey = \"{KEY}\"\ntokens_per_minute = {TPM}\n"),
     );
@@ -903,8 +903,22 @@ fn a_continued_answer_is_charged_the_tokens_before_and_after_the_cut() {
     });
     let charged = TPM - left.expect("no x-ratelimit-remaining-tokens");
     let answer = ANSWER_TOKENS as u64;
-    assert!(
-        charged >= answer + 10 && charged < answer + 200,
-        "charged {charged} for an answer of {answer} tokens"
+    // The target generated the rest of the answer, and its prompt was the
+    // conversation's plus the tokens handed back: charged as if uncut.
+    let e = continued_event(&spans);
+    let before = e["llamatap.continuation.tokens_before"];
+    assert_eq!(
+        before + e["llamatap.continuation.generated_tokens"],
+        ANSWER_TOKENS as i64,
+        "{e:?}"
+    );
+    let prompt = e["llamatap.continuation.reprefilled_tokens"]
+        + e["llamatap.continuation.cached_tokens"]
+        - before;
+    assert!(prompt > 10, "{e:?}");
+    assert_eq!(
+        charged,
+        prompt as u64 + answer,
+        "charged {charged} for an answer of {answer} tokens: {e:?}"
     );
 }

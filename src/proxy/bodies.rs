@@ -80,6 +80,7 @@ pub fn request_chunk(
 /// answer a bounded copy (for its usage); anything else is only counted.
 pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telemetry: &Telemetry) {
     let format = ctx.format();
+    ctx.json_counts = None;
     if is_event_stream(resp) {
         ctx.streaming = true;
         ctx.stream_counted = true;
@@ -96,7 +97,6 @@ pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telem
         }
     } else if format.is_some() && is_json(resp) {
         ctx.json_body = Some(Vec::new());
-        ctx.json_counts = None;
     }
 }
 

@@ -239,6 +239,9 @@ pub fn add_events(s: &mut Span, rec: &RequestRecord, at: &dyn Fn(Duration) -> Sy
         if let Some(n) = c.cached {
             attrs.push(KeyValue::new(sc::LLAMATAP_CONTINUATION_CACHED, int(n)));
         }
+        if let Some(n) = c.generated {
+            attrs.push(KeyValue::new(sc::LLAMATAP_CONTINUATION_GENERATED, int(n)));
+        }
         s.add_event_with_timestamp(sc::EVENT_CONTINUED, at(c.at), attrs);
     }
 }
