@@ -19,6 +19,7 @@ pub mod admission;
 mod attempt;
 mod bodies;
 mod cachebreak;
+mod charge;
 pub mod context;
 mod continuation;
 mod downstream;

@@ -1102,5 +1102,94 @@ fn on_a_real_models_text_a_continued_answer_equals_the_uninterrupted_one() {
             &["reason=\"upstream_died\"", "result=\"continued\""]
         ),
         Some(2.0)
+
+/// `x-ratelimit-remaining-tokens` for `key`, asked on `/tokenize`
+/// (admitted like any route, charged nothing).
+fn remaining_tokens(addr: &str, key: &str) -> Option<u64> {
+    let auth = format!("Bearer {key}");
+    let mut r = http::send(
+        addr,
+        "POST",
+        "/tokenize",
+        &[("Authorization", &auth), ("Connection", "close")],
+        br#"{"content":"hello"}"#,
+    )
+    .ok()?;
+    let _ = r.read_all().ok()?;
+    r.head.header("x-ratelimit-remaining-tokens")?.parse().ok()
+}
+
+#[test]
+fn a_continued_answer_is_charged_the_tokens_before_and_after_the_cut() {
+    const KEY: &str = "continued-tenant-key-0001";
+    const TPM: u64 = 1_000_000;
+    let _serial = serial();
+    let mut servers = start_servers(2, "slow", &[]);
+    let (p, spans) = proxy(
+        &servers,
+        &format!("[[auth.keys]]\nname = \"team\"\nkey = \"{KEY}\"\ntokens_per_minute = {TPM}\n"),
+    );
+    // The charge lands in the minute the answer ends: start with most of
+    // one left (a condition on the clock).
+    let left_in_minute = || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        60_000 - now % 60_000
+    };
+    assert!(fleet::wait_for(Duration::from_secs(61), || left_in_minute() >= 45_000).is_some());
+    // Without include_usage nothing in the client's stream counts tokens.
+    let body = body(json!({"stream_options": {"include_usage": false}}));
+    let auth = format!("Bearer {KEY}");
+    let mut r = http::send(
+        &p.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[("Authorization", &auth)],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.head.status, 200);
+    let mut raw = String::new();
+    let mut cut = false;
+    while let Some(piece) = r.next_piece().unwrap() {
+        raw.push_str(&String::from_utf8_lossy(&piece));
+        if !cut && raw.matches("\"content\":\"").count() >= CUT_AFTER {
+            let v = busy(&servers);
+            servers[v].kill();
+            cut = true;
+        }
+    }
+    assert!(cut, "never cut:\n{raw}");
+    assert!(raw.ends_with("data: [DONE]\n\n"), "{raw}");
+    assert!(!raw.contains("\"usage\":{"), "{raw}");
+    assert_counted_once(&p, "upstream_died", "continued");
+    // Charged the whole answer (its 160 tokens) and its prompt (a few dozen
+    // tokens), not nothing.
+    let mut left = None;
+    fleet::wait_for(Duration::from_secs(10), || {
+        left = remaining_tokens(&p.addr(), KEY);
+        left.is_some_and(|l| l < TPM)
+    });
+    let charged = TPM - left.expect("no x-ratelimit-remaining-tokens");
+    let answer = ANSWER_TOKENS as u64;
+    // The target generated the rest of the answer, and its prompt was the
+    // conversation's plus the tokens handed back: charged as if uncut.
+    let e = continued_event(&spans);
+    let before = e["llamatap.continuation.tokens_before"];
+    assert_eq!(
+        before + e["llamatap.continuation.generated_tokens"],
+        ANSWER_TOKENS as i64,
+        "{e:?}"
+    );
+    let prompt = e["llamatap.continuation.reprefilled_tokens"]
+        + e["llamatap.continuation.cached_tokens"]
+        - before;
+    assert!(prompt > 10, "{e:?}");
+    assert_eq!(
+        charged,
+        prompt as u64 + answer,
+        "charged {charged} for an answer of {answer} tokens: {e:?}"
     );
 }

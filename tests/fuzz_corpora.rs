@@ -16,7 +16,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use llamatap::config::{Config, Overrides, RawConfig};
-use llamatap::llama::{parse_event, parse_response, Delta, StreamFormat};
+use llamatap::llama::{parse_event, parse_response, CountScanner, Delta, StreamFormat};
 use llamatap::request::{inspect_body, Route, MAX_MODEL_BYTES};
 use llamatap::sentence::{Sentence, SentenceRule, MAX_SENTENCE_CHARS};
 use llamatap::sse::{SseEvent, SseReader};
@@ -440,6 +440,14 @@ fn check_llama(input: &[u8]) {
             facts.visible_text_chars,
             data.len()
         );
+        // The counts read as the body passes do not depend on its chunks.
+        let (a, b) = data.split_at(usize::from(k).min(data.len()));
+        let mut whole = CountScanner::new();
+        whole.feed(data);
+        let mut cut = CountScanner::new();
+        cut.feed(a);
+        cut.feed(b);
+        assert_eq!(whole.finish(format), cut.finish(format), "{format}");
     }
 }
 

@@ -1215,3 +1215,159 @@ fn the_example_tenant_block_loads_once_uncommented() {
         "{err}"
     );
 }
+
+// === what is charged ===
+
+/// POSTs `body` to `path` as `key`; the head and the whole body.
+fn post_path(addr: &str, key: &str, path: &str, body: &str) -> (http::Head, Vec<u8>) {
+    let auth = format!("Bearer {key}");
+    let mut r = http::send(
+        addr,
+        "POST",
+        path,
+        &[("Authorization", &auth), ("Connection", "close")],
+        body.as_bytes(),
+    )
+    .unwrap();
+    let b = r.read_all().unwrap();
+    (r.head, b)
+}
+
+/// `x-ratelimit-remaining-tokens` as `key` sees it now, asked on
+/// `/tokenize` (admitted like any route, charged nothing).
+fn remaining_tokens(addr: &str, key: &str) -> u64 {
+    let (head, body) = post_path(addr, key, "/tokenize", r#"{"content":"hello"}"#);
+    assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&body));
+    head.header("x-ratelimit-remaining-tokens")
+        .expect("no x-ratelimit-remaining-tokens")
+        .parse()
+        .unwrap()
+}
+
+/// Waits until `key`'s window has `want` tokens left (an answer is charged
+/// in `logging`, just after the client has it); the last value seen.
+fn wait_remaining(addr: &str, key: &str, want: u64) -> u64 {
+    let mut seen = 0;
+    wait_until(Duration::from_secs(10), || {
+        seen = remaining_tokens(addr, key);
+        seen == want
+    });
+    seen
+}
+
+/// A native answer's tokens as llama-server counts them.
+fn native_tokens(v: &serde_json::Value) -> u64 {
+    let t = &v["timings"];
+    t["prompt_n"].as_u64().unwrap()
+        + t["cache_n"].as_u64().unwrap_or(0)
+        + t["predicted_n"].as_u64().unwrap()
+}
+
+#[test]
+fn a_response_fields_that_hides_the_counts_is_refused_for_a_token_limited_tenant() {
+    const TPM: u64 = 100_000;
+    let llama = LlamaServer::start("tiny", &[]);
+    let config = temp_config(
+        "tenants-response-fields",
+        &format!(
+            "[[auth.keys]]\nname = \"alice\"\nkey = \"{ALICE}\"\ntokens_per_minute = {TPM}\n\
+             [[auth.keys]]\nname = \"bob\"\nkey = \"{BOB}\"\n"
+        ),
+    );
+    let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
+    let p = proxy.addr();
+    let native = |fields: serde_json::Value, stream: bool| {
+        serde_json::json!({
+            "prompt": "Once upon a time", "n_predict": 24, "temperature": 0.0,
+            "stream": stream, "response_fields": fields,
+        })
+        .to_string()
+    };
+    wait_for_window_with(30_000);
+    let before = remaining_tokens(&p, ALICE);
+    assert_eq!(before, TPM);
+    for path in ["/completion", "/completions"] {
+        for stream in [false, true] {
+            let (head, body) = post_path(
+                &p,
+                ALICE,
+                path,
+                &native(serde_json::json!(["content"]), stream),
+            );
+            assert_eq!(head.status, 400, "{}", String::from_utf8_lossy(&body));
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["error"]["code"], "response_fields_hide_usage", "{v}");
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+            assert!(v["error"]["message"].as_str().unwrap().contains("timings"));
+        }
+    }
+    // Keeping the counts is enough: answered, and charged what it says.
+    let (head, body) = post_path(
+        &p,
+        ALICE,
+        "/completion",
+        &native(serde_json::json!(["content", "timings"]), false),
+    );
+    assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&body));
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(v.get("tokens_predicted").is_none(), "{v}");
+    let charged = native_tokens(&v);
+    assert_eq!(wait_remaining(&p, ALICE, TPM - charged), TPM - charged);
+    // A tenant without a token limit gets llama-server's filtered answer.
+    let (head, body) = post_path(
+        &p,
+        BOB,
+        "/completion",
+        &native(serde_json::json!(["content"]), false),
+    );
+    assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&body));
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["content"]);
+}
+
+#[test]
+fn an_answer_larger_than_max_inspect_bytes_is_charged_its_counts() {
+    const TPM: u64 = 100_000;
+    const INSPECT: usize = 4096;
+    let llama = LlamaServer::start("tiny", &[]);
+    let config = temp_config(
+        "tenants-large-answer",
+        &format!(
+            "[telemetry]\nmax_inspect_bytes = {INSPECT}\n\
+             [[auth.keys]]\nname = \"alice\"\nkey = \"{ALICE}\"\ntokens_per_minute = {TPM}\n"
+        ),
+    );
+    let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
+    let p = proxy.addr();
+    wait_for_window_with(30_000);
+    let mut left = remaining_tokens(&p, ALICE);
+    assert_eq!(left, TPM);
+
+    // A chat with top_logprobs: kilobytes of probabilities for 24 tokens.
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": "Tell me about rivers."}],
+        "max_tokens": 24, "temperature": 0.0, "seed": 7,
+        "logprobs": true, "top_logprobs": 20,
+    })
+    .to_string();
+    let (head, answer) = post_path(&p, ALICE, "/v1/chat/completions", &body);
+    assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&answer));
+    assert!(answer.len() > 4 * INSPECT, "{} bytes", answer.len());
+    let charged = tokens_of(&usage(false, &answer));
+    assert!(charged > 24, "{charged}");
+    left -= charged;
+    assert_eq!(wait_remaining(&p, ALICE, left), left);
+
+    // A native answer puts its timings before its probabilities.
+    let body = serde_json::json!({
+        "prompt": "The river", "n_predict": 24, "temperature": 0.0, "n_probs": 20,
+    })
+    .to_string();
+    let (head, answer) = post_path(&p, ALICE, "/completion", &body);
+    assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&answer));
+    assert!(answer.len() > 4 * INSPECT, "{} bytes", answer.len());
+    let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    left -= native_tokens(&v);
+    assert_eq!(wait_remaining(&p, ALICE, left), left);
+}

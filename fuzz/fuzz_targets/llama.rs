@@ -9,11 +9,12 @@
 //! - never panics;
 //! - `data: [DONE]` gives a delta with only `done` set;
 //! - `visible`, when present, is non-empty;
-//! - `visible_text_chars` of a response is at most the body's byte length.
+//! - `visible_text_chars` of a response is at most the body's byte length;
+//! - `CountScanner` gives the same facts fed whole or cut in two at `k`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use llamatap::llama::{parse_event, parse_response, Delta, StreamFormat};
+use llamatap::llama::{parse_event, parse_response, CountScanner, Delta, StreamFormat};
 use llamatap::sse::SseEvent;
 
 fuzz_target!(|input: &[u8]| {
@@ -41,5 +42,13 @@ fuzz_target!(|input: &[u8]| {
             facts.visible_text_chars,
             data.len()
         );
+        // The counts read as the body passes do not depend on its chunks.
+        let (a, b) = data.split_at(usize::from(k).min(data.len()));
+        let mut whole = CountScanner::new();
+        whole.feed(data);
+        let mut cut = CountScanner::new();
+        cut.feed(a);
+        cut.feed(b);
+        assert_eq!(whole.finish(format), cut.finish(format), "{format}");
     }
 });

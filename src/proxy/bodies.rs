@@ -1,8 +1,9 @@
 //! What the hooks keep of each body as it passes, without changing a byte:
 //! the request body's bounded copy (read for its facts and the prompt's
 //! digest at its end), the kind of answer (an event stream gets an
-//! observer, a JSON answer a bounded copy for its usage), and each answer
-//! chunk handed to the observer.
+//! observer, a JSON answer a bounded copy for its usage, or past
+//! `telemetry.max_inspect_bytes` a [`CountScanner`] that keeps only its
+//! counts), and each answer chunk handed to the observer.
 //!
 //! Deliberately not here: reading the events (the observer,
 //! `crate::observe`) and forwarding (the hooks and [`super::forward`]).
@@ -14,10 +15,12 @@ use pingora::http::ResponseHeader;
 use pingora::Result;
 
 use super::cachebreak::{self, Breaks};
+use super::charge;
 use super::context::RequestCtx;
 use super::continuation;
 use super::errors;
 use crate::config::Config;
+use crate::llama::CountScanner;
 use crate::observe::{StreamEnd, StreamObserver};
 use crate::request;
 use crate::telemetry::Telemetry;
@@ -60,6 +63,11 @@ pub fn request_chunk(
         } else {
             ctx.request = request::inspect_body(&ctx.body);
         }
+        if charge::refuses(ctx) {
+            // Refused before the last chunk goes out: llama-server never
+            // has the whole body.
+            return Err(errors::counts_hidden());
+        }
         let mut body = std::mem::take(&mut ctx.body);
         body.shrink_to_fit();
         let body = Bytes::from(body);
@@ -72,6 +80,7 @@ pub fn request_chunk(
 /// answer a bounded copy (for its usage); anything else is only counted.
 pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telemetry: &Telemetry) {
     let format = ctx.format();
+    ctx.json_counts = None;
     if is_event_stream(resp) {
         ctx.streaming = true;
         ctx.stream_counted = true;
@@ -108,8 +117,15 @@ pub fn response_chunk(
             if j.len() + b.len() <= config.telemetry.max_inspect_bytes {
                 j.extend_from_slice(b);
             } else {
+                // Too large to keep: only its counts are read, as it passes.
+                let mut counts = Box::new(CountScanner::new());
+                counts.feed(j);
+                counts.feed(b);
+                ctx.json_counts = Some(counts);
                 ctx.json_body = None;
             }
+        } else if let Some(c) = ctx.json_counts.as_mut() {
+            c.feed(b);
         }
     }
     if end_of_stream {

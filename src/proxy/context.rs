@@ -41,6 +41,9 @@ pub struct RequestCtx {
     pub stream_facts: Option<Box<StreamFacts>>,
     /// Bounded JSON response body, for non-streaming usage and timings.
     pub json_body: Option<Vec<u8>>,
+    /// The counts of a JSON answer too large for `json_body`, read as it
+    /// passes.
+    pub json_counts: Option<Box<crate::llama::CountScanner>>,
     /// Response body bytes forwarded.
     pub response_bytes: u64,
     /// Request body bytes received.
@@ -114,6 +117,7 @@ impl RequestCtx {
             observer: None,
             stream_facts: None,
             json_body: None,
+            json_counts: None,
             response_bytes: 0,
             request_bytes: 0,
             streaming: false,
@@ -225,6 +229,14 @@ impl RequestCtx {
         if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {
             let r = crate::llama::parse_response(format, &body);
             rec.finish_reasons = r.finish_reasons;
+            rec.timings = r.timings;
+            rec.usage = r.usage;
+            rec.response_model = r.model;
+            rec.response_id = r.response_id;
+        } else if let (Some(counts), Some(format)) =
+            (self.json_counts.take(), self.route.stream_format())
+        {
+            let r = counts.finish(format);
             rec.timings = r.timings;
             rec.usage = r.usage;
             rec.response_model = r.model;

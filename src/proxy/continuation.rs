@@ -105,6 +105,7 @@ pub(super) async fn resume(
             reprefilled: None,
             pause: Duration::ZERO,
             cached: None,
+            generated: None,
         };
         if reason == Reason::Preempted {
             // Its slot went to a more urgent request: it waits at the head
@@ -661,6 +662,7 @@ async fn stream_rest(
                 if let Some(t) = delta.timings {
                     entry.reprefilled = t.prompt_n;
                     entry.cached = t.cache_n;
+                    entry.generated = t.predicted_n;
                 }
                 let usage = delta.usage.map(|u| AnswerUsage {
                     prompt_tokens: u

@@ -45,6 +45,20 @@ pub fn too_large() -> Box<Error> {
     Error::explain(ErrorType::Custom(TOO_LARGE), TOO_LARGE_MESSAGE).into_down()
 }
 
+/// The error type of a native request whose `response_fields` would hide
+/// the token counts a tenant's `tokens_per_minute` is charged from.
+const COUNTS_HIDDEN: &str = "ResponseFieldsHideCounts";
+
+/// The message of that refusal.
+pub const COUNTS_HIDDEN_MESSAGE: &str = "response_fields must keep \"timings\" (or both \"tokens_predicted\" and \"tokens_evaluated\") for a tenant with tokens_per_minute: the answer's tokens are charged from them";
+
+/// The error for a native request, from a tenant with a token limit, whose
+/// `response_fields` would hide the answer's token counts: refused with 400
+/// before llama-server has the whole body.
+pub fn counts_hidden() -> Box<Error> {
+    Error::explain(ErrorType::Custom(COUNTS_HIDDEN), COUNTS_HIDDEN_MESSAGE).into_down()
+}
+
 /// Classifies a Pingora error.
 pub fn classify(e: &Error) -> Failure {
     use ErrorType::*;
@@ -65,6 +79,12 @@ pub fn classify(e: &Error) -> Failure {
             413,
             Outcome::Rejected,
             "request_too_large",
+            "invalid_request_error",
+        ),
+        (_, Custom(COUNTS_HIDDEN)) => f(
+            400,
+            Outcome::Rejected,
+            "response_fields_hide_usage",
             "invalid_request_error",
         ),
         (ErrorSource::Downstream, WriteError | ReadError | ConnectionClosed) => {
@@ -146,6 +166,7 @@ pub fn message(f: &Failure, e: &Error) -> String {
         "client_timeout" => "timed out reading the request",
         "bad_request" => "invalid request",
         "request_too_large" => return TOO_LARGE_MESSAGE.to_string(),
+        "response_fields_hide_usage" => return COUNTS_HIDDEN_MESSAGE.to_string(),
         _ => "llamatap failed to proxy the request",
     };
     format!("{what} ({})", e.etype().as_str())

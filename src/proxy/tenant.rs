@@ -167,9 +167,10 @@ impl Limiter {
         }
     }
 
-    /// Charges a finished request's tokens (prompt, cached included, plus
-    /// completion) to its tenant's window, here and in the store.
-    pub fn charge(&self, id: TenantId, rec: &RequestRecord) {
+    /// Charges a finished request's `tokens` (prompt, cached included, plus
+    /// completion: [`super::charge::tokens`]) to its tenant's window, here
+    /// and in the store.
+    pub fn charge(&self, id: TenantId, tokens: u64) {
         let limits = self.tenants.limits(id);
         let TenantId::Named(i) = id else {
             return;
@@ -177,7 +178,6 @@ impl Limiter {
         if limits.tokens_per_minute.is_none() {
             return;
         }
-        let tokens = rec.input_tokens().unwrap_or(0) + rec.output_tokens().unwrap_or(0);
         if tokens == 0 {
             return;
         }
@@ -276,7 +276,7 @@ pub fn finish(limiter: &Limiter, ctx: &mut RequestCtx, rec: &mut RequestRecord) 
         TenantId::Anonymous => None,
     };
     drop(ctx.tenant_slot.take());
-    limiter.charge(ctx.tenant, rec);
+    limiter.charge(ctx.tenant, super::charge::tokens(rec, ctx.request_bytes));
 }
 
 #[cfg(test)]

@@ -116,6 +116,9 @@ pub struct Continued {
     /// Prompt tokens the target found in its KV cache (its `cache_n`), when
     /// known: the continuation's prompt was reused this far.
     pub cached: Option<u64>,
+    /// Tokens the target generated (its `predicted_n`), when known: with
+    /// `tokens_before`, what the answer generated in all.
+    pub generated: Option<u64>,
     /// From the cut to the continuation's first token (or to the failure).
     pub pause: Duration,
 }
@@ -235,6 +238,9 @@ pub fn add_events(s: &mut Span, rec: &RequestRecord, at: &dyn Fn(Duration) -> Sy
         }
         if let Some(n) = c.cached {
             attrs.push(KeyValue::new(sc::LLAMATAP_CONTINUATION_CACHED, int(n)));
+        }
+        if let Some(n) = c.generated {
+            attrs.push(KeyValue::new(sc::LLAMATAP_CONTINUATION_GENERATED, int(n)));
         }
         s.add_event_with_timestamp(sc::EVENT_CONTINUED, at(c.at), attrs);
     }

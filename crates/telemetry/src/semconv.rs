@@ -170,6 +170,8 @@ pub const LLAMATAP_CONTINUATION_TOKENS_BEFORE: &str = "llamatap.continuation.tok
 pub const LLAMATAP_CONTINUATION_REPREFILLED: &str = "llamatap.continuation.reprefilled_tokens";
 /// Prompt tokens the target found in its KV cache (its `cache_n`).
 pub const LLAMATAP_CONTINUATION_CACHED: &str = "llamatap.continuation.cached_tokens";
+/// Tokens the target generated (its `predicted_n`).
+pub const LLAMATAP_CONTINUATION_GENERATED: &str = "llamatap.continuation.generated_tokens";
 /// From the cut to the continuation's first token, milliseconds.
 pub const LLAMATAP_CONTINUATION_PAUSE_MS: &str = "llamatap.continuation.pause_ms";
 

@@ -4,7 +4,8 @@
 //! streamed response into a [`Delta`]: visible text, hidden (reasoning /
 //! tool-call) tokens, finish reason, timings, usage, model, id, in-band error
 //! and end of stream. [`parse_response`] reads a whole non-streaming body into
-//! [`ResponseFacts`]. Both are pure and never fail: input they cannot read
+//! [`ResponseFacts`]; [`CountScanner`] reads the counts of one too large to
+//! keep, as it passes. All are pure and never fail: input they cannot read
 //! gives an empty result. The common event (one token of an OpenAI chat
 //! stream) is parsed without allocating, and llama-server's exact token
 //! chunk skips the JSON parser altogether (see `fast.rs`).
@@ -18,6 +19,7 @@
 //! stream loop in `server-context.cpp`.
 
 mod anthropic;
+mod counts;
 mod delta;
 mod fast;
 mod format;
@@ -33,6 +35,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
+pub use counts::{CountScanner, MAX_FIELD_BYTES};
 pub use delta::Delta;
 pub use format::StreamFormat;
 pub use response::ResponseFacts;

@@ -73,6 +73,12 @@ pub struct RequestFacts {
     pub top_p: Option<f64>,
     /// `seed`: an integer that fits in `i64`.
     pub seed: Option<i64>,
+    /// `response_fields` (native routes) filters llama-server's final answer
+    /// down to fields that carry no token count: neither `timings` nor both
+    /// `tokens_predicted` and `tokens_evaluated` are listed. llama-server
+    /// filters only with a non-empty list of strings (anything else is its
+    /// default, the empty list).
+    pub hides_counts: bool,
 }
 
 /// Reads the top-level fields of a JSON object body; see [`RequestFacts`].
@@ -177,5 +183,8 @@ fn facts(fields: Fields) -> RequestFacts {
         temperature: fields.temperature.and_then(Value::into_f64),
         top_p: fields.top_p.and_then(Value::into_f64),
         seed: fields.seed.and_then(Value::into_i64),
+        hides_counts: fields
+            .response_fields
+            .is_some_and(|k| k.filters && !k.timings && !(k.predicted && k.evaluated)),
     }
 }

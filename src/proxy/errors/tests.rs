@@ -17,6 +17,23 @@ fn a_body_over_the_limit_is_a_rejection_like_a_declared_one() {
 }
 
 #[test]
+fn hidden_counts_are_a_400_rejection_naming_the_fix() {
+    let e = counts_hidden();
+    let f = classify(&e);
+    assert_eq!(
+        (f.status, f.outcome, f.code, f.kind),
+        (
+            400,
+            Outcome::Rejected,
+            "response_fields_hide_usage",
+            "invalid_request_error"
+        )
+    );
+    assert_eq!(message(&f, &e), COUNTS_HIDDEN_MESSAGE);
+    assert!(COUNTS_HIDDEN_MESSAGE.contains("\"timings\""));
+}
+
+#[test]
 fn an_unresolved_upstream_is_a_502_naming_it() {
     let e = unresolved("llama.internal:8081");
     let f = classify(&e);

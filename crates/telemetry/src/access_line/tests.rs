@@ -164,6 +164,7 @@ fn a_continued_answer_lists_its_cuts() {
         tokens_before: 40,
         reprefilled: Some(90),
         cached: None,
+        generated: None,
         pause: Duration::from_micros(370_500),
     }];
     let v: serde_json::Value = serde_json::from_str(&line(&r, "m", None)).unwrap();

@@ -18,6 +18,7 @@ fn entry(reason: Reason, result: ContinuationResult) -> Continued {
         tokens_before: 40,
         reprefilled: Some(70),
         cached: Some(12),
+        generated: Some(30),
         pause: Duration::from_millis(300),
     }
 }

@@ -19,6 +19,8 @@ pub(super) struct Fields {
     pub temperature: Option<Value>,
     pub top_p: Option<Value>,
     pub seed: Option<Value>,
+    /// `response_fields`, as llama-server reads it.
+    pub response_fields: Option<Kept>,
 }
 
 impl Fields {
@@ -139,6 +141,10 @@ impl<'de, R: PromptReader> Visitor<'de> for FieldsVisitor<'_, R> {
                 Key::Temperature => &mut self.0.temperature,
                 Key::TopP => &mut self.0.top_p,
                 Key::Seed => &mut self.0.seed,
+                Key::ResponseFields => {
+                    self.0.response_fields = Some(map.next_value_seed(KeptSeed)?);
+                    continue;
+                }
                 Key::Prompt(field) => {
                     map.next_value_seed(PromptSeed(&mut *self.1, field))?;
                     continue;
@@ -165,6 +171,7 @@ enum Key {
     Temperature,
     TopP,
     Seed,
+    ResponseFields,
     /// A field of the prompt, handed to the [`PromptReader`].
     Prompt(PromptField),
     Other,
@@ -196,6 +203,7 @@ impl Visitor<'_> for KeyVisitor {
             "temperature" => Key::Temperature,
             "top_p" => Key::TopP,
             "seed" => Key::Seed,
+            "response_fields" => Key::ResponseFields,
             "messages" => Key::Prompt(PromptField::Messages),
             "tools" => Key::Prompt(PromptField::Tools),
             "system" => Key::Prompt(PromptField::System),
@@ -261,5 +269,156 @@ impl<'de> Visitor<'de> for ValueVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(Value::Other)
+    }
+}
+
+// === response_fields ===
+
+/// What a native request's `response_fields` leaves of llama-server's final
+/// answer, as far as token counts go. llama-server reads the field as a list
+/// of strings: any other value (or a list holding a non-string) falls back
+/// to its default, the empty list, which filters nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Kept {
+    /// A list of strings with at least one entry: the answer is filtered.
+    pub filters: bool,
+    /// `"timings"` is listed.
+    pub timings: bool,
+    /// `"tokens_predicted"` is listed.
+    pub predicted: bool,
+    /// `"tokens_evaluated"` is listed.
+    pub evaluated: bool,
+}
+
+struct KeptSeed;
+
+impl<'de> DeserializeSeed<'de> for KeptSeed {
+    type Value = Kept;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Kept, D::Error> {
+        deserializer.deserialize_any(KeptVisitor)
+    }
+}
+
+struct KeptVisitor;
+
+impl<'de> Visitor<'de> for KeptVisitor {
+    type Value = Kept;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of field names")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Kept, E> {
+        Ok(Kept::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Kept, E> {
+        Ok(Kept::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Kept, E> {
+        Ok(Kept::default())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Kept, E> {
+        Ok(Kept::default())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Kept, E> {
+        Ok(Kept::default())
+    }
+
+    fn visit_unit<E>(self) -> Result<Kept, E> {
+        Ok(Kept::default())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Kept::default())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kept, A::Error> {
+        let mut kept = Kept::default();
+        let mut strings = true;
+        while let Some(name) = seq.next_element_seed(NameSeed)? {
+            match name {
+                Name::Timings => kept.timings = true,
+                Name::Predicted => kept.predicted = true,
+                Name::Evaluated => kept.evaluated = true,
+                Name::Other => {}
+                Name::NotString => strings = false,
+            }
+            kept.filters = true;
+        }
+        Ok(if strings { kept } else { Kept::default() })
+    }
+}
+
+/// One entry of `response_fields`.
+enum Name {
+    Timings,
+    Predicted,
+    Evaluated,
+    Other,
+    NotString,
+}
+
+struct NameSeed;
+
+impl<'de> DeserializeSeed<'de> for NameSeed {
+    type Value = Name;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Name, D::Error> {
+        deserializer.deserialize_any(NameVisitor)
+    }
+}
+
+struct NameVisitor;
+
+impl<'de> Visitor<'de> for NameVisitor {
+    type Value = Name;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Name, E> {
+        Ok(match v {
+            "timings" => Name::Timings,
+            "tokens_predicted" => Name::Predicted,
+            "tokens_evaluated" => Name::Evaluated,
+            _ => Name::Other,
+        })
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Name, E> {
+        Ok(Name::NotString)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Name, E> {
+        Ok(Name::NotString)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Name, E> {
+        Ok(Name::NotString)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Name, E> {
+        Ok(Name::NotString)
+    }
+
+    fn visit_unit<E>(self) -> Result<Name, E> {
+        Ok(Name::NotString)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Name, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Name::NotString)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Name, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Name::NotString)
     }
 }

@@ -299,6 +299,7 @@ fn reads_an_openai_chat_body() {
         temperature: Some(0.7),
         top_p: Some(0.9),
         seed: Some(42),
+        hides_counts: false,
     };
     assert_eq!(inspect(body), want);
 }
@@ -364,6 +365,46 @@ fn model_names_are_capped() {
     assert_eq!(inspect(&body).stream, Some(true));
     let escaped = inspect(r#"{"model":"a\"b\u00e9"}"#).model;
     assert_eq!(escaped.as_deref(), Some("a\"bé"));
+}
+
+#[test]
+fn response_fields_hide_counts_as_llama_server_filters() {
+    let cases = [
+        (r#"{"prompt":"a","response_fields":["content"]}"#, true),
+        (
+            r#"{"response_fields":["content","tokens_predicted"]}"#,
+            true,
+        ),
+        (r#"{"response_fields":["timings/predicted_n"]}"#, true),
+        (r#"{"response_fields":["content","timings"]}"#, false),
+        (
+            r#"{"response_fields":["tokens_evaluated","tokens_predicted"]}"#,
+            false,
+        ),
+        // Not a non-empty list of strings: llama-server filters nothing.
+        (r#"{"response_fields":[]}"#, false),
+        (r#"{"response_fields":"content"}"#, false),
+        (r#"{"response_fields":["content",1]}"#, false),
+        (r#"{"response_fields":null}"#, false),
+        (r#"{"response_fields":{"content":true}}"#, false),
+        (r#"{"prompt":"a"}"#, false),
+        // The last value counts, as in llama-server's parser.
+        (
+            r#"{"response_fields":["timings"],"response_fields":["content"]}"#,
+            true,
+        ),
+        (
+            r#"{"response_fields":["content"],"response_fields":["timings"]}"#,
+            false,
+        ),
+        // Only the top level.
+        (r#"{"options":{"response_fields":["content"]}}"#, false),
+    ];
+    for (body, want) in cases {
+        assert_eq!(inspect(body).hides_counts, want, "{body}");
+    }
+    let long = format!(r#"{{"response_fields":["{}"]}}"#, "x".repeat(1000));
+    assert!(inspect(&long).hides_counts);
 }
 
 #[test]

@@ -1,0 +1,151 @@
+use std::time::Duration;
+
+use super::*;
+use crate::llama::{Timings, Usage};
+use crate::telemetry::continuation::{Continued, Reason};
+
+/// The example record (20 prompt and 10 generated tokens in its usage, 10
+/// token events) without any count.
+fn unreported() -> RequestRecord {
+    RequestRecord {
+        usage: None,
+        timings: None,
+        token_events: 0,
+        ..RequestRecord::example()
+    }
+}
+
+fn continued(tokens_before: u64, prompt: (u64, u64), generated: Option<u64>) -> Continued {
+    Continued {
+        at: Duration::from_millis(100),
+        reason: Reason::Preempted,
+        result: ContinuationResult::Continued,
+        why: None,
+        from: Some("a".into()),
+        to: Some("b".into()),
+        tokens_before,
+        reprefilled: Some(prompt.0),
+        cached: Some(prompt.1),
+        generated,
+        pause: Duration::from_millis(5),
+    }
+}
+
+#[test]
+fn a_reported_answer_is_charged_its_counts() {
+    assert_eq!(tokens(&RequestRecord::example(), 1_000_000), 30);
+    let rec = RequestRecord {
+        timings: Some(Timings {
+            prompt_n: Some(5),
+            cache_n: Some(95),
+            predicted_n: Some(40),
+            ..Timings::default()
+        }),
+        token_events: 12,
+        ..RequestRecord::example()
+    };
+    assert_eq!(tokens(&rec, 1_000_000), 140);
+}
+
+#[test]
+fn counted_token_events_are_a_floor() {
+    let rec = RequestRecord {
+        usage: Some(Usage {
+            input_tokens: Some(20),
+            output_tokens: Some(3),
+            ..Usage::default()
+        }),
+        token_events: 50,
+        ..RequestRecord::example()
+    };
+    assert_eq!(tokens(&rec, 10), 70);
+}
+
+#[test]
+fn an_unreported_prompt_is_charged_by_the_bodys_size() {
+    // An answer came (200, or tokens were streamed): 4 bytes a token.
+    assert_eq!(tokens(&unreported(), 401), 101);
+    let streamed = RequestRecord {
+        token_events: 7,
+        outcome: Outcome::ClientHangup,
+        ..unreported()
+    };
+    assert_eq!(tokens(&streamed, 400), 107);
+    // Nothing came back: nothing to charge.
+    for rec in [
+        RequestRecord {
+            outcome: Outcome::Rejected,
+            status: Some(400),
+            ..unreported()
+        },
+        RequestRecord {
+            outcome: Outcome::ClientHangup,
+            status: None,
+            ..unreported()
+        },
+        RequestRecord {
+            outcome: Outcome::ClientError,
+            status: Some(400),
+            ..unreported()
+        },
+        // Tokenizing runs on no slot.
+        RequestRecord {
+            route: crate::request::Route::Tokenize,
+            ..unreported()
+        },
+    ] {
+        assert_eq!(tokens(&rec, 4000), 0, "{:?}", rec.outcome);
+    }
+}
+
+#[test]
+fn a_continued_answer_is_charged_before_and_after_its_cuts() {
+    // Cut after 30 tokens, went on from a target that prefilled the prompt
+    // (20 tokens) and the 30 tokens again, then generated 50: charged as
+    // the answer it is, 20 + 80.
+    let rec = RequestRecord {
+        usage: None,
+        token_events: 80,
+        continuations: vec![continued(30, (40, 10), Some(50))],
+        ..RequestRecord::example()
+    };
+    assert_eq!(tokens(&rec, 1_000_000), 100);
+    // Cut twice: the second continuation was handed the 30 tokens and the
+    // first one's 25 (which counted no `generated` of its own); the events
+    // were fewer than the tokens (several tokens in an event).
+    let rec = RequestRecord {
+        usage: None,
+        token_events: 40,
+        continuations: vec![
+            continued(30, (50, 0), None),
+            continued(55, (75, 0), Some(20)),
+        ],
+        ..RequestRecord::example()
+    };
+    assert_eq!(tokens(&rec, 1_000_000), 20 + 75);
+    // A native continuation's last event reports the target's own counts:
+    // the larger total counts.
+    let rec = RequestRecord {
+        usage: None,
+        timings: Some(Timings {
+            prompt_n: Some(50),
+            predicted_n: Some(50),
+            ..Timings::default()
+        }),
+        token_events: 80,
+        continuations: vec![continued(30, (50, 0), Some(50))],
+        ..RequestRecord::example()
+    };
+    assert_eq!(tokens(&rec, 1_000_000), 20 + 80);
+    // A refused continuation ends the answer: what the client had counts.
+    let mut refused = continued(30, (0, 0), None);
+    refused.result = ContinuationResult::Failed;
+    let rec = RequestRecord {
+        usage: None,
+        token_events: 30,
+        outcome: Outcome::UpstreamError,
+        continuations: vec![refused],
+        ..RequestRecord::example()
+    };
+    assert_eq!(tokens(&rec, 400), 100 + 30);
+}
