@@ -1077,10 +1077,18 @@ fn on_a_real_models_text_a_continued_answer_equals_the_uninterrupted_one() {
         let v = victim.expect("never cut");
         live.retain(|i| *i != v);
         assert_eq!(seen.status, 200, "{label}: {}", seen.raw);
-        assert!(seen.error_events.is_empty(), "{label}: {:?}", seen.error_events);
+        assert!(
+            seen.error_events.is_empty(),
+            "{label}: {:?}",
+            seen.error_events
+        );
         assert!(seen.done && seen.done_last && seen.clean_end, "{label}");
         assert_eq!(seen.ids.len(), 1, "{label}");
-        assert_eq!(seen.text(), whole.text(), "{label}: the continued text differs");
+        assert_eq!(
+            seen.text(),
+            whole.text(),
+            "{label}: the continued text differs"
+        );
         assert_eq!(seen.finish_reasons, whole.finish_reasons, "{label}");
         eprintln!(
             "{label}: cut after 20 of {} events; equal: {:?}",
@@ -1102,6 +1110,8 @@ fn on_a_real_models_text_a_continued_answer_equals_the_uninterrupted_one() {
             &["reason=\"upstream_died\"", "result=\"continued\""]
         ),
         Some(2.0)
+    );
+}
 
 /// `x-ratelimit-remaining-tokens` for `key`, asked on `/tokenize`
 /// (admitted like any route, charged nothing).

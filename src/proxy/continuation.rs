@@ -37,6 +37,7 @@ use super::context::RequestCtx;
 use super::moves::{Answer, Registration, Signal};
 use super::{admission, attempt, downstream, request_head, routing, Steps};
 use crate::continuation::{self as plan, AnswerUsage, Plan, Sent, Shape, StreamIds};
+use crate::fleet::watch::HEALTH_TIMEOUT;
 use crate::llama::{self, StreamFormat};
 use crate::request::Route;
 use crate::sse::SseReader;
@@ -198,24 +199,21 @@ pub(super) fn before_head(steps: &Steps, ctx: &mut RequestCtx, e: &Error) -> Opt
             reprefilled: None,
             pause: Duration::ZERO,
             cached: None,
+            // The next attempt's own answer reports what it generated.
+            generated: None,
         },
     );
     Some(body)
 }
 
-/// Longest wait for a silent member's `/health` before its silence counts
-/// as a stall.
-const ALIVE_WITHIN: Duration = Duration::from_millis(1000);
-
-/// The answer's member still answers its `/health` (within the lesser of
-/// [`ALIVE_WITHIN`] and half of `continuation.stall_ms`): its silence is
-/// another request's work, not a stall.
+/// The answer's member still answers its `/health` (within the health
+/// checks' own limit, [`HEALTH_TIMEOUT`]): its silence is another request's
+/// work, not a stall.
 pub(super) async fn member_alive(steps: &Steps, ctx: &RequestCtx) -> bool {
     let Some(i) = ctx.member else {
         return false;
     };
-    let within = ALIVE_WITHIN.min(steps.config.continuation.stall / 2);
-    steps.fleet.answers_health(i, within).await
+    steps.fleet.answers_health(i, HEALTH_TIMEOUT).await
 }
 
 /// Whether `ctx` may be continued at all (checked before the cut is
