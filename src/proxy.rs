@@ -139,7 +139,7 @@ impl ProxyHttp for LlamaProxy {
                 return Ok(true);
             }
         }
-        if !guard::public(ctx.route, &req.method)
+        if !guard::public(ctx.route, req)
             && Box::pin(tenant::admit(
                 session,
                 ctx,

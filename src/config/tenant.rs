@@ -39,6 +39,8 @@ pub struct RawKey {
     pub tokens_per_minute: Option<u64>,
     /// Requests in flight at once.
     pub max_concurrent: Option<u32>,
+    /// The key may use llama-server's administrative routes.
+    pub admin: Option<bool>,
 }
 
 impl std::fmt::Debug for RawKey {
@@ -198,6 +200,7 @@ fn one(k: RawKey, env: &dyn Fn(&str) -> Option<String>) -> Result<Tenant, Config
         priority,
         weight,
         limits,
+        admin: k.admin.unwrap_or(false),
     })
 }
 
