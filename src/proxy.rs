@@ -21,6 +21,7 @@ mod bodies;
 mod cachebreak;
 pub mod context;
 mod continuation;
+mod conversation;
 pub mod errors;
 mod forward;
 mod guard;
@@ -162,6 +163,11 @@ impl ProxyHttp for LlamaProxy {
             return Ok(true);
         }
         if Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
+            return Ok(true);
+        }
+        if conversation::answers(session, &self.steps.config) {
+            // A tenant's stream lookup: its ids scoped, the answer filtered.
+            Box::pin(conversation::lookup(&self.steps, session, ctx)).await?;
             return Ok(true);
         }
         forward::run(&self.steps, session, ctx).await?;

@@ -170,3 +170,187 @@ fn without_named_keys_the_administrative_routes_are_unchanged() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// === resumable streams ===
+
+const CONV: &str = "conv-a1";
+
+fn stream_chat() -> String {
+    serde_json::json!({
+        "messages": [{"role": "user", "content": "Count from one to forty in words."}],
+        "stream": true, "max_tokens": 48, "temperature": 0.0, "seed": 7,
+    })
+    .to_string()
+}
+
+/// Starts a streamed chat under `conv` and hangs up after two events:
+/// the bytes received before the hang-up.
+fn start_and_hang_up(addr: &str, key: Option<&str>, conv: &str) -> Vec<u8> {
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let mut h: Vec<(&str, &str)> = vec![("X-Conversation-Id", conv)];
+    if let Some(a) = &auth {
+        h.push(("Authorization", a));
+    }
+    let body = stream_chat();
+    let mut r = http::send(addr, "POST", "/v1/chat/completions", &h, body.as_bytes()).unwrap();
+    assert_eq!(r.head.status, 200);
+    let mut got = Vec::new();
+    while got.windows(5).filter(|w| w == b"data:").count() < 2 {
+        got.extend_from_slice(&r.next_piece().unwrap().expect("the stream ended early"));
+    }
+    drop(r);
+    got
+}
+
+/// The lookup's answer: status and the entries.
+fn lookup(addr: &str, key: Option<&str>, ids: &[&str]) -> (u16, Vec<serde_json::Value>) {
+    let body = serde_json::json!({ "conversation_ids": ids }).to_string();
+    let (s, b) = call(addr, "POST", "/v1/streams/lookup", key, &[], &body);
+    let v: serde_json::Value = serde_json::from_slice(&b)
+        .unwrap_or_else(|_| panic!("{s}: {}", String::from_utf8_lossy(&b)));
+    match v {
+        serde_json::Value::Array(a) => (s, a),
+        other => (s, vec![other]),
+    }
+}
+
+/// Waits until the conversation's buffered answer is complete.
+fn wait_done(addr: &str, key: Option<&str>, conv: &str) {
+    let done = common::wait_until(std::time::Duration::from_secs(120), || {
+        let (_, entries) = lookup(addr, key, &[conv]);
+        entries.iter().any(|e| e["is_done"] == true)
+    });
+    assert!(done, "the buffered answer never completed");
+}
+
+fn replay(addr: &str, key: Option<&str>, conv: &str) -> (u16, Vec<u8>) {
+    call(
+        addr,
+        "GET",
+        &format!("/v1/stream?conv_id={conv}&from=0"),
+        key,
+        &[],
+        "",
+    )
+}
+
+#[test]
+fn a_tenant_reaches_only_its_own_resumable_streams() {
+    let llama = LlamaServer::start("tiny", &["-np", "2"]);
+    let config = temp_config("conversations", &named_keys());
+    let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
+    let addr = proxy.addr();
+    let seen = start_and_hang_up(&addr, Some(ALICE), CONV);
+    wait_done(&addr, Some(ALICE), CONV);
+
+    // Bob, by Alice's id, and by Alice's scoped id spelled out: nothing.
+    let forged = format!(
+        "{}{CONV}",
+        llamatap::conversation::Scope::of_tenant("alice").prefix()
+    );
+    for id in [CONV, forged.as_str()] {
+        let (s, b) = replay(&addr, Some(BOB), id);
+        assert_eq!(s, 404, "{id}: {}", String::from_utf8_lossy(&b));
+        assert_eq!(lookup(&addr, Some(BOB), &[id]), (200, vec![]), "{id}");
+        let target = format!("/v1/stream?conv_id={id}");
+        let (s, _) = call(&addr, "DELETE", &target, Some(BOB), &[], "");
+        assert_eq!(s, 204);
+    }
+    // llama-server itself holds the id only in Alice's scope.
+    let direct = serde_json::json!({ "conversation_ids": [CONV] }).to_string();
+    let v = llama.json("POST", "/v1/streams/lookup", Some(&direct));
+    assert_eq!(v, serde_json::json!([]), "the id went upstream unscoped");
+
+    // Alice's answer is untouched: her lookup lists it as she named it,
+    // and her replay is the whole answer, starting with what she saw.
+    let (s, entries) = lookup(&addr, Some(ALICE), &[CONV]);
+    assert_eq!(s, 200);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["conversation_id"], CONV);
+    assert_eq!(entries[0]["is_done"], true);
+    let (s, all) = replay(&addr, Some(ALICE), CONV);
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
+    let first = http::sse_data(&seen);
+    let replayed = http::sse_data(&all);
+    assert!(replayed.len() > first.len(), "{replayed:?}");
+    assert_eq!(replayed[..2], first[..2]);
+    assert_eq!(replayed.last().map(String::as_str), Some("[DONE]"));
+
+    // Her own stop works.
+    let (s, _) = call(
+        &addr,
+        "DELETE",
+        &format!("/v1/stream?conv_id={CONV}"),
+        Some(ALICE),
+        &[],
+        "",
+    );
+    assert_eq!(s, 204);
+    assert_eq!(replay(&addr, Some(ALICE), CONV).0, 404);
+    assert_eq!(lookup(&addr, Some(ALICE), &[CONV]), (200, vec![]));
+}
+
+#[test]
+fn the_web_uis_id_with_a_model_keeps_working_in_a_tenants_scope() {
+    let llama = LlamaServer::start("tiny", &["-np", "2"]);
+    let config = temp_config("conversations-model", &named_keys());
+    let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
+    let addr = proxy.addr();
+    let conv = "c-77::org/tiny-model";
+    start_and_hang_up(&addr, Some(ALICE), conv);
+    // The web UI looks its conversations up by the id before `::`.
+    let done = common::wait_until(std::time::Duration::from_secs(120), || {
+        let (_, e) = lookup(&addr, Some(ALICE), &["c-77"]);
+        e.len() == 1 && e[0]["conversation_id"] == conv && e[0]["is_done"] == true
+    });
+    assert!(done, "{:?}", lookup(&addr, Some(ALICE), &["c-77"]));
+    assert_eq!(lookup(&addr, Some(BOB), &["c-77"]), (200, vec![]));
+    let encoded = "c-77%3A%3Aorg%2Ftiny-model";
+    let (s, all) = replay(&addr, Some(ALICE), encoded);
+    assert_eq!(s, 200);
+    assert!(http::sse_data(&all).last().is_some_and(|d| d == "[DONE]"));
+    assert_eq!(replay(&addr, Some(BOB), encoded).0, 404);
+}
+
+#[test]
+fn a_lookup_body_that_is_too_large_or_malformed_is_refused() {
+    let llama = LlamaServer::start("tiny", &["-np", "1"]);
+    let config = temp_config("conversations-bad", &named_keys());
+    let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
+    let addr = proxy.addr();
+    let big = format!(r#"{{"conversation_ids":["{}"]}}"#, "x".repeat(70 * 1024));
+    for body in [
+        big.as_str(),
+        "not json",
+        r#"{"conversation_ids":"c1"}"#,
+        r#"{"conversation_ids":[1]}"#,
+        "[]",
+    ] {
+        let (s, b) = call(&addr, "POST", "/v1/streams/lookup", Some(ALICE), &[], body);
+        assert_eq!(s, 400, "{}", String::from_utf8_lossy(&b));
+        assert_eq!(error_code(&b).as_deref(), Some("invalid_stream_lookup"));
+    }
+    assert_eq!(lookup(&addr, Some(ALICE), &[]), (200, vec![]));
+}
+
+#[test]
+fn without_named_keys_conversation_ids_go_upstream_as_they_are() {
+    let llama = LlamaServer::start("tiny", &["-np", "2"]);
+    let flat = temp_config(
+        "conversations-flat",
+        "[auth]\napi_keys = [\"flat-key-a4b8c2\"]\n",
+    );
+    let flat = Llamatap::start(&llama.base_url, &["--config", flat.to_str().unwrap()]);
+    let open = Llamatap::start(&llama.base_url, &[]);
+    let key = Some("flat-key-a4b8c2");
+    start_and_hang_up(&flat.addr(), key, "shared-1");
+    wait_done(&open.addr(), None, "shared-1");
+    // The same id, unscoped, through either proxy and at llama-server.
+    let direct = serde_json::json!({ "conversation_ids": ["shared-1"] }).to_string();
+    let v = llama.json("POST", "/v1/streams/lookup", Some(&direct));
+    assert_eq!(v[0]["conversation_id"], "shared-1");
+    let (s, e) = lookup(&flat.addr(), key, &["shared-1"]);
+    assert_eq!((s, e.len()), (200, 1));
+    assert_eq!(replay(&open.addr(), None, "shared-1").0, 200);
+    assert_eq!(replay(&flat.addr(), key, "shared-1").0, 200);
+}

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{invalid, ConfigError, Secret};
+use crate::conversation::Scope;
 use crate::tenant::{self, Limits, Priority, Tenant, Tenants};
 
 /// Largest fair-share weight.
@@ -132,6 +133,22 @@ pub fn tenants(
             )));
         }
         named.push(t);
+    }
+    // Each tenant's resumable streams are kept apart by a prefix derived
+    // from its name: two names with the same one (a 64-bit hash collision)
+    // would share them.
+    for (i, t) in named.iter().enumerate() {
+        let scope = Scope::of_tenant(&t.name);
+        let others = named[..i].iter().map(|o| o.name.as_str());
+        if let Some(o) = others
+            .chain([tenant::ANONYMOUS])
+            .find(|o| Scope::of_tenant(o) == scope)
+        {
+            return Err(bad(format!(
+                "tenants {o:?} and {:?} have the same conversation prefix; rename one",
+                t.name
+            )));
+        }
     }
     for (i, k) in flat.iter().enumerate() {
         if flat[..i].contains(k) {
