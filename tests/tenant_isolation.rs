@@ -183,8 +183,8 @@ fn stream_chat() -> String {
     .to_string()
 }
 
-/// Starts a streamed chat under `conv` and hangs up after two events:
-/// the bytes received before the hang-up.
+/// Starts a streamed chat under `conv` and hangs up after two whole
+/// events: those two events' bytes.
 fn start_and_hang_up(addr: &str, key: Option<&str>, conv: &str) -> Vec<u8> {
     let auth = key.map(|k| format!("Bearer {k}"));
     let mut h: Vec<(&str, &str)> = vec![("X-Conversation-Id", conv)];
@@ -195,10 +195,16 @@ fn start_and_hang_up(addr: &str, key: Option<&str>, conv: &str) -> Vec<u8> {
     let mut r = http::send(addr, "POST", "/v1/chat/completions", &h, body.as_bytes()).unwrap();
     assert_eq!(r.head.status, 200);
     let mut got = Vec::new();
-    while got.windows(5).filter(|w| w == b"data:").count() < 2 {
+    let ends = |b: &[u8]| -> Vec<usize> {
+        (0..b.len().saturating_sub(1))
+            .filter(|&i| &b[i..i + 2] == b"\n\n")
+            .collect()
+    };
+    while ends(&got).len() < 2 {
         got.extend_from_slice(&r.next_piece().unwrap().expect("the stream ended early"));
     }
     drop(r);
+    got.truncate(ends(&got)[1] + 2);
     got
 }
 
@@ -272,8 +278,9 @@ fn a_tenant_reaches_only_its_own_resumable_streams() {
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
     let first = http::sse_data(&seen);
     let replayed = http::sse_data(&all);
-    assert!(replayed.len() > first.len(), "{replayed:?}");
-    assert_eq!(replayed[..2], first[..2]);
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert!(replayed.len() > 2, "{replayed:?}");
+    assert_eq!(replayed[..2], first[..]);
     assert_eq!(replayed.last().map(String::as_str), Some("[DONE]"));
 
     // Her own stop works.
