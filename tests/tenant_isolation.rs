@@ -171,6 +171,101 @@ fn without_named_keys_the_administrative_routes_are_unchanged() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A router-mode llama-server (`--models-dir` with the tiny model, no
+/// autoload), killed when dropped.
+struct Router {
+    child: std::process::Child,
+    addr: String,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start_router() -> Router {
+    let dir = std::env::temp_dir().join(format!("llamatap-router-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("tiny.gguf");
+    let _ = std::fs::remove_file(&model);
+    std::os::unix::fs::symlink(common::llama::model_path("tiny"), &model).unwrap();
+    let port = common::free_port().to_string();
+    let log = std::fs::File::create(dir.join("router.log")).unwrap();
+    let child = std::process::Command::new(common::llama::llama_server_binary())
+        .args([
+            "--models-dir",
+            dir.to_str().unwrap(),
+            "--no-models-autoload",
+        ])
+        .args(["--host", "127.0.0.1", "--port", &port, "-t", "1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let router = Router {
+        child,
+        addr: format!("127.0.0.1:{port}"),
+        dir,
+    };
+    let up = common::wait_until(std::time::Duration::from_secs(60), || {
+        http::get(&router.addr, "/health").is_ok_and(|(s, _)| s == 200)
+    });
+    assert!(up, "the router never became healthy");
+    router
+}
+
+/// The router's state of the tiny model, read through `addr`.
+fn model_state(addr: &str, key: &str) -> String {
+    let (s, b) = call(addr, "GET", "/models", Some(key), &[], "");
+    assert_eq!(s, 200);
+    let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+    v["data"][0]["status"]["value"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn only_an_admin_key_loads_and_unloads_a_routers_models() {
+    let router = start_router();
+    let config = temp_config("admin-router", &named_keys());
+    let upstream = format!("http://{}", router.addr);
+    let proxy = Llamatap::start(&upstream, &["--config", config.to_str().unwrap()]);
+    let addr = proxy.addr();
+    let tiny = r#"{"model":"tiny"}"#;
+    for (method, target, body) in [
+        ("POST", "/models/load", tiny),
+        ("POST", "/models/unload", tiny),
+        ("GET", "/models?reload=1", ""),
+        ("DELETE", "/models?model=tiny", ""),
+    ] {
+        let (s, b) = call(&addr, method, target, Some(ALICE), &[], body);
+        assert_eq!(s, 403, "{method} {target}: {}", String::from_utf8_lossy(&b));
+        assert_eq!(error_code(&b).as_deref(), Some("admin_route"));
+    }
+    assert_eq!(model_state(&addr, ALICE), "unloaded");
+    let (s, b) = call(&addr, "POST", "/models/load", Some(OPS), &[], tiny);
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    let loaded = common::wait_until(std::time::Duration::from_secs(60), || {
+        model_state(&addr, BOB) == "loaded"
+    });
+    assert!(loaded, "{}", model_state(&addr, BOB));
+    let (s, _) = call(&addr, "POST", "/models/unload", Some(BOB), &[], tiny);
+    assert_eq!(s, 403);
+    assert_eq!(model_state(&addr, BOB), "loaded");
+    let (s, b) = call(&addr, "POST", "/models/unload", Some(OPS), &[], tiny);
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    let unloaded = common::wait_until(std::time::Duration::from_secs(60), || {
+        model_state(&addr, BOB) == "unloaded"
+    });
+    assert!(unloaded, "{}", model_state(&addr, BOB));
+}
+
 // === resumable streams ===
 
 const CONV: &str = "conv-a1";
