@@ -35,4 +35,6 @@ pub use llamatap_policy::{cachebreak, queue, router, tenant};
 /// Telemetry (the `llamatap-telemetry` crate).
 pub use llamatap_telemetry as telemetry;
 pub use llamatap_telemetry::{access_line, observe, record};
-pub use llamatap_wire::{continuation, framing, llama, request, sentence, sse, text, tracecontext};
+pub use llamatap_wire::{
+    continuation, conversation, framing, llama, request, sentence, sse, text, tracecontext,
+};

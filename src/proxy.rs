@@ -22,6 +22,7 @@ mod cachebreak;
 mod charge;
 pub mod context;
 mod continuation;
+mod conversation;
 mod downstream;
 pub mod errors;
 mod forward;
@@ -141,7 +142,7 @@ impl ProxyHttp for LlamaProxy {
                 return Ok(true);
             }
         }
-        if !guard::public(ctx.route, &req.method)
+        if !guard::public(ctx.route, req)
             && Box::pin(tenant::admit(
                 session,
                 ctx,
@@ -164,6 +165,11 @@ impl ProxyHttp for LlamaProxy {
             return Ok(true);
         }
         if Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
+            return Ok(true);
+        }
+        if conversation::answers(session, &self.steps.config) {
+            // A tenant's stream lookup: its ids scoped, the answer filtered.
+            Box::pin(conversation::lookup(&self.steps, session, ctx)).await?;
             return Ok(true);
         }
         forward::run(&self.steps, session, ctx).await?;

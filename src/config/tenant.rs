@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{invalid, ConfigError, Secret};
+use crate::conversation::Scope;
 use crate::tenant::{self, Limits, Priority, Tenant, Tenants};
 
 /// Largest fair-share weight.
@@ -39,6 +40,8 @@ pub struct RawKey {
     pub tokens_per_minute: Option<u64>,
     /// Requests in flight at once.
     pub max_concurrent: Option<u32>,
+    /// The key may use llama-server's administrative routes.
+    pub admin: Option<bool>,
 }
 
 impl std::fmt::Debug for RawKey {
@@ -131,6 +134,22 @@ pub fn tenants(
         }
         named.push(t);
     }
+    // Each tenant's resumable streams are kept apart by a prefix derived
+    // from its name: two names with the same one (a 64-bit hash collision)
+    // would share them.
+    for (i, t) in named.iter().enumerate() {
+        let scope = Scope::of_tenant(&t.name);
+        let others = named[..i].iter().map(|o| o.name.as_str());
+        if let Some(o) = others
+            .chain([tenant::ANONYMOUS])
+            .find(|o| Scope::of_tenant(o) == scope)
+        {
+            return Err(bad(format!(
+                "tenants {o:?} and {:?} have the same conversation prefix; rename one",
+                t.name
+            )));
+        }
+    }
     for (i, k) in flat.iter().enumerate() {
         if flat[..i].contains(k) {
             return Err(invalid("auth.api_keys", "the same key is listed twice"));
@@ -198,6 +217,7 @@ fn one(k: RawKey, env: &dyn Fn(&str) -> Option<String>) -> Result<Tenant, Config
         priority,
         weight,
         limits,
+        admin: k.admin.unwrap_or(false),
     })
 }
 

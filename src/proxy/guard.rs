@@ -1,12 +1,14 @@
 //! Checks made before anything reaches llama-server: request size limits (the
-//! head, request line included, and the declared body) and client API keys,
-//! which name the request's tenant ([`crate::tenant::Tenants::identify`]).
+//! head, request line included, and the declared body), client API keys,
+//! which name the request's tenant ([`crate::tenant::Tenants::identify`]),
+//! and, once named keys are configured, the administrative routes
+//! ([`AdminRoute`]), which only a key marked `admin = true` may use.
 //! Pure decisions over headers; the hook sends the answer.
 
 use pingora::http::RequestHeader;
 
 use crate::config::Config;
-use crate::request::Route;
+use crate::request::{AdminRoute, Route};
 use crate::tenant::{Identity, TenantId};
 
 /// Why a request is refused.
@@ -22,13 +24,33 @@ pub struct Refusal {
     pub message: &'static str,
 }
 
-/// Routes llama-server itself serves without an API key.
-pub fn public(route: Route, method: &http::Method) -> bool {
-    method == http::Method::OPTIONS || matches!(route, Route::Health | Route::Models | Route::Ui)
+/// Requests that need no API key: CORS preflights, and the health, model
+/// list and web UI routes, but not their administrative uses (`POST` or
+/// `DELETE /models`, `GET /models?reload`: [`AdminRoute`]).
+pub fn public(route: Route, req: &RequestHeader) -> bool {
+    req.method == http::Method::OPTIONS
+        || (matches!(route, Route::Health | Route::Models | Route::Ui)
+            && admin_route(route, req).is_none())
 }
 
+/// The administrative route `req` is, if any.
+fn admin_route(route: Route, req: &RequestHeader) -> Option<AdminRoute> {
+    AdminRoute::of(route, req.method.as_str(), req.raw_path())
+}
+
+/// A named tenant's key that is not `admin` on an administrative route.
+const NOT_ADMIN: Refusal = Refusal {
+    status: 403,
+    kind: "permission_error",
+    code: "admin_route",
+    message: "this is one of llama-server's administrative routes (slots, metrics, LoRA adapters, \
+              global properties, models): it needs a key marked admin = true",
+};
+
 /// The request's tenant, or the first limit or key check it fails. A valid
-/// key names its tenant on every route; public routes need none.
+/// key names its tenant on every route but, with named keys, the
+/// administrative ones unless it is an admin key (403 `admin_route`); public
+/// routes need none.
 pub fn check(req: &RequestHeader, route: Route, config: &Config) -> Result<TenantId, Refusal> {
     if head_bytes(req) > config.max_header_bytes {
         return Err(Refusal {
@@ -58,9 +80,14 @@ pub fn check(req: &RequestHeader, route: Route, config: &Config) -> Result<Tenan
         .and_then(|v| v.to_str().ok())
         .and_then(bearer);
     match config.tenants.identify(presented) {
+        Identity::Known(id)
+            if admin_route(route, req).is_some() && !config.tenants.may_administer(id) =>
+        {
+            Err(NOT_ADMIN)
+        }
         Identity::Known(id) => Ok(id),
         Identity::Open => Ok(TenantId::Anonymous),
-        Identity::Stranger if public(route, &req.method) => Ok(TenantId::Anonymous),
+        Identity::Stranger if public(route, req) => Ok(TenantId::Anonymous),
         Identity::Stranger => Err(Refusal {
             status: 401,
             kind: "authentication_error",

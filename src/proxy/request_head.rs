@@ -10,6 +10,8 @@
 //! - `Authorization` is llama-server's key (`auth.upstream_api_key`), or
 //!   removed when the client's key was llamatap's.
 //! - `traceparent`/`tracestate` name llamatap's CLIENT span.
+//! - With named keys, `X-Conversation-Id` and `conv_id` are the tenant's
+//!   scoped ids ([`super::conversation`], applied before this).
 
 use std::time::SystemTime;
 

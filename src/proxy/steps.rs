@@ -28,7 +28,7 @@ use pingora::{Error, Result};
 use super::cachebreak::Breaks;
 use super::context::RequestCtx;
 use super::moves::Moves;
-use super::{admission, attempt, bodies, request_head, routing, tenant};
+use super::{admission, attempt, bodies, conversation, request_head, routing, tenant};
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::telemetry::spans::Tracing;
@@ -128,12 +128,14 @@ impl Steps {
     }
 
     /// The request head as llama-server gets it ([`request_head`]), with
-    /// the trace context handed on.
+    /// the tenant's conversation ids scoped ([`conversation`]) and the
+    /// trace context handed on.
     pub fn upstream_request(&self, req: &mut RequestHeader, ctx: &mut RequestCtx) -> Result<()> {
         let member = ctx.member.and_then(|i| self.fleet.member(i));
         let base = member
             .as_ref()
             .map_or("", |m| m.upstream.base_path.as_str());
+        conversation::scope_head(req, ctx, &self.config)?;
         request_head::shape(req, ctx, base, &self.config)?;
         if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_deref_mut()) {
             request_head::trace(req, t, span)?;

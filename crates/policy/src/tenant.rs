@@ -95,6 +95,9 @@ pub struct Tenant {
     pub weight: u32,
     /// Its limits.
     pub limits: Limits,
+    /// Its key may use llama-server's administrative routes
+    /// (`llamatap_wire::request::AdminRoute`).
+    pub admin: bool,
 }
 
 /// Who a request is from.
@@ -137,6 +140,19 @@ impl Tenants {
     /// The named tenants, in configuration order.
     pub fn list(&self) -> &[Tenant] {
         &self.named
+    }
+
+    /// Whether any named key is configured (tenants are told apart: the
+    /// administrative routes need an admin key, and resumable streams are
+    /// kept apart per tenant).
+    pub fn named(&self) -> bool {
+        !self.named.is_empty()
+    }
+
+    /// Whether `id` may use llama-server's administrative routes: a named
+    /// tenant marked `admin`, or anyone when no named key is configured.
+    pub fn may_administer(&self, id: TenantId) -> bool {
+        !self.named() || self.get(id).is_some_and(|t| t.admin)
     }
 
     /// Whether requests need a key (some key is configured).

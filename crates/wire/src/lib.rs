@@ -12,6 +12,8 @@
 //! - [`text`]: strings cut to a bound on a character boundary.
 //! - [`continuation`]: continuing a chat stream elsewhere: what can be
 //!   continued, the continuation's body, the re-wrapped chunks.
+//! - [`conversation`]: llama-server's resumable-stream ids scoped to one
+//!   tenant and back.
 //!
 //! Deliberately not here: sockets, timers, a runtime or a framework. The
 //! manifest lists none (no Pingora, tokio, tracing or OpenTelemetry), so
@@ -19,6 +21,7 @@
 //! chunk cut.
 
 pub mod continuation;
+pub mod conversation;
 pub mod framing;
 pub mod llama;
 pub mod request;

@@ -41,14 +41,17 @@
 //!   (llama-server's chat handler prefers `max_completion_tokens` to
 //!   `max_tokens`; a body normally carries only one).
 
+pub mod admin;
 mod lenient;
-mod path;
+pub(crate) mod path;
+pub mod query;
 mod route;
 #[cfg(test)]
 mod tests;
 
 use lenient::{Fields, Value};
 
+pub use admin::AdminRoute;
 pub use route::Route;
 
 /// Longest model name kept, in bytes: longer names are `None`, since a model

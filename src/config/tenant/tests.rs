@@ -35,6 +35,7 @@ max_concurrent = 2
 [[auth.keys]]
 name = "batch-jobs"
 key = "batch-key-0001"
+admin = true
 "#,
     )
     .unwrap();
@@ -49,6 +50,8 @@ key = "batch-key-0001"
     assert_eq!(list[1].priority, Priority::Default);
     assert_eq!(list[1].weight, 1);
     assert_eq!(list[1].limits, Limits::default());
+    assert!(!list[0].admin, "a key is not administrative unless marked");
+    assert!(list[1].admin);
     assert!(c.store.is_none());
     assert_eq!(c.api_keys.len(), 1);
 }

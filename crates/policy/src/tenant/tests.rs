@@ -7,6 +7,7 @@ fn tenant(name: &str, key: &str) -> Tenant {
         priority: Priority::Default,
         weight: 1,
         limits: Limits::default(),
+        admin: false,
     }
 }
 
@@ -81,4 +82,22 @@ fn priorities_parse() {
     }
     assert_eq!(Priority::default(), Priority::Default);
     assert_eq!(Priority::parse("urgent"), None);
+}
+
+#[test]
+fn only_admin_keys_administer_once_named_keys_exist() {
+    let mut root = tenant("root", "root-key-1");
+    root.admin = true;
+    let t = Tenants::new(
+        vec![tenant("alice", "alice-key-1"), root],
+        vec![Secret::new("flat-key-333".into())],
+    );
+    assert!(t.named());
+    assert!(!t.may_administer(TenantId::Named(0)));
+    assert!(t.may_administer(TenantId::Named(1)));
+    assert!(!t.may_administer(TenantId::Anonymous));
+    let flat = Tenants::new(vec![], vec![Secret::new("flat-key-333".into())]);
+    assert!(!flat.named());
+    assert!(flat.may_administer(TenantId::Anonymous));
+    assert!(Tenants::default().may_administer(TenantId::Anonymous));
 }
