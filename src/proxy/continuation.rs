@@ -619,15 +619,25 @@ async fn stream_rest(
         .unwrap_or(Duration::from_secs(600));
     let stall = steps.config.continuation.stall;
     let mut first = true;
+    let mut heard = Instant::now();
     loop {
         let wait = if first { first_wait } else { stall };
         let chunk = tokio::select! {
             biased;
             r = tokio::time::timeout(wait, up.read_body()) => match r {
+                // As in the forwarding loop: a silent target that answers
+                // its `/health` is busy with another request, not stalled
+                // (reading the body again is cancel-safe).
+                Err(_) if !first
+                    && heard.elapsed() < first_wait
+                    && member_alive(steps, ctx).await => continue,
                 Err(_) => return Err(cut_or_refuse(first, Reason::Stalled, stalled())),
                 Ok(Err(e)) => return Err(cut_or_refuse(first, Reason::UpstreamDied, e)),
                 Ok(Ok(None)) => return Err(cut_or_refuse(first, Reason::UpstreamDied, ended())),
-                Ok(Ok(Some(b))) => b,
+                Ok(Ok(Some(b))) => {
+                    heard = Instant::now();
+                    b
+                }
             },
             r = session.as_downstream_mut().read_body_or_idle(true) => {
                 // The client hung up: the caller's error path reports it.
