@@ -445,8 +445,8 @@ pub async fn requeue(
             biased;
             r = &mut waiting.granted => match r {
                 Ok(Verdict::Granted) => break,
-                // Never displaced (a requeued entry is never chosen); a
-                // dropped sender means the queue is gone.
+                // Never displaced (the tenant-share rule passes paused
+                // answers over); a dropped sender means the queue is gone.
                 _ => return Err(pingora::Error::explain(
                     pingora::ErrorType::InternalError,
                     "the admission queue dropped a paused answer",
