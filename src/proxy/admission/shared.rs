@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::store::slots::SlotView;
+use crate::store::slots::{Models, SlotView};
 use crate::store::Store;
 
 /// A slot leased (or, while the store is unreachable, counted here only).
@@ -68,6 +68,8 @@ pub struct Shared {
     state: Mutex<State>,
     /// Another replica asked for a sync round now.
     changed: Notify,
+    /// Messages that a slot freed (one in flight at most).
+    telling: super::coalesce::Coalesce,
 }
 
 /// One of this replica's leases.
@@ -92,6 +94,8 @@ struct State {
     replicas: u32,
     /// Per class, requests waiting in other replicas' queues.
     elsewhere: [u32; 3],
+    /// Per class, the models they wait for.
+    elsewhere_models: [Models; 3],
     renewed: Option<Instant>,
     /// Since when the store answers again after a failure (slots are
     /// shared again once every replica had a sync round to write its
@@ -116,6 +120,7 @@ impl Shared {
                 ..State::default()
             }),
             changed: Notify::new(),
+            telling: Default::default(),
         }
     }
 
@@ -202,6 +207,17 @@ impl Shared {
         self.state.lock().map_or([0; 3], |s| s.elsewhere)
     }
 
+    /// Per class, the models requests waiting in other replicas' queues
+    /// name (none while the store is unreachable).
+    pub fn elsewhere_models(&self) -> [Models; 3] {
+        if !self.is_shared() {
+            return Default::default();
+        }
+        self.state
+            .lock()
+            .map_or_else(|_| Default::default(), |s| s.elsewhere_models.clone())
+    }
+
     /// Leases one of member `id`'s `slots` slots (`None`: unknown, not
     /// limiting) on the upstream keyed `key`.
     pub async fn acquire(&self, id: usize, key: &str, slots: Option<u32>) -> Acquired {
@@ -284,15 +300,24 @@ impl Shared {
             me.forget(&lease.id);
             match removed {
                 // A request waits at another replica: it may take the slot.
-                Ok(()) if waited_for => {
-                    if let Err(e) = me.store.announce(&me.replica).await {
-                        me.fall_back(&e.to_string());
-                    }
-                }
+                Ok(()) if waited_for => me.tell_freed().await,
                 Ok(()) => {}
                 Err(e) => me.fall_back(&e.to_string()),
             }
         });
+    }
+
+    /// Tells the other replicas that a slot freed; while such a message is
+    /// in flight, those asked meanwhile make one more after it.
+    async fn tell_freed(&self) {
+        if !self.telling.ask(true) {
+            return;
+        }
+        while self.telling.next().is_some() {
+            if let Err(e) = self.store.announce(&self.replica).await {
+                self.fall_back(&e.to_string());
+            }
+        }
     }
 
     fn forget(&self, id: &str) {
@@ -302,14 +327,19 @@ impl Shared {
     }
 
     /// One round of the heartbeat: sends this replica's `waiting` per
-    /// class, reads the view of `upstreams` (member id, key), renews the
-    /// leases when due; switches between shared and static as the store
-    /// answers or not.
-    pub async fn sync(&self, waiting: [u32; 3], upstreams: &[(usize, String)]) {
+    /// class and the `models` they wait for, reads the view of `upstreams`
+    /// (member id, key), renews the leases when due; switches between
+    /// shared and static as the store answers or not.
+    pub async fn sync(
+        &self,
+        waiting: [u32; 3],
+        models: &[Models; 3],
+        upstreams: &[(usize, String)],
+    ) {
         let keys: Vec<String> = upstreams.iter().map(|(_, k)| k.clone()).collect();
         let view = self
             .store
-            .sync_slots(&self.replica, self.lease_ms, waiting, &keys)
+            .sync_slots(&self.replica, self.lease_ms, waiting, models, &keys)
             .await;
         let view = match view {
             Ok(v) => v,
@@ -388,6 +418,7 @@ impl Shared {
         };
         s.replicas = view.replicas.max(1);
         s.elsewhere = view.waiting;
+        s.elsewhere_models = view.models.clone();
         for ((id, key), held) in upstreams.iter().zip(&view.leases) {
             let own = own_on(&s.own, key);
             if let Some(o) = s.others.get_mut(*id) {
