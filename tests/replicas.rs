@@ -816,3 +816,82 @@ async fn a_password_from_the_environment_logs_in_to_a_redis_that_requires_one() 
         .unwrap();
     assert_eq!(with.replicas, 1);
 }
+
+#[test]
+fn a_request_waiting_elsewhere_pauses_only_an_answer_of_its_model() {
+    let _serial = serial();
+    let redis = Redis::start();
+    let mut hold = HOLD_NP2.to_vec();
+    let a_args: Vec<&str> = hold.iter().copied().chain(["--alias", "model-a"]).collect();
+    hold.extend(["--alias", "model-b"]);
+    let servers = [
+        LlamaServer::start("tiny", &a_args),
+        LlamaServer::start("tiny", &hold),
+    ];
+    // Batch answers may pause for interactive requests; an interactive
+    // request gives up after 30 s.
+    let cfg = config(
+        "replicas-models",
+        &redis,
+        "max_inflight = 2\n[queue.classes.batch]\npreemptible = true\n\
+         [queue.classes.interactive]\nmax_wait_ms = 30000\n",
+    );
+    let urls = urls(&servers);
+    let one = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    let two = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    for r in [&one, &two] {
+        let ok = wait_for(Duration::from_secs(30), || {
+            let m = r.metrics();
+            m.contains("llamatap_queue_replicas 2\n")
+                && m.contains("llamatap_queue_shared 1\n")
+                && readyz(r).starts_with("ready\n")
+        });
+        assert!(
+            ok.is_some(),
+            "a replica never shared slots:\n{}",
+            r.metrics()
+        );
+    }
+    // Through replica 1: model-a's two slots held first, then model-b's
+    // (the newest answers are model-b's).
+    let addr = one.addr();
+    let mut holds = Vec::new();
+    for (model, server) in [("model-a", &servers[0]), ("model-b", &servers[1])] {
+        for i in 0..2 {
+            let a = addr.clone();
+            holds.push(std::thread::spawn(move || {
+                chat_model(&a, BULK_H, model, &format!("Hold {i}."), HOLD_TOKENS)
+            }));
+        }
+        assert!(
+            wait_for(Duration::from_secs(30), || server
+                .metric("llamacpp:requests_processing")
+                >= 2.0)
+            .is_some(),
+            "{model}'s answers never held its slots"
+        );
+    }
+    // Through replica 2: an interactive request for model-a. Replica 1
+    // pauses an answer of model-a for it, never one of model-b (whose slot
+    // it could not take).
+    let r = chat_model(&two.addr(), VOICE_H, "model-a", "Is a slot mine?", 4);
+    // The paused answer waits at replica 1 (its pause is counted when it
+    // ends); model-b's server still runs both of its answers.
+    let processing = |s: &LlamaServer| s.metric("llamacpp:requests_processing");
+    eprintln!(
+        "an interactive request for model-a at replica 2 while replica 1 held every slot: \
+         status {}, after {:?}; requests processing: model-a {}, model-b {}",
+        r.status,
+        r.elapsed,
+        processing(&servers[0]),
+        processing(&servers[1])
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Model-b's answers ran on throughout.
+    assert_eq!(processing(&servers[1]), 2.0);
+    drop(one);
+    drop(two);
+    for h in holds {
+        let _ = h.join();
+    }
+}
