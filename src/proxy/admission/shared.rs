@@ -35,6 +35,8 @@ use tokio::sync::Notify;
 use crate::store::slots::{Models, SlotView};
 use crate::store::Store;
 
+mod channel;
+
 /// A slot leased (or, while the store is unreachable, counted here only).
 #[derive(Debug)]
 pub struct Lease {
@@ -121,41 +123,6 @@ impl Shared {
             }),
             changed: Notify::new(),
             telling: Default::default(),
-        }
-    }
-
-    /// Resolves when another replica announced a change (or one was
-    /// announced since the last call).
-    pub async fn changed(&self) {
-        self.changed.notified().await;
-    }
-
-    /// Tells the other replicas to read the view now (after this one's
-    /// sync round wrote what waits here).
-    pub async fn announce(&self) {
-        if !self.is_shared() {
-            return;
-        }
-        if let Err(e) = self.store.announce(&self.replica).await {
-            self.fall_back(&e.to_string());
-        }
-    }
-
-    /// Follows the other replicas' announcements, for as long as the sync
-    /// task polls it: one subscription at a time, subscribed again (after
-    /// ten sync intervals) when it breaks.
-    pub async fn follow(&self) {
-        use futures_util::StreamExt;
-        loop {
-            if let Ok(mut changes) = self.store.changes().await {
-                while let Some(msg) = changes.next().await {
-                    let from: String = msg.get_payload().unwrap_or_default();
-                    if from != self.replica {
-                        self.changed.notify_one();
-                    }
-                }
-            }
-            tokio::time::sleep(self.sync * 10).await;
         }
     }
 
@@ -305,19 +272,6 @@ impl Shared {
                 Err(e) => me.fall_back(&e.to_string()),
             }
         });
-    }
-
-    /// Tells the other replicas that a slot freed; while such a message is
-    /// in flight, those asked meanwhile make one more after it.
-    async fn tell_freed(&self) {
-        if !self.telling.ask(true) {
-            return;
-        }
-        while self.telling.next().is_some() {
-            if let Err(e) = self.store.announce(&self.replica).await {
-                self.fall_back(&e.to_string());
-            }
-        }
     }
 
     fn forget(&self, id: &str) {
