@@ -94,7 +94,15 @@ impl Store {
     pub fn new(cfg: StoreConfig, gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
         // `rediss://` needs a TLS provider; the first one installed stays.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = redis::Client::open(cfg.url.expose())
+        let client = redis::IntoConnectionInfo::into_connection_info(cfg.url.expose())
+            .map(|info| match &cfg.password {
+                Some(p) => {
+                    let settings = info.redis_settings().clone().set_password(p.expose());
+                    info.set_redis_settings(settings)
+                }
+                None => info,
+            })
+            .and_then(redis::Client::open)
             .map_err(|_| "the store URL does not parse".to_string());
         Store {
             cfg,

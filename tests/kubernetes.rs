@@ -335,10 +335,16 @@ fn known_flags() -> BTreeSet<String> {
 
 /// `llamatap --check-config` on `content`: (success, stderr).
 fn check_config(name: &str, content: &str) -> (bool, String) {
+    check_config_with(name, content, &[])
+}
+
+/// The same with environment variables `vars` set.
+fn check_config_with(name: &str, content: &str, vars: &[(&str, &str)]) -> (bool, String) {
     let file = common::temp_config(name, content);
     let out = Command::new(env!("CARGO_BIN_EXE_llamatap"))
         .arg("--check-config")
         .arg(&file)
+        .envs(vars.iter().copied())
         .output()
         .unwrap();
     let _ = std::fs::remove_file(&file);
@@ -421,6 +427,16 @@ impl Llamatap {
                     other => other.to_string(),
                 })
             })
+    }
+
+    /// The variable `[auth.store] password_env` names, if any.
+    fn store_password_env(&self) -> Option<String> {
+        self.config
+            .get("auth")
+            .and_then(|a| a.get("store"))
+            .and_then(|s| s.get("password_env"))
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
     }
 
     fn listen(&self) -> String {
@@ -797,7 +813,8 @@ fn llamatap_is_given_only_flags_and_variables_it_reads() {
             );
         }
         defined.insert(var.clone());
-        let read_by_llamatap = cli.contains(&format!("\"{var}\""));
+        let read_by_llamatap = cli.contains(&format!("\"{var}\""))
+            || l.store_password_env().as_deref() == Some(var.as_str());
         let read_by_sdk = var == "OTEL_RESOURCE_ATTRIBUTES"
             && spans.contains("Resource::builder()")
             && readme.contains(&format!("`{var}`"));
@@ -847,12 +864,27 @@ fn config_map_loads_with_the_real_config_loader() {
     let all = objects();
     let l = Llamatap::from(&all);
 
-    // The file as shipped, through the real loader (unknown keys are refused).
-    let (ok, err) = check_config("k8s-whole", &l.config_text);
+    // The file as shipped, through the real loader (unknown keys are
+    // refused), with the variables of the pod that come from Secrets set.
+    let secret_vars: Vec<String> = env(&l.container)
+        .into_iter()
+        .filter(|(_, e)| !e["valueFrom"]["secretKeyRef"].is_null())
+        .map(|(n, _)| n)
+        .collect();
+    let vars: Vec<(&str, &str)> = secret_vars
+        .iter()
+        .map(|v| (v.as_str(), "a-password"))
+        .collect();
+    let (ok, err) = check_config_with("k8s-whole", &l.config_text, &vars);
     assert!(
         ok,
         "the ConfigMap's llamatap.toml fails --check-config: {err}"
     );
+    // Without the Secret's variable it is refused, naming it.
+    if let Some(var) = l.store_password_env() {
+        let (ok, err) = check_config("k8s-no-secret", &l.config_text);
+        assert!(!ok && err.contains(&var), "{err}");
+    }
     // DNS discovery with a refresh range the loader accepts.
     let discovery = l.config["discovery"]
         .as_table()
@@ -939,6 +971,142 @@ fn the_queue_is_on_and_shared_through_the_redis_service() {
     assert_eq!(target, listens, "the Service reaches redis-server's --port");
     // Nothing kept on disk: leases and minute counts are short-lived.
     assert_eq!(common::flag(&args, "--appendonly").as_deref(), Some("no"));
+}
+
+/// The Secret and key an environment entry reads, if it reads one.
+fn secret_ref(entry: &Yaml) -> Option<(String, String)> {
+    let r = &entry["valueFrom"]["secretKeyRef"];
+    Some((
+        r["name"].as_str()?.to_string(),
+        r["key"].as_str()?.to_string(),
+    ))
+}
+
+/// The pod template of the workload `Service host` selects.
+fn served_by<'a>(all: &'a [(String, Yaml)], host: &str) -> &'a Yaml {
+    let selector = string_map(&object(all, "Service", host)["spec"]["selector"]);
+    workloads(all)
+        .into_iter()
+        .find(|(_, t)| selects(&selector, &string_map(&t["metadata"]["labels"])))
+        .map(|(_, t)| t)
+        .unwrap_or_else(|| panic!("Service {host} selects no workload"))
+}
+
+#[test]
+fn redis_takes_a_password_from_a_secret_and_admits_only_llamatap_pods() {
+    let all = objects();
+    let l = Llamatap::from(&all);
+    let url = l.config["auth"]["store"]["url"].as_str().unwrap();
+    let rest = url.strip_prefix("redis://").unwrap();
+    assert!(!rest.contains('@'), "no password in the ConfigMap's URL");
+    let (host, _) = split_addr(rest.trim_end_matches('/'));
+    let redis = served_by(&all, &host);
+    let c = container(redis, "redis");
+    let redis_env = env(c);
+
+    // redis-server requires the password of a Secret's key...
+    let args = strings(&c["args"]);
+    let required = common::flag(&args, "--requirepass").expect("redis-server --requirepass");
+    let var = required
+        .strip_prefix("$(")
+        .and_then(|v| v.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("--requirepass {required}: not a $(VARIABLE)"));
+    let (secret, key) = redis_env
+        .iter()
+        .find(|(n, _)| n == var)
+        .and_then(|(_, e)| secret_ref(e))
+        .unwrap_or_else(|| panic!("{var} does not come from a Secret"));
+    let s = object(&all, "Secret", &secret);
+    assert!(
+        !s["stringData"][key.as_str()].is_null() || !s["data"][key.as_str()].is_null(),
+        "Secret {secret} has no key {key}"
+    );
+    // ...which its probes (redis-cli) log in with...
+    for probe in ["readinessProbe", "livenessProbe"] {
+        let cmd = strings(&c[probe]["exec"]["command"]);
+        assert_eq!(
+            cmd.first().map(String::as_str),
+            Some("redis-cli"),
+            "{probe}"
+        );
+    }
+    let cli = redis_env
+        .iter()
+        .find(|(n, _)| n == "REDISCLI_AUTH")
+        .and_then(|(_, e)| secret_ref(e));
+    assert_eq!(cli, Some((secret.clone(), key.clone())), "REDISCLI_AUTH");
+    // ...and llamatap gives: password_env names a variable of its pod that
+    // reads the same Secret's key.
+    let password_env = l.store_password_env().expect("[auth.store] password_env");
+    let given = env(&l.container)
+        .into_iter()
+        .find(|(n, _)| *n == password_env)
+        .and_then(|(_, e)| secret_ref(&e));
+    assert_eq!(
+        given,
+        Some((secret, key)),
+        "{password_env}: the Secret redis-server's password comes from"
+    );
+
+    // One NetworkPolicy selects the Redis pods; it admits, on redis-server's
+    // port only, only pods of the llamatap Deployment.
+    let redis_labels = string_map(&redis["metadata"]["labels"]);
+    let policies: Vec<&Yaml> = all
+        .iter()
+        .map(|(_, o)| o)
+        .filter(|o| kind(o) == "NetworkPolicy")
+        .filter(|o| {
+            selects(
+                &string_map(&o["spec"]["podSelector"]["matchLabels"]),
+                &redis_labels,
+            )
+        })
+        .collect();
+    assert_eq!(
+        policies.len(),
+        1,
+        "one NetworkPolicy selects the Redis pods"
+    );
+    let spec = &policies[0]["spec"];
+    assert!(
+        strings(&spec["policyTypes"]).contains(&"Ingress".to_string()),
+        "it restricts ingress"
+    );
+    assert!(spec["podSelector"]["matchExpressions"].is_null());
+    let listens: u16 = common::flag(&args, "--port").unwrap().parse().unwrap();
+    let ports = container_ports(c);
+    let rules = spec["ingress"].as_sequence().expect("ingress rules");
+    assert!(!rules.is_empty(), "an empty list would admit nobody");
+    for rule in rules {
+        let from = rule["from"]
+            .as_sequence()
+            .expect("every rule names its peers");
+        assert!(!from.is_empty(), "a rule without peers admits everyone");
+        for peer in from {
+            assert!(
+                peer["namespaceSelector"].is_null() && peer["ipBlock"].is_null(),
+                "a peer beyond this namespace's pods: {peer:?}"
+            );
+            assert!(peer["podSelector"]["matchExpressions"].is_null());
+            let selector = string_map(&peer["podSelector"]["matchLabels"]);
+            let admitted: Vec<String> = workloads(&all)
+                .into_iter()
+                .filter(|(_, t)| selects(&selector, &string_map(&t["metadata"]["labels"])))
+                .map(|(n, _)| n)
+                .collect();
+            assert_eq!(admitted, ["llamatap"], "the pods the rule admits");
+        }
+        let rule_ports = rule["ports"].as_sequence().expect("a rule names its ports");
+        assert!(
+            !rule_ports.is_empty(),
+            "a rule without ports admits every port"
+        );
+        for p in rule_ports {
+            assert_eq!(p["protocol"].as_str().unwrap_or("TCP"), "TCP");
+            assert_eq!(resolve_port(&ports, &p["port"]), Some(listens), "{p:?}");
+            assert!(p["endPort"].is_null());
+        }
+    }
 }
 
 #[test]

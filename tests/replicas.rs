@@ -20,6 +20,7 @@ use common::load::*;
 use common::proxy::{metric_value, Llamatap};
 use common::redis::Redis;
 use common::temp_config;
+use llamatap::store::slots::Models;
 
 /// The lease life in these tests: short, so that a dead replica's leases
 /// expire within the test's patience.
@@ -569,5 +570,328 @@ fn two_tenants_share_the_slots_across_replicas() {
             "a tenant got {:.0}% of the tokens: {t:?}",
             100.0 * s
         );
+    }
+}
+
+/// A store client for the test's own calls on `redis` (the library's).
+fn slot_store(redis: &Redis) -> llamatap::store::Store {
+    slot_store_with(redis, None)
+}
+
+/// The same, logging in with `password` (as `[auth.store] password_env`
+/// gives it).
+fn slot_store_with(redis: &Redis, password: Option<&str>) -> llamatap::store::Store {
+    let cfg = llamatap::config::Store {
+        url: llamatap::config::Secret::new(redis.url()),
+        address: format!("127.0.0.1:{}", redis.port),
+        timeout: Duration::from_secs(5),
+        on_error: llamatap::config::OnError::Allow,
+        password: password.map(|p| llamatap::config::Secret::new(p.to_string())),
+    };
+    llamatap::store::Store::new(cfg, prometheus_client::metrics::gauge::Gauge::default())
+        .with_limits(false)
+}
+
+#[tokio::test]
+async fn leases_and_heartbeats_no_replica_could_have_written_hold_nothing() {
+    let redis = Redis::start();
+    let store = slot_store(&redis);
+    let up = "10.0.0.7:8080".to_string();
+    let key = llamatap::store::slots::lease_key(&up);
+    let replicas = "llamatap:{llamatap-slots}:replicas";
+    let waiting = "llamatap:{llamatap-slots}:waiting";
+    let ttl = LEASE_MS;
+    let none: [Models; 3] = Default::default();
+    // Replica a is registered; something else writes leases that expire in
+    // 3,000 years on both slots of the upstream, a lease of a replica never
+    // registered, a heartbeat that far ahead, and waiting counts of a
+    // replica that is not there.
+    let view = store
+        .sync_slots("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
+        .await
+        .unwrap();
+    assert_eq!((view.replicas, view.leases.clone()), (1, vec![0]));
+    let soon = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + ttl / 2)
+        .to_string();
+    for cmd in [
+        &["ZADD", &key, "99999999999999", "forged:1"][..],
+        &["ZADD", &key, "99999999999999", "forged:2"],
+        &["ZADD", &key, &soon, "ghost:1"],
+        &["ZADD", replicas, "99999999999999", "immortal"],
+        &["HSET", waiting, "ghost", "5,5,5"],
+    ] {
+        assert!(redis.command(cmd).is_some(), "{cmd:?}");
+    }
+    // A grant of one of its two slots goes through.
+    assert_eq!(
+        store.acquire_slot(&up, "a:0", 2, ttl).await.unwrap(),
+        (true, 1),
+        "forged leases held the upstream's slots"
+    );
+    // The view counts a's lease only, one replica, nothing waiting.
+    let view = store
+        .sync_slots("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
+        .await
+        .unwrap();
+    assert_eq!(view.leases, vec![1]);
+    assert_eq!(view.replicas, 1);
+    assert_eq!(view.waiting, [0; 3]);
+    // And the forged entries are gone from the store.
+    assert_eq!(redis.command(&["ZCARD", &key]).as_deref(), Some("1"));
+    assert!(redis.command(&["ZSCORE", &key, "a:0"]).is_some());
+    assert_eq!(redis.command(&["ZSCORE", replicas, "immortal"]), None);
+    assert_eq!(redis.command(&["HGET", waiting, "ghost"]), None);
+    // A replica that registers counts as before: its lease and its waiting.
+    // (and the model its waiting request names).
+    let mut wants: [Models; 3] = Default::default();
+    wants[0].add(Some("model-a"));
+    let view = store
+        .sync_slots("b", ttl, [1, 0, 0], &wants, std::slice::from_ref(&up))
+        .await
+        .unwrap();
+    assert_eq!((view.replicas, view.leases.clone()), (2, vec![1]));
+    assert_eq!(
+        store.acquire_slot(&up, "b:0", 2, ttl).await.unwrap(),
+        (true, 2)
+    );
+    assert_eq!(
+        store.acquire_slot(&up, "a:1", 2, ttl).await.unwrap(),
+        (false, 2)
+    );
+    let view = store
+        .sync_slots("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
+        .await
+        .unwrap();
+    assert_eq!(
+        (view.replicas, view.waiting, view.leases),
+        (2, [1, 0, 0], vec![2])
+    );
+    assert_eq!(view.models, wants, "the models b's requests wait for");
+    // A grant before its replica's first heartbeat registers it: the
+    // lease is not taken for a stray one.
+    store.release_slot(&up, "b:0").await.unwrap();
+    assert_eq!(
+        store.acquire_slot(&up, "c:0", 2, ttl).await.unwrap(),
+        (true, 2)
+    );
+    let view = store
+        .sync_slots("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
+        .await
+        .unwrap();
+    assert_eq!((view.replicas, view.leases), (3, vec![2]));
+}
+
+/// Calls of `command` Redis has served (`INFO commandstats`).
+fn calls(redis: &Redis, command: &str) -> u64 {
+    redis
+        .command(&["INFO", "commandstats"])
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_burst_of_queued_requests_takes_one_announcement_round_at_a_time() {
+    let _serial = serial();
+    let redis = Redis::start();
+    let servers = [
+        LlamaServer::start("tiny", &HOLD_NP2),
+        LlamaServer::start("tiny", &HOLD_NP2),
+    ];
+    // The store may take 10 s: it outlasts the pause below, so no replica
+    // falls back to its static share meanwhile.
+    let toml = format!(
+        "[auth.store]\nurl = \"{}\"\ntimeout_ms = 10000\n\
+         [queue]\nenabled = true\nshared = true\nlease_ms = {LEASE_MS}\n{}",
+        redis.url(),
+        keys()
+    );
+    let cfg = temp_config("replicas-announce", &toml);
+    let (one, two) = start_pair(cfg.to_str().unwrap(), &servers);
+    // Batch answers that run for minutes hold all four slots.
+    let addr = one.addr();
+    let holds: Vec<_> = (0..4)
+        .map(|i| {
+            let a = addr.clone();
+            std::thread::spawn(move || chat(&a, BULK_H, &format!("Hold {i}."), HOLD_TOKENS))
+        })
+        .collect();
+    assert!(
+        wait_for(Duration::from_secs(30), || servers
+            .iter()
+            .all(|s| s.metric("llamacpp:requests_processing") >= 2.0))
+        .is_some(),
+        "the four answers never held the four slots"
+    );
+    // Redis holds every write (sync rounds, messages) while a burst of
+    // interactive requests queues at one replica: each asks for an
+    // announcement.
+    let before = calls(&redis, "publish");
+    let baseline = redis.clients();
+    assert_eq!(
+        redis
+            .command(&["CLIENT", "PAUSE", "8000", "WRITE"])
+            .as_deref(),
+        Some("OK")
+    );
+    const BURST: usize = 24;
+    let burst: Vec<_> = (0..BURST)
+        .map(|i| {
+            let a = addr.clone();
+            std::thread::spawn(move || chat(&a, VOICE_H, &format!("Burst {i}."), 4))
+        })
+        .collect();
+    let queued = wait_for(Duration::from_secs(6), || {
+        one.metrics().contains(&format!(
+            "llamatap_queue_depth{{class=\"interactive\"}} {BURST}\n"
+        ))
+    });
+    // Meanwhile the replica's connections to Redis stay few: the
+    // heartbeat's, one announcement round's, the subscription (before:
+    // one per queued request, up to the store's 16, which tenant
+    // admission needs too).
+    let mut most = redis.clients();
+    let _ = wait_for(Duration::from_secs(1), || {
+        most = most.max(redis.clients());
+        false
+    });
+    assert_eq!(redis.command(&["CLIENT", "UNPAUSE"]).as_deref(), Some("OK"));
+    assert!(
+        queued.is_some(),
+        "the burst never queued:\n{}",
+        one.metrics()
+    );
+    // The rounds asked for while one was held make one more round: a
+    // message or two, not one per request.
+    assert!(
+        wait_for(Duration::from_secs(10), || calls(&redis, "publish")
+            > before)
+        .is_some(),
+        "no announcement went out"
+    );
+    let mut published = 0;
+    let _ = wait_for(Duration::from_secs(2), || {
+        published = calls(&redis, "publish") - before;
+        false
+    });
+    eprintln!(
+        "{BURST} requests queued while Redis held writes: {published} announcements, \
+         at most {most} connections to Redis ({baseline} before)"
+    );
+    assert!(published <= 3, "{published} announcements for one burst");
+    assert!(
+        most <= baseline + 3,
+        "{most} connections to Redis during the burst ({baseline} before)"
+    );
+    drop(one);
+    drop(two);
+    for h in holds.into_iter().chain(burst) {
+        let _ = h.join();
+    }
+}
+
+#[tokio::test]
+async fn a_password_from_the_environment_logs_in_to_a_redis_that_requires_one() {
+    const PASSWORD: &str = "slots-pass-9c41e2";
+    let redis = Redis::launch(common::free_port(), &[], Some(PASSWORD));
+    let none: [Models; 3] = Default::default();
+    let up = ["10.0.0.7:8080".to_string()];
+    let without = slot_store(&redis)
+        .sync_slots("a", LEASE_MS, [0; 3], &none, &up)
+        .await;
+    assert!(
+        without.is_err(),
+        "a Redis with a password answered without it"
+    );
+    let with = slot_store_with(&redis, Some(PASSWORD))
+        .sync_slots("a", LEASE_MS, [0; 3], &none, &up)
+        .await
+        .unwrap();
+    assert_eq!(with.replicas, 1);
+}
+
+#[test]
+fn a_request_waiting_elsewhere_pauses_only_an_answer_of_its_model() {
+    let _serial = serial();
+    let redis = Redis::start();
+    let mut hold = HOLD_NP2.to_vec();
+    let a_args: Vec<&str> = hold.iter().copied().chain(["--alias", "model-a"]).collect();
+    hold.extend(["--alias", "model-b"]);
+    let servers = [
+        LlamaServer::start("tiny", &a_args),
+        LlamaServer::start("tiny", &hold),
+    ];
+    // Batch answers may pause for interactive requests; an interactive
+    // request gives up after 30 s.
+    let cfg = config(
+        "replicas-models",
+        &redis,
+        "max_inflight = 2\n[queue.classes.batch]\npreemptible = true\n\
+         [queue.classes.interactive]\nmax_wait_ms = 30000\n",
+    );
+    let urls = urls(&servers);
+    let one = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    let two = Llamatap::start_fleet(&urls, &["--config", &cfg]);
+    for r in [&one, &two] {
+        let ok = wait_for(Duration::from_secs(30), || {
+            let m = r.metrics();
+            m.contains("llamatap_queue_replicas 2\n")
+                && m.contains("llamatap_queue_shared 1\n")
+                && readyz(r).starts_with("ready\n")
+        });
+        assert!(
+            ok.is_some(),
+            "a replica never shared slots:\n{}",
+            r.metrics()
+        );
+    }
+    // Through replica 1: model-a's two slots held first, then model-b's
+    // (the newest answers are model-b's).
+    let addr = one.addr();
+    let mut holds = Vec::new();
+    for (model, server) in [("model-a", &servers[0]), ("model-b", &servers[1])] {
+        for i in 0..2 {
+            let a = addr.clone();
+            holds.push(std::thread::spawn(move || {
+                chat_model(&a, BULK_H, model, &format!("Hold {i}."), HOLD_TOKENS)
+            }));
+        }
+        assert!(
+            wait_for(Duration::from_secs(30), || server
+                .metric("llamacpp:requests_processing")
+                >= 2.0)
+            .is_some(),
+            "{model}'s answers never held its slots"
+        );
+    }
+    // Through replica 2: an interactive request for model-a. Replica 1
+    // pauses an answer of model-a for it, never one of model-b (whose slot
+    // it could not take).
+    let r = chat_model(&two.addr(), VOICE_H, "model-a", "Is a slot mine?", 4);
+    // The paused answer waits at replica 1 (its pause is counted when it
+    // ends); model-b's server still runs both of its answers.
+    let processing = |s: &LlamaServer| s.metric("llamacpp:requests_processing");
+    eprintln!(
+        "an interactive request for model-a at replica 2 while replica 1 held every slot: \
+         status {}, after {:?}; requests processing: model-a {}, model-b {}",
+        r.status,
+        r.elapsed,
+        processing(&servers[0]),
+        processing(&servers[1])
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Model-b's answers ran on throughout.
+    assert_eq!(processing(&servers[1]), 2.0);
+    drop(one);
+    drop(two);
+    for h in holds {
+        let _ = h.join();
     }
 }

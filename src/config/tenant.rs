@@ -61,6 +61,9 @@ pub struct RawStore {
     pub timeout_ms: Option<u64>,
     /// `allow` or `deny`: what happens when the store fails or is slow.
     pub on_error: Option<String>,
+    /// The name of an environment variable holding the store's password
+    /// (a Kubernetes Secret, say), used instead of one in the URL.
+    pub password_env: Option<String>,
 }
 
 /// What a request meets when the store cannot answer in time.
@@ -94,6 +97,9 @@ pub struct Store {
     pub timeout: Duration,
     /// What happens when it fails.
     pub on_error: OnError,
+    /// The password read from `password_env` (for the URL's user, else the
+    /// default one); `None`: the URL's own, if any. Never logged.
+    pub password: Option<Secret>,
 }
 
 /// Builds the tenants from the flat list and `[[auth.keys]]`; `env` reads
@@ -221,8 +227,17 @@ fn one(k: RawKey, env: &dyn Fn(&str) -> Option<String>) -> Result<Tenant, Config
     })
 }
 
-/// Validates `[auth.store]`; `None` when no URL is set.
+/// Validates `[auth.store]`; `None` when no URL is set. The password of
+/// `password_env` is read from the process's environment.
 pub fn store(raw: Option<RawStore>) -> Result<Option<Store>, ConfigError> {
+    store_with(raw, &|v| std::env::var(v).ok())
+}
+
+/// [`store`], with `env` reading an environment variable.
+pub fn store_with(
+    raw: Option<RawStore>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Store>, ConfigError> {
     let Some(raw) = raw else {
         return Ok(None);
     };
@@ -275,11 +290,32 @@ pub fn store(raw: Option<RawStore>) -> Result<Option<Store>, ConfigError> {
         true => format!("[{host}]:{port}"),
         false => format!("{host}:{port}"),
     };
+    let password = match raw.password_env.as_deref().map(str::trim) {
+        None => None,
+        Some(var) => {
+            let bad = |why: String| ConfigError::Invalid {
+                key: "auth.store.password_env",
+                message: why,
+            };
+            if info.redis_settings().password().is_some() {
+                return Err(bad(
+                    "the URL holds a password too; give it in one place".into()
+                ));
+            }
+            let password = env(var).filter(|p| !p.is_empty()).ok_or_else(|| {
+                bad(format!(
+                    "the environment variable {var:?} is not set or empty"
+                ))
+            })?;
+            Some(Secret::new(password))
+        }
+    };
     Ok(Some(Store {
         url: Secret::new(url.to_string()),
         address,
         timeout: Duration::from_millis(ms),
         on_error,
+        password,
     }))
 }
 

@@ -33,6 +33,11 @@ impl Fleet {
         }
     }
 
+    /// Member `id` reports `model` among its models.
+    pub fn member_serves(&self, id: usize, model: &str) -> bool {
+        self.member(id).is_some_and(|m| m.serves(model))
+    }
+
     /// The fleet serves two or more models: requests are routed by model.
     pub fn serves_several_models(&self) -> bool {
         self.models.read().map(|g| g.len() > 1).unwrap_or(false)

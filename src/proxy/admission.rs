@@ -42,12 +42,14 @@ use pingora::Result;
 use tokio::sync::{oneshot, Notify};
 
 mod affinity;
+mod coalesce;
 mod leasing;
 mod scheduler;
 pub mod shared;
 #[cfg(test)]
 mod tests;
 mod ticket;
+mod wanted;
 
 pub use affinity::wait_for_affine;
 pub use leasing::{secure, SlotSync};
@@ -97,6 +99,10 @@ pub struct Admission {
     /// yet: reported to the store as still waiting, so that no other
     /// replica takes the slot meant for them meanwhile.
     unleased: [std::sync::atomic::AtomicU32; 3],
+    /// Per class, the models the requests queued here name.
+    wanted: wanted::Wanted,
+    /// Per class, the announcement rounds (one in flight at most).
+    announcing: [coalesce::Coalesce; 3],
 }
 
 /// A request's passage through the queue, kept in its context.
@@ -123,6 +129,8 @@ struct Waiting<'a> {
     who: (usize, usize),
     handle: Option<crate::queue::Handle>,
     granted: oneshot::Receiver<Verdict>,
+    /// Its model, told to the other replicas while it waits.
+    _want: wanted::Want<'a>,
 }
 
 impl Drop for Waiting<'_> {
@@ -172,6 +180,8 @@ impl Admission {
             moves,
             shared,
             unleased: Default::default(),
+            wanted: Default::default(),
+            announcing: Default::default(),
         })
     }
 
@@ -334,14 +344,16 @@ pub async fn wait(
     ctx.admission = Some(held);
     // With shared slots, the other replicas learn at once that a request
     // waits here.
-    admission.announce(ci, true);
     let model = ctx.request.model.clone();
+    let want = admission.wanted.hold(ci, model.as_deref());
+    admission.announce(ci, true);
     admission.preempt_for(ci, model.as_deref());
     let mut waiting = Waiting {
         admission,
         who: (ci, tenant),
         handle: Some(handle),
         granted: rx,
+        _want: want,
     };
     let deadline = rules
         .max_wait
@@ -439,12 +451,14 @@ pub async fn requeue(
     if let Some(h) = ctx.admission.as_deref_mut() {
         h.queued_now = true;
     }
+    let want = admission.wanted.hold(ci, ctx.request.model.as_deref());
     admission.announce(ci, true);
     let mut waiting = Waiting {
         admission,
         who: (ci, tenant),
         handle: Some(handle),
         granted: rx,
+        _want: want,
     };
     let mut tick = tokio::time::interval(REFRESH);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -453,8 +467,8 @@ pub async fn requeue(
             biased;
             r = &mut waiting.granted => match r {
                 Ok(Verdict::Granted) => break,
-                // Never displaced (a requeued entry is never chosen); a
-                // dropped sender means the queue is gone.
+                // Never displaced (the tenant-share rule passes paused
+                // answers over); a dropped sender means the queue is gone.
                 _ => return Err(pingora::Error::explain(
                     pingora::ErrorType::InternalError,
                     "the admission queue dropped a paused answer",

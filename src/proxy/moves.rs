@@ -168,6 +168,19 @@ impl Moves {
     /// `class` (naming `model`, when given) to pause; its class index, or
     /// `None` when there is none.
     pub fn preempt(&self, class: usize, model: Option<&str>) -> Option<usize> {
+        self.pick(class, |a| {
+            model.is_none_or(|m| a.model.as_deref() == Some(m))
+        })
+    }
+
+    /// Tells the newest pausable answer of a class less urgent than
+    /// `class`, streaming from a member for which `takes(member)` holds,
+    /// to pause; its class index, or `None` when there is none.
+    pub fn preempt_where(&self, class: usize, takes: impl Fn(usize) -> bool) -> Option<usize> {
+        self.pick(class, |a| takes(a.member))
+    }
+
+    fn pick(&self, class: usize, fits: impl Fn(&Running) -> bool) -> Option<usize> {
         let r = self.running.lock().ok()?;
         let victim = r
             .values()
@@ -176,7 +189,7 @@ impl Moves {
                     && !a.declined
                     && a.class > class
                     && a.signal.reason().is_none()
-                    && model.is_none_or(|m| a.model.as_deref() == Some(m))
+                    && fits(a)
             })
             .max_by_key(|a| a.since)?;
         victim

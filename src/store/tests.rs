@@ -13,6 +13,7 @@ fn config(url: &str, timeout_ms: u64) -> StoreConfig {
         address: url.trim_start_matches("redis://").to_string(),
         timeout: Duration::from_millis(timeout_ms),
         on_error: OnError::Deny,
+        password: None,
     }
 }
 

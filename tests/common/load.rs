@@ -122,8 +122,30 @@ pub fn chat_counting(
     max_tokens: u32,
     streamed: Option<&AtomicU64>,
 ) -> Answer {
+    chat_body(addr, headers, &body(prompt, max_tokens), streamed)
+}
+
+/// As [`chat`], naming `model`.
+pub fn chat_model(
+    addr: &str,
+    headers: &[(&str, &str)],
+    model: &str,
+    prompt: &str,
+    max_tokens: u32,
+) -> Answer {
+    let mut b: Value = serde_json::from_str(&body(prompt, max_tokens)).unwrap();
+    b["model"] = Value::String(model.to_string());
+    chat_body(addr, headers, &b.to_string(), None)
+}
+
+/// Sends the streamed chat request `b` and reads the whole answer.
+fn chat_body(
+    addr: &str,
+    headers: &[(&str, &str)],
+    b: &str,
+    streamed: Option<&AtomicU64>,
+) -> Answer {
     let sent = Instant::now();
-    let b = body(prompt, max_tokens);
     let mut r = match http::send(addr, "POST", "/v1/chat/completions", headers, b.as_bytes()) {
         Ok(r) => r,
         Err(e) => {

@@ -16,7 +16,8 @@
 //! tenant-share rule (`queue/share.rs`): an arrival from a tenant below its
 //! weighted share takes the place of the newest request of the tenant most
 //! over its own, which leaves the queue displaced
-//! ([`Scheduler::displaced`]); any other arrival is refused.
+//! ([`Scheduler::displaced`]); any other arrival is refused. A paused
+//! answer queued again ([`Scheduler::requeue`]) is never displaced.
 //!
 //! Capacity is counted per upstream: each has a capacity (`None`: unknown,
 //! never limiting), a count of requests bound to it and an up/down mark; a
@@ -132,6 +133,8 @@ struct TenantQueue {
     queue: VecDeque<Handle>,
     /// Its entries still queued (its queue may hold stale handles too).
     live: usize,
+    /// Of those, paused answers queued again: never displaced.
+    paused: usize,
     weight: u32,
     credit: u32,
     /// In the class's ring.
@@ -267,6 +270,7 @@ impl<T> Scheduler<T> {
             tenant: a.tenant,
             at: a.at,
             waker,
+            paused: front,
         };
         let handle = match self.free_slots.pop() {
             Some(index) => {
@@ -303,6 +307,9 @@ impl<T> Scheduler<T> {
         t.weight = weight;
         t.live += 1;
         if front {
+            t.paused += 1;
+        }
+        if front {
             c.arrivals.push_front(handle);
             t.queue.push_front(handle);
             if t.active {
@@ -335,6 +342,9 @@ impl<T> Scheduler<T> {
             c.depth = c.depth.saturating_sub(1);
             if let Some(t) = c.tenants.get_mut(&e.tenant) {
                 t.live = t.live.saturating_sub(1);
+                if e.paused {
+                    t.paused = t.paused.saturating_sub(1);
+                }
             }
             // Two stale handles: one in the arrivals, one in the tenant's queue.
             c.stale += 2;
@@ -374,6 +384,11 @@ impl<T> Scheduler<T> {
                     c.depth = c.depth.saturating_sub(1);
                     // Its handle in the arrivals is stale now.
                     c.stale += 1;
+                    if e.paused {
+                        if let Some(t) = c.tenants.get_mut(&e.tenant) {
+                            t.paused = t.paused.saturating_sub(1);
+                        }
+                    }
                     *c.running.entry(e.tenant).or_default() += 1;
                     settle(c, &self.slots);
                 }

@@ -180,6 +180,7 @@ fn the_store_is_optional_and_validated() {
         url: Some("redis://cache".into()),
         timeout_ms: Some(20),
         on_error: Some("deny".into()),
+        ..RawStore::default()
     }))
     .unwrap()
     .unwrap();
@@ -233,4 +234,50 @@ fn the_store_is_optional_and_validated() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("not one of allow, deny"), "{e}");
+}
+
+#[test]
+fn the_store_password_may_come_from_the_environment() {
+    let env = |v: &str| (v == "STORE_PW").then(|| "s3cret".to_string());
+    let raw = |url: &str, var: &str| {
+        Some(RawStore {
+            url: Some(url.into()),
+            password_env: Some(var.into()),
+            ..RawStore::default()
+        })
+    };
+    let s = store_with(raw("redis://cache:6379", "STORE_PW"), &env)
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.password.as_ref().map(Secret::expose), Some("s3cret"));
+    assert_eq!(s.url.expose(), "redis://cache:6379");
+    assert!(!format!("{s:?}").contains("s3cret"), "{s:?}");
+    // Unset, or a password in the URL too: one clear line, no secret.
+    for (url, var, want) in [
+        (
+            "redis://cache",
+            "NOT_SET",
+            "\"NOT_SET\" is not set or empty",
+        ),
+        ("redis://:other@cache", "STORE_PW", "give it in one place"),
+    ] {
+        let e = store_with(raw(url, var), &env).unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid value for auth.store.password_env"),
+            "{e}"
+        );
+        assert!(e.contains(want), "{e}");
+        assert!(!e.contains("s3cret") && !e.contains("other"), "{e}");
+    }
+    // Without password_env, none.
+    let s = store_with(
+        Some(RawStore {
+            url: Some("redis://cache".into()),
+            ..RawStore::default()
+        }),
+        &env,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.password, None);
 }

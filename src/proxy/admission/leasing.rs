@@ -126,9 +126,10 @@ impl Admission {
                 depth_u32(s.depth(p as usize)).saturating_add(granted)
             })
         });
+        let models = self.wanted.models();
         let members = self.fleet.members();
         let upstreams: Vec<(usize, String)> = members.iter().map(|m| (m.id, key_of(m))).collect();
-        shared.sync(waiting, &upstreams).await;
+        shared.sync(waiting, &models, &upstreams).await;
         self.with(|s| self.refresh(s));
         self.preempt_for_elsewhere();
         if let Some(m) = &self.metrics {
@@ -149,7 +150,10 @@ impl Admission {
     /// (a request queued here), the other replicas are then told to read
     /// the view. Only for a class that another replica could act on (one
     /// with a less urgent class below it: it may hold slots back or pause
-    /// an answer for it), and only when there is another replica.
+    /// an answer for it), and only when there is another replica. At most
+    /// one such round per class is in flight; those asked meanwhile make
+    /// one more round after it ([`super::coalesce`]), so a burst of queued
+    /// requests never takes the store's connections from admission.
     pub(super) fn announce(self: &Arc<Self>, class: usize, tell: bool) {
         let Some(shared) = self.shared.clone().filter(|s| s.is_shared()) else {
             return;
@@ -160,18 +164,30 @@ impl Admission {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let Some(rounds) = self.announcing.get(class) else {
+            return;
+        };
+        if !rounds.ask(tell) {
+            return;
+        }
         let me = Arc::clone(self);
         rt.spawn(async move {
-            me.sync_shared().await;
-            if tell {
-                shared.announce().await;
+            let Some(rounds) = me.announcing.get(class) else {
+                return;
+            };
+            while let Some(tell) = rounds.next() {
+                me.sync_shared().await;
+                if tell {
+                    shared.announce().await;
+                }
             }
         });
     }
 
     /// A request of a more urgent class waits at another replica while no
     /// slot is free: one answer running here, of a less urgent preemptible
-    /// class, is told to pause (unless enough are pausing already).
+    /// class, on an upstream that request could take (one serving a model
+    /// it names), is told to pause (unless enough are pausing already).
     fn preempt_for_elsewhere(&self) {
         let Some(shared) = &self.shared else {
             return;
@@ -193,7 +209,14 @@ impl Admission {
             .sum::<usize>()
             + here;
         if free == 0 && waiting > self.moves.pausing() {
-            self.moves.preempt(class, None);
+            let wanted = shared.elsewhere_models();
+            let Some(models) = wanted.get(class) else {
+                return;
+            };
+            let several = self.fleet.serves_several_models();
+            self.moves.preempt_where(class, |member| {
+                !several || models.wanted_by(|m| self.fleet.member_serves(member, m))
+            });
         }
     }
 }

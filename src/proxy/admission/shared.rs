@@ -32,8 +32,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::store::slots::SlotView;
+use crate::store::slots::{Models, SlotView};
 use crate::store::Store;
+
+mod channel;
 
 /// A slot leased (or, while the store is unreachable, counted here only).
 #[derive(Debug)]
@@ -68,6 +70,8 @@ pub struct Shared {
     state: Mutex<State>,
     /// Another replica asked for a sync round now.
     changed: Notify,
+    /// Messages that a slot freed (one in flight at most).
+    telling: super::coalesce::Coalesce,
 }
 
 /// One of this replica's leases.
@@ -92,6 +96,8 @@ struct State {
     replicas: u32,
     /// Per class, requests waiting in other replicas' queues.
     elsewhere: [u32; 3],
+    /// Per class, the models they wait for.
+    elsewhere_models: [Models; 3],
     renewed: Option<Instant>,
     /// Since when the store answers again after a failure (slots are
     /// shared again once every replica had a sync round to write its
@@ -116,41 +122,7 @@ impl Shared {
                 ..State::default()
             }),
             changed: Notify::new(),
-        }
-    }
-
-    /// Resolves when another replica announced a change (or one was
-    /// announced since the last call).
-    pub async fn changed(&self) {
-        self.changed.notified().await;
-    }
-
-    /// Tells the other replicas to read the view now (after this one's
-    /// sync round wrote what waits here).
-    pub async fn announce(&self) {
-        if !self.is_shared() {
-            return;
-        }
-        if let Err(e) = self.store.announce(&self.replica).await {
-            self.fall_back(&e.to_string());
-        }
-    }
-
-    /// Follows the other replicas' announcements, for as long as the sync
-    /// task polls it: one subscription at a time, subscribed again (after
-    /// ten sync intervals) when it breaks.
-    pub async fn follow(&self) {
-        use futures_util::StreamExt;
-        loop {
-            if let Ok(mut changes) = self.store.changes().await {
-                while let Some(msg) = changes.next().await {
-                    let from: String = msg.get_payload().unwrap_or_default();
-                    if from != self.replica {
-                        self.changed.notify_one();
-                    }
-                }
-            }
-            tokio::time::sleep(self.sync * 10).await;
+            telling: Default::default(),
         }
     }
 
@@ -200,6 +172,17 @@ impl Shared {
             return [0; 3];
         }
         self.state.lock().map_or([0; 3], |s| s.elsewhere)
+    }
+
+    /// Per class, the models requests waiting in other replicas' queues
+    /// name (none while the store is unreachable).
+    pub fn elsewhere_models(&self) -> [Models; 3] {
+        if !self.is_shared() {
+            return Default::default();
+        }
+        self.state
+            .lock()
+            .map_or_else(|_| Default::default(), |s| s.elsewhere_models.clone())
     }
 
     /// Leases one of member `id`'s `slots` slots (`None`: unknown, not
@@ -284,11 +267,7 @@ impl Shared {
             me.forget(&lease.id);
             match removed {
                 // A request waits at another replica: it may take the slot.
-                Ok(()) if waited_for => {
-                    if let Err(e) = me.store.announce(&me.replica).await {
-                        me.fall_back(&e.to_string());
-                    }
-                }
+                Ok(()) if waited_for => me.tell_freed().await,
                 Ok(()) => {}
                 Err(e) => me.fall_back(&e.to_string()),
             }
@@ -302,14 +281,19 @@ impl Shared {
     }
 
     /// One round of the heartbeat: sends this replica's `waiting` per
-    /// class, reads the view of `upstreams` (member id, key), renews the
-    /// leases when due; switches between shared and static as the store
-    /// answers or not.
-    pub async fn sync(&self, waiting: [u32; 3], upstreams: &[(usize, String)]) {
+    /// class and the `models` they wait for, reads the view of `upstreams`
+    /// (member id, key), renews the leases when due; switches between
+    /// shared and static as the store answers or not.
+    pub async fn sync(
+        &self,
+        waiting: [u32; 3],
+        models: &[Models; 3],
+        upstreams: &[(usize, String)],
+    ) {
         let keys: Vec<String> = upstreams.iter().map(|(_, k)| k.clone()).collect();
         let view = self
             .store
-            .sync_slots(&self.replica, self.lease_ms, waiting, &keys)
+            .sync_slots(&self.replica, self.lease_ms, waiting, models, &keys)
             .await;
         let view = match view {
             Ok(v) => v,
@@ -388,6 +372,7 @@ impl Shared {
         };
         s.replicas = view.replicas.max(1);
         s.elsewhere = view.waiting;
+        s.elsewhere_models = view.models.clone();
         for ((id, key), held) in upstreams.iter().zip(&view.leases) {
             let own = own_on(&s.own, key);
             if let Some(o) = s.others.get_mut(*id) {

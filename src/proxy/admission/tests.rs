@@ -37,6 +37,7 @@ fn queue(adm: &Admission, tenant: usize) -> Waiting<'_> {
         who: (BATCH, tenant),
         handle: Some(handle),
         granted: rx,
+        _want: adm.wanted.hold(BATCH, None),
     }
 }
 

@@ -77,3 +77,31 @@ async fn a_told_answer_wakes_even_if_told_before_it_waits() {
         .unwrap();
     assert_eq!(s.reason(), Some(Reason::Preempted));
 }
+
+#[test]
+fn a_pause_for_elsewhere_takes_only_an_answer_on_an_upstream_that_fits() {
+    let moves = Moves::new();
+    let t0 = Instant::now();
+    let (on_a, on_b) = (Arc::new(Signal::default()), Arc::new(Signal::default()));
+    let _a = moves.register(
+        Answer {
+            member: 0,
+            ..answer(2, true, t0)
+        },
+        on_a.clone(),
+    );
+    // The newest runs on member 1, which the waiting request cannot take.
+    let _b = moves.register(
+        Answer {
+            member: 1,
+            ..answer(2, true, t0 + Duration::from_secs(1))
+        },
+        on_b.clone(),
+    );
+    assert_eq!(moves.preempt_where(0, |m| m == 0), Some(2));
+    assert_eq!(on_a.reason(), Some(Reason::Preempted));
+    assert_eq!(on_b.reason(), None);
+    // None left that fits.
+    assert_eq!(moves.preempt_where(0, |m| m == 0), None);
+    assert_eq!(on_b.reason(), None);
+}

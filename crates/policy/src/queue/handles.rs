@@ -19,6 +19,9 @@ pub(super) struct Entry<T> {
     pub(super) tenant: usize,
     pub(super) at: Instant,
     pub(super) waker: T,
+    /// A paused answer queued again ([`Scheduler::requeue`]): never
+    /// displaced.
+    pub(super) paused: bool,
 }
 
 #[derive(Debug)]

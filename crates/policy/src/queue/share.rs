@@ -17,8 +17,17 @@
 //! - Otherwise (a lone tenant, or nobody over a share) it is refused because
 //!   the class is full ([`Refusal::Full`]).
 //!
+//! A paused answer queued again ([`Scheduler::requeue`]: an answer that
+//! gave its slot to a more urgent request and waits to continue) is never
+//! displaced: it counts towards its tenant's queued requests, but the
+//! request displaced is the newest of that tenant's others, and a tenant
+//! holding only paused answers is passed over for the next most over its
+//! share. When no tenant over its share has a request other than paused
+//! answers, the arrival is refused because the class is full
+//! ([`Refusal::Full`]).
+//!
 //! So a refusal always falls on a tenant at or over its share, or on nobody
-//! while nobody is over one. A request admitted by displacing another never
+//! while nobody over one can give up a request. A request admitted by displacing another never
 //! takes its tenant over its share, so the displaced tenant cannot displace
 //! it back in turn: a full class settles instead of churning.
 //!
@@ -79,8 +88,9 @@ impl<T> Scheduler<T> {
         }
     }
 
-    /// Takes the newest queued request of `tenant` in class `ci` out, to
-    /// [`Scheduler::displaced`]; false when it has none.
+    /// Takes the newest queued request of `tenant` in class `ci` that is
+    /// not a paused answer out, to [`Scheduler::displaced`]; false when it
+    /// has none.
     fn displace(&mut self, ci: usize, tenant: usize) -> bool {
         let slots = &self.slots;
         let Some(c) = self.classes.get_mut(ci) else {
@@ -97,7 +107,16 @@ impl<T> Scheduler<T> {
             t.queue.pop_back();
             c.stale = c.stale.saturating_sub(1);
         }
-        let Some(h) = t.queue.pop_back() else {
+        // Paused answers are queued at its head: the newest other request
+        // is found from the tail.
+        let Some(at) = t
+            .queue
+            .iter()
+            .rposition(|h| live(slots, *h).is_some_and(|e| !e.paused))
+        else {
+            return false;
+        };
+        let Some(h) = t.queue.remove(at) else {
             return false;
         };
         t.live = t.live.saturating_sub(1);
@@ -139,6 +158,9 @@ fn at_full(c: &Class, a: &Arrival, max_depth: usize) -> AtFull {
         return AtFull::Refuse(Refusal::TenantShare);
     }
     let victim = queued()
+        // Paused answers are never displaced: a tenant holding only those
+        // is no victim.
+        .filter(|(_, t)| t.live > t.paused)
         .filter_map(|(id, t)| {
             let excess = t
                 .live

@@ -179,6 +179,57 @@ fn a_full_class_settles_instead_of_churning() {
     assert_eq!(s.displaced(), None);
 }
 
+#[test]
+fn a_paused_answer_is_never_displaced() {
+    // Depth 2: tenant 1's two answers paused for more urgent requests and
+    // wait to continue; they fill the class.
+    let mut s = full_at(2);
+    let paused = [
+        s.requeue(arrive(1, 1), 1).unwrap(),
+        s.requeue(arrive(1, 1), 2).unwrap(),
+    ];
+    // Tenant 2 (share 1, holding none) finds tenant 1 over its share, but
+    // holding only paused answers: the newcomer is refused, they stay.
+    assert_eq!(s.enqueue(arrive(2, 1), 100), Err((Refusal::Full, 100)));
+    assert_eq!(s.displaced(), None);
+    assert_eq!(s.depth(0), 2);
+    // Dispatches and removals keep the count of paused answers: one goes,
+    // then tenant 1 queues a new request, which tenant 2 may displace.
+    assert_eq!(drain(&mut s, 1), vec![2]);
+    s.release(0);
+    s.set_upstream(0, Some(0), true);
+    s.enqueue(arrive(1, 1), 3).unwrap();
+    s.enqueue(arrive(2, 1), 101).unwrap();
+    assert_eq!(
+        s.displaced().map(|d| d.waker),
+        Some(3),
+        "not the paused one"
+    );
+    assert_eq!(s.remove(paused[0]), Some(1));
+}
+
+#[test]
+fn the_next_tenant_over_its_share_gives_way_for_paused_answers() {
+    // Depth 4, all of weight 1. Tenant 3 queues two; tenant 1's three
+    // paused answers come back.
+    let mut s = full_at(4);
+    s.enqueue(arrive(3, 1), 30).unwrap();
+    s.enqueue(arrive(3, 1), 31).unwrap();
+    for n in 0..3 {
+        s.requeue(arrive(1, 1), n).unwrap();
+    }
+    // Tenant 2 arrives (shares of 4 × 1/3 = 1): tenant 1 is most over its
+    // share, but with paused answers only; tenant 3's newest gives way.
+    s.enqueue(arrive(2, 1), 20).unwrap();
+    assert_eq!(s.displaced().map(|d| (d.tenant, d.waker)), Some((3, 31)));
+    assert_eq!(s.displaced(), None);
+    // Nobody over a share has anything but paused answers now.
+    assert_eq!(s.enqueue(arrive(4, 1), 40), Err((Refusal::Full, 40)));
+    let mut went = drain(&mut s, 5);
+    went.sort_unstable();
+    assert_eq!(went, vec![0, 1, 2, 20, 30], "the paused answers all go");
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Enqueue(usize),
