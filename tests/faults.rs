@@ -164,16 +164,23 @@ fn a_black_holing_collector_does_not_slow_the_stream() {
     };
     let mut base = Duration::ZERO;
     let mut with_hole = Duration::ZERO;
+    let mut slowest = Duration::ZERO;
     for _ in 0..10 {
         base += time(&plain.addr());
-        with_hole += time(&traced.addr());
+        let t = time(&traced.addr());
+        with_hole += t;
+        slowest = slowest.max(t);
     }
-    eprintln!("10 streams: {base:?} without tracing, {with_hole:?} with a black-holing collector");
-    // An export on the request path would wait for its 10 s timeout; half
-    // again plus a second is room for a loaded machine's noise.
+    eprintln!(
+        "10 streams: {base:?} without tracing, {with_hole:?} with a black-holing collector (slowest {slowest:?})"
+    );
+    // An export on the request path would hold a stream for the export's
+    // 10 s timeout; no stream of 20 events 10 ms apart comes near half of
+    // it, however loaded the machine (a comparison with the untraced
+    // streams' time failed on a busy machine at 1.8 times).
     assert!(
-        with_hole < base * 3 / 2 + Duration::from_secs(1),
-        "{with_hole:?} vs {base:?}"
+        slowest < Duration::from_secs(5),
+        "a traced stream took {slowest:?} ({with_hole:?} for 10, against {base:?} untraced)"
     );
     // Spans are dropped after the export timeout, and counted.
     let m = traced.wait_metrics(Duration::from_secs(25), |m| {
