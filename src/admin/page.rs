@@ -57,7 +57,7 @@ tbody tr:hover td{background:#f8fafc}
 .l{text-align:left}
 .dim{color:#a0a7b4}
 .miss{color:#c2410c;font-weight:600}
-.brk{color:#b91c1c;font-weight:600;white-space:nowrap}
+.brk{display:block;color:#b91c1c;font-weight:600;font-size:12px}
 .pill{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;line-height:18px}
 .ok{background:#e6f6ea;color:#1e7a34}.hang{background:#fff3db;color:#9a5b00}.err{background:#fde8e8;color:#b42318}
 .wf{position:relative;width:250px;height:20px;background:linear-gradient(90deg,#f1f3f6 1px,transparent 1px) 0 0/25% 100%;border-radius:3px}
@@ -74,7 +74,7 @@ a{color:#1c64d1;text-decoration:none}a:hover{text-decoration:underline}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 .empty{padding:18px;color:var(--muted);text-align:center}
 .scroll{max-width:100%;overflow-x:auto}
-td.clip{max-width:200px;overflow:hidden;text-overflow:ellipsis}
+td.clip{max-width:180px;overflow:hidden;text-overflow:ellipsis}
 "#;
 
 const SCRIPT: &str = r#"<script>

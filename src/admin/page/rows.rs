@@ -58,6 +58,15 @@ pub(super) fn requests(
     } else {
         ""
     };
+    // The model column appears once the window holds more than one model:
+    // with one, the percentile table above names it.
+    let models = recent
+        .iter()
+        .map(|r| r.model.as_str())
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+        > 1;
+    let model_th = if models { "<th class=l>model</th>" } else { "" };
     // Who asked: once a request came with a named key or through the queue.
     let who = recent
         .iter()
@@ -69,7 +78,7 @@ pub(super) fn requests(
     };
     let _ = write!(
         h,
-        "</div><div class=scroll><table><thead><tr><th class=l>time (UTC)</th><th class=l>model</th>{upstream_th}{who_th}<th class=l>route</th><th class=l>outcome</th>\
+        "</div><div class=scroll><table><thead><tr><th class=l>time (UTC)</th>{model_th}{upstream_th}{who_th}<th class=l>route</th><th class=l>outcome</th>\
 <th>headers</th><th>1st token</th><th>1st sentence</th><th>end</th><th>prefill</th><th>decode</th>\
 <th title=\"tokens: prompt (of which from the KV cache) → output\">in (cached) → out</th>\
 <th class=l>waterfall: 0 – {scale:.0} ms</th><th class=l>trace</th></tr></thead><tbody>"
@@ -93,14 +102,12 @@ pub(super) fn requests(
             }
             (_, c) => format!("({})", opt(c)),
         };
-        let cached = cached + &break_mark(r);
         let _ = write!(
             h,
-            "<tr><td class=l>{}</td><td class='l clip' title=\"{}\">{}</td>{}{}<td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
-<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {} → {}</td><td class=l>",
+            "<tr><td class=l>{}</td>{}{}{}<td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
+<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=io>{} {} → {}{}</td><td class=l>",
             clock(r.received),
-            esc(&r.model),
-            esc(short_model(&r.model)),
+            model_cell(r, models),
             upstream_cell(r, fleet),
             who_cell(r, who, queue),
             esc(r.route),
@@ -114,6 +121,7 @@ pub(super) fn requests(
             opt(r.input_tokens),
             cached,
             opt(r.output_tokens),
+            break_mark(r),
         );
         waterfall(h, r, scale);
         h.push_str("</td><td class=l>");
@@ -295,12 +303,25 @@ fn break_mark(r: &RecentRequest) -> String {
         ),
     };
     format!(
-        " <span class=brk title=\"cache break: {} at {}; {} prompt tokens recomputed\">⚠ {}{}</span>",
+        "<span class=brk title=\"cache break: {} at {}; {} prompt tokens recomputed\">⚠ {}{}</span>",
         esc(cause),
         esc(&long),
         tokens,
         esc(cause),
         esc(&short)
+    )
+}
+
+/// The model cell of a request row, when the page shows the column: the
+/// file name, cut with `…` past the column's width (the title has it all).
+fn model_cell(r: &RecentRequest, shown: bool) -> String {
+    if !shown {
+        return String::new();
+    }
+    format!(
+        "<td class='l clip' title=\"{}\">{}</td>",
+        esc(&r.model),
+        esc(short_model(&r.model))
     )
 }
 

@@ -264,3 +264,28 @@ fn a_long_continued_answer_keeps_its_row_narrow() {
     assert!(html.contains("<div class=scroll><table>"));
     assert!(html.contains(".scroll{max-width:100%;overflow-x:auto}"));
 }
+
+/// The requests table names the model only once the window holds more
+/// than one (the percentile table names it already); a cache break sits
+/// under the token counts, not beside them.
+#[test]
+fn the_model_column_only_with_more_than_one_model() {
+    let one = render(
+        &[req("/m/a.gguf", "ok", 50), req("/m/a.gguf", "ok", 60)],
+        None,
+        true,
+    );
+    let rows = one.split("<h2>Requests").nth(1).unwrap_or("");
+    assert!(!rows.contains(">model</th>"), "{rows}");
+    assert!(!rows.contains("a.gguf"), "{rows}");
+    let mut broke = req("/m/b.gguf", "ok", 70);
+    broke.cache_break = Some(("system_changed", Some((0, "system", 3)), 9));
+    let two = render(&[req("/m/a.gguf", "ok", 50), broke], None, true);
+    let rows = two.split("<h2>Requests").nth(1).unwrap_or("");
+    assert!(rows.contains(">model</th>"), "{rows}");
+    assert!(
+        rows.contains("<td class='l clip' title=\"/m/b.gguf\">b.gguf</td>"),
+        "{rows}"
+    );
+    assert!(two.contains(".brk{display:block;"), "{two}");
+}
