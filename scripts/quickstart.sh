@@ -114,6 +114,14 @@ else
 fi
 
 if [ -z "$upstream" ]; then
+  # Your model: its own chat template, llama-server's default threads.
+  # The bundled one: plain ChatML (its own template adds a default system
+  # prompt that makes a 135M model ramble) on one thread (plenty for it,
+  # and it leaves the other cores alone).
+  llama_args=()
+  if [ -z "$model" ]; then
+    llama_args=(--chat-template chatml -t 1)
+  fi
   bin="${LLAMATAP_LLAMA_SERVER:-}"
   if [ -z "$bin" ]; then
     deps="$(scripts/ensure-deps.sh --minimal)"
@@ -131,9 +139,9 @@ if [ -z "$upstream" ]; then
 
   llama_log="${TMPDIR:-/tmp}/llamatap-quickstart-llama-server.log"
   log "starting llama-server on 127.0.0.1:$LLAMA_PORT with $model (log: $llama_log)"
-  # The model's own chat template (llama-server falls back to ChatML when
-  # the file has none); its file name is the model's name in llamatap.
-  "$bin" -m "$model" --host 127.0.0.1 --port "$LLAMA_PORT" \
+  # The model's file name is its name in llamatap (llama-server falls back
+  # to ChatML for a file with no chat template).
+  "$bin" -m "$model" --host 127.0.0.1 --port "$LLAMA_PORT" "${llama_args[@]}" \
     --cache-ram 0 --metrics --slots --alias "$(basename "$model")" >"$llama_log" 2>&1 &
   llama_pid=$!
 
