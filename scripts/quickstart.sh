@@ -52,7 +52,7 @@ while [ $# -gt 0 ]; do
     --upstream=*) upstream="${1#--upstream=}"; shift ;;
     --model) model="${2:?--model needs a path}"; shift 2 ;;
     --model=*) model="${1#--model=}"; shift ;;
-    -h|--help) sed -n '2,34{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) log "unknown argument: $1 (try --help)"; exit 2 ;;
   esac
 done
