@@ -285,9 +285,9 @@ fn percentiles(h: &mut String, recent: &[RecentRequest]) {
     h.push_str("</tbody></table>\n");
     let refused = recent.iter().filter(|r| is_refused(r.outcome)).count();
     if refused > 0 {
-        let _ = write!(
+        let _ = writeln!(
             h,
-            "<p class=muted>{refused} refused request{} (4xx) not in these rows: no model ran for them.</p>\n",
+            "<p class=muted>{refused} refused request{} (4xx) not in these rows: no model ran for them.</p>",
             if refused == 1 { "" } else { "s" }
         );
     }
