@@ -101,6 +101,45 @@ impl Cli {
     }
 }
 
+/// One of the two listeners, as [`Cli::listener_source`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `--listen` / `LLAMATAP_LISTEN` / `listen`.
+    Proxy,
+    /// `--admin-listen` / `LLAMATAP_ADMIN_LISTEN` / `admin_listen`.
+    Admin,
+}
+
+impl Cli {
+    /// Where a listener's address was set, in the words an operator
+    /// changes it with: `--listen`, `LLAMATAP_LISTEN`, `listen in FILE`,
+    /// or `the default; --listen moves it`.
+    pub fn listener_source(&self, which: Listener) -> String {
+        let (flag, var, key, value) = match which {
+            Listener::Proxy => ("--listen", "LLAMATAP_LISTEN", "listen", &self.listen),
+            Listener::Admin => (
+                "--admin-listen",
+                "LLAMATAP_ADMIN_LISTEN",
+                "admin_listen",
+                &self.admin_listen,
+            ),
+        };
+        if value.is_some() {
+            let given = std::env::args().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+            return if given { flag } else { var }.to_string();
+        }
+        let in_file = self.config.as_deref().and_then(|p| {
+            let raw = crate::config::RawConfig::from_file(p).ok()?;
+            let set = match which {
+                Listener::Proxy => raw.listen.is_some(),
+                Listener::Admin => raw.admin_listen.is_some(),
+            };
+            set.then(|| format!("{key} in {}", p.display()))
+        });
+        in_file.unwrap_or_else(|| format!("the default; {flag} moves it"))
+    }
+}
+
 /// A variable's value; unset and empty are alike (as OpenTelemetry reads them).
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|s| !s.trim().is_empty())

@@ -16,6 +16,7 @@ mod locate;
 mod otlp_metrics;
 pub mod queue;
 mod raw;
+mod suggest;
 pub mod telemetry;
 pub mod tenant;
 #[cfg(test)]

@@ -16,7 +16,7 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
-use crate::cli::Cli;
+use crate::cli::{Cli, Listener};
 use crate::config::Config;
 use crate::fleet::watch::UpstreamWatch;
 use crate::fleet::Fleet;
@@ -31,12 +31,14 @@ use crate::telemetry::{Telemetry, TelemetryError};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A listener address cannot be bound.
-    #[error("cannot listen on {addr} ({what}): {source}")]
+    #[error("cannot listen on {addr} ({what}, set by {set_by}): {source}")]
     Bind {
         /// The address.
         addr: std::net::SocketAddr,
         /// Which listener.
         what: &'static str,
+        /// The flag, variable or config key that gave the address.
+        set_by: String,
         /// The OS error.
         source: std::io::Error,
     },
@@ -54,8 +56,8 @@ pub enum StartError {
 /// Runs llamatap until shutdown.
 pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     if !cli.upgrade {
-        check_bind(config.listen, "proxy")?;
-        check_bind(config.admin_listen, "admin")?;
+        check_bind(config.listen, "proxy", cli, Listener::Proxy)?;
+        check_bind(config.admin_listen, "admin", cli, Listener::Admin)?;
     }
     let pid_file = match cli
         .pid_file
@@ -209,8 +211,20 @@ fn join(config: &Config, f: impl Fn(&crate::config::UpstreamConfig) -> String) -
     config.upstreams.iter().map(f).collect::<Vec<_>>().join(",")
 }
 
-fn check_bind(addr: std::net::SocketAddr, what: &'static str) -> Result<(), StartError> {
+/// Binds `addr` once, so that a taken address fails now, in one line
+/// naming the flag or key that set it.
+fn check_bind(
+    addr: std::net::SocketAddr,
+    what: &'static str,
+    cli: &Cli,
+    which: Listener,
+) -> Result<(), StartError> {
     TcpListener::bind(addr)
         .map(drop)
-        .map_err(|source| StartError::Bind { addr, what, source })
+        .map_err(|source| StartError::Bind {
+            addr,
+            what,
+            set_by: cli.listener_source(which),
+            source,
+        })
 }

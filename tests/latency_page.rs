@@ -1,5 +1,6 @@
 //! The built-in latency page after real traffic through the real llama-server
-//! (tiny model): bounded to `admin.recent_requests`, one waterfall per request,
+//! (the quick start's real model, SmolLM2-135M-Instruct, so that the
+//! screenshot shows real answers' timings): bounded to `admin.recent_requests`, one waterfall per request,
 //! p50/p95 per stage and model, each trace id (the one the client got in
 //! `traceresponse`) linking to the configured Jaeger URL, no external assets.
 //! Then headless Chromium (Debian's `chromium`) takes a screenshot into
@@ -63,7 +64,7 @@ fn hang_up(addr: &str, body: &str) -> String {
 #[test]
 fn latency_page_shows_recent_requests_and_is_screenshotted() {
     let t0 = Instant::now();
-    let llama = LlamaServer::start("tiny", &[]);
+    let llama = LlamaServer::start("real", &[]);
     let (otlp_url, _spans) = otlp::http_receiver();
     let config = common::temp_config(
         "latency-page",

@@ -185,3 +185,51 @@ fn every_relative_link_and_anchor_resolves() {
     assert!(checked > 50, "only {checked} relative links found");
     assert!(bad.is_empty(), "broken links:\n{}", bad.join("\n"));
 }
+
+/// A page has at most one level-1 heading, its title (a generated
+/// fragment such as docs/benchmarks.tables.md has none): sections inside
+/// it are level 2 or deeper (a second `#` heading reads as a new page).
+#[test]
+fn each_page_has_one_title() {
+    let mut bad = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(root().join(&page)).unwrap();
+        let titles: Vec<String> = prose(&text)
+            .into_iter()
+            .filter(|(_, l)| l.starts_with("# "))
+            .map(|(n, l)| format!("{}:{n}: {l}", page.display()))
+            .collect();
+        if titles.len() > 1 {
+            bad.push(titles.join("\n"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "pages with more than one level-1 heading:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// A page never links to itself by its file name (a reader following it
+/// lands at the top of the page they are on); within a page, `#anchor`.
+#[test]
+fn no_page_links_to_itself() {
+    let mut bad = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(root().join(&page)).unwrap();
+        let name = page.file_name().unwrap().to_str().unwrap();
+        for (n, l) in prose(&text) {
+            for target in links(l) {
+                let file = target.split('#').next().unwrap_or("");
+                if file == name {
+                    bad.push(format!("{}:{n}: {target}", page.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "pages linking to themselves:\n{}",
+        bad.join("\n")
+    );
+}

@@ -8,8 +8,14 @@
 //! running). If llamatap dies on its own, the script stops llama-server and
 //! exits with llamatap's status.
 //!
+//! Once llamatap is ready, the script asks it one question, streamed, and
+//! prints the answer with llamatap's own time to first token and to first
+//! sentence (the figures of `/latency.json`). It checks every port it will
+//! listen on (llama-server's too) before it builds anything.
+//!
 //! The script runs this build's llamatap (`LLAMATAP_BIN`) and the test
-//! suite's llama-server and tiny model, on free ports.
+//! suite's llama-server and tiny model (`--model`, or `LLAMATAP_MODEL`), on
+//! free ports.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -82,6 +88,7 @@ fn stops_everything(stop: Stop, upstream: Option<&LlamaServer>) {
     };
     let mut qs = Quickstart::start(&format!("{name}-{mode}"), upstream);
     qs.wait_ready();
+    qs.assert_first_question_answered();
 
     let children = qs.children();
     let mut names: Vec<&str> = children.iter().map(|p| p.comm.as_str()).collect();
@@ -175,6 +182,111 @@ fn a_taken_port_stops_the_script_before_it_starts_anything() {
     drop(taken);
 }
 
+/// Runs the script to its end without `LLAMATAP_BIN` and with a `cargo`
+/// that only records it was called: whether the script got as far as a
+/// build, its exit code and its output.
+fn run_before_build(
+    name: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> (bool, Option<i32>, String) {
+    let dir =
+        std::env::temp_dir().join(format!("llamatap-quickstart-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let built = dir.join("cargo-called");
+    let cargo = dir.join("cargo");
+    std::fs::write(
+        &cargo,
+        format!("#!/bin/sh\ntouch '{}'\nexit 1\n", built.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/quickstart.sh"))
+        .args(args)
+        .env("PATH", path)
+        .env_remove("LLAMATAP_BIN")
+        .env_remove("LLAMATAP_MODEL")
+        .env("LLAMATAP_PORT", free_port().to_string())
+        .env("LLAMATAP_ADMIN_PORT", free_port().to_string())
+        .env("LLAMA_SERVER_PORT", free_port().to_string())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let called = built.exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    (called, out.status.code(), log)
+}
+
+/// llama-server's port is checked with llamatap's, before the build (as the
+/// README promises): a taken one stops the script at once, naming the
+/// variable that moves it.
+#[test]
+fn a_taken_llama_server_port_stops_the_script_before_the_build() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (built, code, log) = run_before_build(
+        "taken-llama",
+        &[],
+        &[("LLAMA_SERVER_PORT", port.to_string())],
+    );
+    assert_eq!(code, Some(1), "{log}");
+    assert!(!built, "cargo ran before the port check\n{log}");
+    assert!(
+        log.contains(&format!(
+            "something already listens on port {port}; stop it or set LLAMA_SERVER_PORT"
+        )),
+        "{log}"
+    );
+    // With --upstream, llama-server's port is not the script's to check.
+    let (built, _, log) = run_before_build(
+        "taken-llama-upstream",
+        &["--upstream", "http://127.0.0.1:1"],
+        &[("LLAMA_SERVER_PORT", port.to_string())],
+    );
+    assert!(built, "{log}");
+    drop(taken);
+}
+
+/// A model that is not there, or a model with `--upstream`, is refused
+/// before anything is built.
+#[test]
+fn a_wrong_model_is_refused_before_the_build() {
+    let (built, code, log) = run_before_build("no-model", &["--model", "/nonexistent/m.gguf"], &[]);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(!built, "{log}");
+    assert!(
+        log.contains("no model file at /nonexistent/m.gguf"),
+        "{log}"
+    );
+    let (built, code, log) = run_before_build(
+        "model-env",
+        &[],
+        &[("LLAMATAP_MODEL", "/nonexistent/env.gguf".to_string())],
+    );
+    assert_eq!((built, code), (false, Some(1)), "{log}");
+    assert!(log.contains("/nonexistent/env.gguf"), "{log}");
+    let (built, code, log) = run_before_build(
+        "model-and-upstream",
+        &[
+            "--model",
+            "/nonexistent/m.gguf",
+            "--upstream",
+            "http://127.0.0.1:1",
+        ],
+        &[],
+    );
+    assert_eq!((built, code), (false, Some(2)), "{log}");
+    assert!(log.contains("give one of them"), "{log}");
+}
+
 // === impl Quickstart ===
 
 /// The running script; on drop, it and everything it started are killed.
@@ -188,6 +300,43 @@ struct Quickstart {
 impl Quickstart {
     fn start(name: &str, upstream: Option<&LlamaServer>) -> Quickstart {
         Self::start_on(name, upstream, free_port())
+    }
+
+    /// After `/readyz`, the first question's exchange is printed: the
+    /// question, the answer, and llamatap's figures for it, the very ones
+    /// `/latency.json` holds (rounded to the millisecond).
+    fn assert_first_question_answered(&mut self) {
+        // The hints come once the question's process has ended.
+        let deadline = Instant::now() + READY_WITHIN;
+        let done = wait_until(deadline, || self.log().contains("Ask your own"));
+        let log = self.log();
+        assert!(done, "no end of the first question\n{log}");
+        assert!(log.contains("  > What is the capital of France?"), "{log}");
+        let admin = format!("127.0.0.1:{}", self.ports[1]);
+        let (status, body) = common::http::get(&admin, "/latency.json").unwrap();
+        assert_eq!(status, 200);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let first = &v["requests"][0];
+        let figure = |key: &str| match first[key].as_f64() {
+            Some(x) => format!("{x:.0} ms"),
+            None => "–".to_string(),
+        };
+        for (label, key) in [
+            ("first token", "ttft_ms"),
+            ("first sentence", "first_sentence_ms"),
+            ("whole answer", "e2e_ms"),
+        ] {
+            let printed = log
+                .lines()
+                .find(|l| l.trim_start().starts_with(label))
+                .unwrap_or_else(|| panic!("no {label} line\n{log}"));
+            assert!(
+                printed.contains(&figure(key)),
+                "{label}: printed {printed:?}, /latency.json {}\n{log}",
+                first[key]
+            );
+        }
+        assert!(first["ttft_ms"].as_f64().is_some(), "{v}");
     }
 
     /// As [`Quickstart::start`], with llamatap's listener on `port`.
@@ -213,12 +362,22 @@ impl Quickstart {
         let mut cmd = Command::new("env");
         cmd.arg("--default-signal=INT,TERM")
             .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/quickstart.sh"));
-        if let Some(u) = upstream {
-            cmd.args(["--upstream", &u.base_url]);
+        cmd.env_remove("LLAMATAP_MODEL")
+            .env_remove("LLAMATAP_QUESTION");
+        match upstream {
+            Some(u) => {
+                cmd.args(["--upstream", &u.base_url]);
+            }
+            // The model by flag, and once by the variable.
+            None if name.starts_with("INT") => {
+                cmd.env("LLAMATAP_MODEL", &model);
+            }
+            None => {
+                cmd.arg("--model").arg(&model);
+            }
         }
         cmd.env("LLAMATAP_BIN", env!("CARGO_BIN_EXE_llamatap"))
             .env("LLAMATAP_LLAMA_SERVER", &binary)
-            .env("LLAMATAP_TINY_MODEL", &model)
             .env("LLAMATAP_HOST", "127.0.0.1")
             .env("LLAMATAP_PORT", ports[0].to_string())
             .env("LLAMATAP_ADMIN_PORT", ports[1].to_string())

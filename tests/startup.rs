@@ -84,6 +84,107 @@ fn upstream_url_ending_in_v1_is_refused_from_flag_env_and_file() {
     assert!(out.status.success(), "{out:?}");
 }
 
+/// A client's full endpoint URL (`.../v1/chat/completions`) given as the
+/// upstream is refused like a base URL ending in `/v1` (llama-server would
+/// answer every request 404); a URL without a scheme gets the `http://` one.
+#[test]
+fn upstream_endpoint_urls_and_missing_schemes_are_refused_naming_the_fix() {
+    for (url, wanted) in [
+        (
+            "http://127.0.0.1:8081/v1/chat/completions",
+            "ends in the endpoint /v1/chat/completions; give llama-server's base URL (http://127.0.0.1:8081)",
+        ),
+        (
+            "http://127.0.0.1:8081/completion",
+            "ends in the endpoint /completion; give llama-server's base URL (http://127.0.0.1:8081)",
+        ),
+        (
+            "http://h:9000/llama/v1/completions/",
+            "give llama-server's base URL (http://h:9000/llama)",
+        ),
+        (
+            "127.0.0.1:8081",
+            "no scheme; did you mean http://127.0.0.1:8081?",
+        ),
+    ] {
+        let out = run(&["--upstream", url], &[]);
+        refused(&out, &["upstream", wanted]);
+    }
+    let out = check_config(
+        "endpoint-list",
+        "[[upstreams]]\nurl = \"http://127.0.0.1:8081/v1/chat/completions\"\n",
+    );
+    refused(&out, &["line 2: upstreams.url", "ends in the endpoint"]);
+    // A prefix that merely looks like a word of an endpoint is a prefix.
+    let file = temp_config(
+        "endpoint-prefix",
+        "upstream = \"http://127.0.0.1:8081/my-models\"\n",
+    );
+    let out = run(&["--check-config", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A taken listen address is refused in one line naming what set it: the
+/// flag, the environment variable or the file's key.
+#[test]
+fn a_taken_listen_address_names_the_flag_or_key_that_set_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let admin = format!("127.0.0.1:{}", free_port());
+    let start = |args: &[&str], env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_llamatap"))
+            .args(["--upstream", "http://127.0.0.1:1", "--admin-listen", &admin])
+            .args(args)
+            .env_remove("LLAMATAP_CONFIG")
+            .env_remove("LLAMATAP_LISTEN")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("LLAMATAP_PID_FILE")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let out = start(&["--listen", &addr], &[]);
+    refused(
+        &out,
+        &[&format!("cannot listen on {addr} (proxy, set by --listen)")],
+    );
+    let out = start(&[], &[("LLAMATAP_LISTEN", &addr)]);
+    refused(&out, &["set by LLAMATAP_LISTEN"]);
+    let file = temp_config("taken-listen", &format!("listen = \"{addr}\"\n"));
+    let out = start(&["--config", file.to_str().unwrap()], &[]);
+    refused(&out, &[&format!("set by listen in {}", file.display())]);
+    drop(taken);
+}
+
+/// Config errors name the file and the line at fault: a misspelt class
+/// table, a `key_env` whose variable is unset (its own line, not `name`'s),
+/// a mistyped key (with the closest one, and every key whole).
+#[test]
+fn config_errors_name_the_file_and_the_line_at_fault() {
+    for (name, toml, wanted) in [
+        (
+            "class-typo",
+            "[queue]\nenabled = true\n[queue.classes.interactiv]\nmax_wait_ms = 50\n",
+            "line 3: queue.classes.interactiv: \"interactiv\" is not one of interactive, default, batch",
+        ),
+        (
+            "key-env",
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"LLAMATAP_TEST_NO_SUCH_KEY\"\n",
+            "line 3: auth.keys.key_env: tenant \"a\": environment variable LLAMATAP_TEST_NO_SUCH_KEY is not set",
+        ),
+        (
+            "key-typo",
+            "\nupstrem = \"http://127.0.0.1:8081\"\n",
+            "line 2: upstrem: unknown key; did you mean `upstream`? expected one of: listen, upstream,",
+        ),
+    ] {
+        let file = temp_config(name, toml);
+        let out = run(&["--check-config", file.to_str().unwrap()], &[]);
+        let err = refused(&out, &[&file.display().to_string(), wanted]);
+        assert!(!err.contains('…'), "{name}: cut: {err}");
+    }
+}
+
 #[test]
 fn https_otlp_endpoint_and_upstream_are_refused_naming_the_fix() {
     let out = check_config(

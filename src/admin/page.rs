@@ -57,7 +57,7 @@ tbody tr:hover td{background:#f8fafc}
 .l{text-align:left}
 .dim{color:#a0a7b4}
 .miss{color:#c2410c;font-weight:600}
-.brk{color:#b91c1c;font-weight:600;white-space:nowrap}
+.brk{display:block;color:#b91c1c;font-weight:600;font-size:12px}
 .pill{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;line-height:18px}
 .ok{background:#e6f6ea;color:#1e7a34}.hang{background:#fff3db;color:#9a5b00}.err{background:#fde8e8;color:#b42318}
 .wf{position:relative;width:250px;height:20px;background:linear-gradient(90deg,#f1f3f6 1px,transparent 1px) 0 0/25% 100%;border-radius:3px}
@@ -73,6 +73,8 @@ tbody tr:hover td{background:#f8fafc}
 a{color:#1c64d1;text-decoration:none}a:hover{text-decoration:underline}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 .empty{padding:18px;color:var(--muted);text-align:center}
+.scroll{max-width:100%;overflow-x:auto}
+td.clip{max-width:180px;overflow:hidden;text-overflow:ellipsis}
 "#;
 
 const SCRIPT: &str = r#"<script>
@@ -135,6 +137,14 @@ fn is_failure(outcome: &str) -> bool {
 /// llamatap before the upstream (`rejected`: API key, size limits).
 fn is_refused(outcome: &str) -> bool {
     matches!(outcome, "client_error" | "rejected")
+}
+
+/// Whether the admission queue took any request of the window: only then
+/// are its column, legend entry and bar shown.
+fn queue_seen(recent: &[RecentRequest]) -> bool {
+    recent
+        .iter()
+        .any(|r| r.class.is_some() || r.queued.is_some())
 }
 
 /// Decode speed of one request, tokens per second of llama-server's decode.
@@ -227,14 +237,19 @@ fn summary(h: &mut String, recent: &[RecentRequest]) {
     h.push_str("</div>\n");
 }
 
-/// p50 / p95 per stage and model.
+/// p50 / p95 per stage and model. Refused requests (a 4xx: no model ran,
+/// every stage empty) are left out of the rows and counted under them.
 fn percentiles(h: &mut String, recent: &[RecentRequest]) {
     let mut by_model: BTreeMap<&str, Vec<&RecentRequest>> = BTreeMap::new();
-    for r in recent {
+    for r in recent.iter().filter(|r| !is_refused(r.outcome)) {
         by_model.entry(r.model.as_str()).or_default().push(r);
     }
+    let stages: Vec<&(&str, StageOf)> = STAGES
+        .iter()
+        .filter(|(name, _)| *name != "queued" || queue_seen(recent))
+        .collect();
     h.push_str("<h2>p50 / p95 per stage and model</h2><table><thead><tr><th class=l>model</th><th>requests</th>");
-    for (name, _) in STAGES {
+    for (name, _) in &stages {
         let _ = write!(h, "<th>{name}</th>");
     }
     h.push_str("<th>decode tokens/s</th><th>prompt cache reuse</th></tr></thead><tbody>");
@@ -242,7 +257,7 @@ fn percentiles(h: &mut String, recent: &[RecentRequest]) {
         let _ = write!(
             h,
             "<tr><td class=empty colspan={}>no data yet</td></tr>",
-            STAGES.len() + 4
+            stages.len() + 4
         );
     }
     for (model, rs) in &by_model {
@@ -253,7 +268,7 @@ fn percentiles(h: &mut String, recent: &[RecentRequest]) {
             esc(short_model(model)),
             rs.len()
         );
-        for (_, get) in STAGES {
+        for (_, get) in &stages {
             let mut v: Vec<f64> = rs.iter().filter_map(|r| get(r)).map(ms_f).collect();
             pair(h, &mut v, 1);
         }
@@ -268,6 +283,14 @@ fn percentiles(h: &mut String, recent: &[RecentRequest]) {
         h.push_str("</tr>");
     }
     h.push_str("</tbody></table>\n");
+    let refused = recent.iter().filter(|r| is_refused(r.outcome)).count();
+    if refused > 0 {
+        let _ = writeln!(
+            h,
+            "<p class=muted>{refused} refused request{} (4xx) not in these rows: no model ran for them.</p>",
+            if refused == 1 { "" } else { "s" }
+        );
+    }
 }
 
 /// One `p50 / p95` cell.

@@ -43,6 +43,22 @@ pub fn line_of(text: &str, key: &str, message: &str) -> Option<(usize, String)> 
             return Some((l.no, l.key.clone()));
         }
     }
+    // A table keyed by names (`[queue.classes.<name>]`) whose name the
+    // message quotes first: that name's header or first key.
+    if let Some(name) = message
+        .strip_prefix('"')
+        .and_then(|r| r.split_once('"'))
+        .map(|(n, _)| n)
+    {
+        let table = format!("{key}.{}", dotted(name));
+        let inside = format!("{table}.");
+        if let Some(l) = lines
+            .iter()
+            .find(|l| l.key == table || l.key.starts_with(&inside))
+        {
+            return Some((l.no, l.key.clone()));
+        }
+    }
     // A table of entries: the one naming the tenant, then the field the
     // message names in it, else its `name` line, else its header.
     let headers: Vec<&Line> = lines.iter().filter(|l| l.header && l.key == key).collect();
@@ -66,7 +82,7 @@ pub fn line_of(text: &str, key: &str, message: &str) -> Option<(usize, String)> 
     let fields: Vec<&Line> = entry_of(header);
     let named = fields.iter().find(|l| {
         let field = l.key.rsplit('.').next().unwrap_or("");
-        field != "name" && mentions(message, field)
+        field != "name" && (mentions(message, field) || described(message, field))
     });
     let line = named
         .or_else(|| fields.iter().find(|l| l.key == format!("{key}.name")))
@@ -146,6 +162,16 @@ fn value_is(text: &str, no: usize, value: &str) -> bool {
         .nth(no - 1)
         .and_then(|l| l.split_once('='))
         .is_some_and(|(_, v)| v.trim().trim_matches(|c| c == '"' || c == '\'') == value)
+}
+
+/// Fields an error describes rather than names: (field, words).
+const DESCRIBED: &[(&str, &str)] = &[("key_env", "environment variable")];
+
+/// `message` speaks of `field` in the words [`DESCRIBED`] gives it.
+fn described(message: &str, field: &str) -> bool {
+    DESCRIBED
+        .iter()
+        .any(|(f, words)| *f == field && message.contains(words))
 }
 
 /// `message` names `field` as a word.

@@ -547,3 +547,26 @@ fn otlp_metrics_follow_the_traces_endpoint_and_need_the_recording() {
         "{e}"
     );
 }
+
+/// A mistyped key names the closest one and lists every accepted key
+/// whole: no key cut mid-word.
+#[test]
+fn a_mistyped_key_suggests_the_closest_and_lists_whole_keys() {
+    let e = load("upstrem = \"http://127.0.0.1:8081\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 1:"), "{e}");
+    assert!(e.contains("line 1: upstrem: unknown key;"), "{e}");
+    assert!(e.contains("did you mean `upstream`?"), "{e}");
+    assert!(!e.contains('…'), "cut: {e}");
+    for key in accepted("") {
+        assert!(e.contains(&key), "{key} missing from {e}");
+    }
+    let e = load("[telemetry]\nsample_ratoi = 0.5\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 2:"), "{e}");
+    assert!(e.contains("did you mean `sample_ratio`?"), "{e}");
+    let e = load("zz_not_a_key = 1\n").unwrap_err().to_string();
+    assert!(!e.contains("did you mean"), "{e}");
+}

@@ -7,11 +7,15 @@
 
 /// One line describing `e`, a parse error of the TOML `text`.
 pub fn describe(e: &toml::de::Error, text: &str) -> String {
-    let message = clean(&humanize(e.message()), 240);
     let Some(span) = e.span() else {
-        return message;
+        return super::suggest::unknown(e.message(), true)
+            .unwrap_or_else(|| clean(&humanize(e.message()), 240));
     };
     let (line, key) = locate(text, span.start);
+    // An unknown key lists every accepted one, whole: never cut. Its name
+    // is shown once, as the located key when there is one.
+    let message = super::suggest::unknown(e.message(), key.is_none())
+        .unwrap_or_else(|| clean(&humanize(e.message()), 240));
     if let Some(table) = single_bracket_list(text, span.start, e.message()) {
         let table = clean(&table, 64);
         return format!(

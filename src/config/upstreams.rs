@@ -280,6 +280,35 @@ fn split_host_port(authority: &str) -> Option<(&str, u16)> {
     Some((host, port))
 }
 
+/// llama-server's endpoints (and the OpenAI ones it serves under `/v1`):
+/// a URL path ending in one is a client's request URL, not a base URL.
+const ENDPOINTS: &[&str] = &[
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/embeddings",
+    "/embedding",
+    "/models",
+    "/responses",
+    "/messages",
+    "/rerank",
+    "/reranking",
+    "/infill",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/health",
+    "/props",
+    "/slots",
+    "/metrics",
+];
+
+/// The path before the endpoint it ends in, when it ends in one (whole
+/// segments: `/my-models` does not end in `/models`).
+fn endpoint_of(path: &str) -> Option<&str> {
+    ENDPOINTS.iter().find_map(|e| path.strip_suffix(e))
+}
+
 /// Parses `http://host:port[/base]`.
 pub fn parse_upstream(s: &str) -> Result<UpstreamConfig, ConfigError> {
     let err = |m: &str| ConfigError::Invalid {
@@ -292,6 +321,12 @@ pub fn parse_upstream(s: &str) -> Result<UpstreamConfig, ConfigError> {
              or a TLS-terminating proxy next to llama-server",
         ));
     }
+    if !s.contains("://") && !s.is_empty() {
+        return Err(err(&format!(
+            "no scheme; did you mean http://{}?",
+            s.trim_start_matches('/')
+        )));
+    }
     let rest = s
         .strip_prefix("http://")
         .ok_or_else(|| err("only http:// URLs are supported"))?;
@@ -299,6 +334,16 @@ pub fn parse_upstream(s: &str) -> Result<UpstreamConfig, ConfigError> {
         Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
         None => (rest, ""),
     };
+    if let Some(prefix) = endpoint_of(path) {
+        // A client's full endpoint URL: llama-server would answer
+        // /v1/chat/completions/v1/chat/completions with 404.
+        let prefix = prefix.strip_suffix("/v1").unwrap_or(prefix);
+        let endpoint = path.get(prefix.len()..).unwrap_or(path);
+        return Err(err(&format!(
+            "ends in the endpoint {endpoint}; give llama-server's base URL (http://{authority}{prefix}), \
+             llamatap forwards {endpoint} as the client sent it"
+        )));
+    }
     if let Some(prefix) = path.strip_suffix("/v1") {
         // The OpenAI base-URL habit: llama-server answers /v1/v1/... with 404.
         return Err(err(&format!(

@@ -414,15 +414,20 @@ pub fn llama_server_binary() -> PathBuf {
 }
 
 /// `"tiny"` -> `$LLAMATAP_TINY_MODEL`, `"slow"` -> `$LLAMATAP_SLOW_MODEL`,
-/// `"medium"` -> `$LLAMATAP_MEDIUM_MODEL`, else
-/// `<cache>/models/<name>.gguf`; a name containing `/` or ending in `.gguf` is
-/// taken as a path.
+/// `"medium"` -> `$LLAMATAP_MEDIUM_MODEL`, `"real"` -> `$LLAMATAP_REAL_MODEL`
+/// (SmolLM2-135M-Instruct), else `<cache>/models/<name>.gguf` (the real
+/// model's file as scripts/install-real-model.sh names it); a name
+/// containing `/` or ending in `.gguf` is taken as a path.
 pub fn model_path(name: &str) -> PathBuf {
     if name.contains('/') || name.ends_with(".gguf") {
         return PathBuf::from(name);
     }
     let var = format!("LLAMATAP_{}_MODEL", name.to_ascii_uppercase());
-    env_path(&var).unwrap_or_else(|| cache_dir().join("models").join(format!("{name}.gguf")))
+    let file = match name {
+        "real" => "smollm2-135m-instruct-q4_1.gguf".to_string(),
+        _ => format!("{name}.gguf"),
+    };
+    env_path(&var).unwrap_or_else(|| cache_dir().join("models").join(file))
 }
 
 fn env_path(var: &str) -> Option<PathBuf> {

@@ -16,6 +16,7 @@ pub(super) fn requests(
 ) {
     let scale = axis(recent);
     let beyond = recent.iter().any(|r| ms_f(r.end) > scale);
+    let queue = queue_seen(recent);
     h.push_str("<h2>Requests, newest first</h2><div class=legend>");
     for (cls, what) in [
         ("q", "queued in llamatap"),
@@ -26,6 +27,9 @@ pub(super) fn requests(
         ("p", "llama-server prefill"),
         ("d", "llama-server decode"),
     ] {
+        if cls == "q" && !queue {
+            continue;
+        }
         let style = if cls == "m" {
             " style=\"background:var(--sent);width:3px\""
         } else {
@@ -54,18 +58,27 @@ pub(super) fn requests(
     } else {
         ""
     };
+    // The model column appears once the window holds more than one model:
+    // with one, the percentile table above names it.
+    let models = recent
+        .iter()
+        .map(|r| r.model.as_str())
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+        > 1;
+    let model_th = if models { "<th class=l>model</th>" } else { "" };
     // Who asked: once a request came with a named key or through the queue.
     let who = recent
         .iter()
         .any(|r| r.tenant.is_some() || r.class.is_some());
-    let who_th = if who {
-        "<th class=l title=\"the tenant (its key's name) and the request's class in the admission queue\">tenant · class</th>"
-    } else {
-        ""
+    let who_th = match (who, queue) {
+        (false, _) => "",
+        (true, true) => "<th class=l title=\"the tenant (its key's name) and the request's class in the admission queue (– when the queue did not take it)\">tenant · class</th>",
+        (true, false) => "<th class=l title=\"the tenant: its key's name (the queue is off, so requests have no class)\">tenant</th>",
     };
     let _ = write!(
         h,
-        "</div><table><thead><tr><th class=l>time (UTC)</th><th class=l>model</th>{upstream_th}{who_th}<th class=l>route</th><th class=l>outcome</th>\
+        "</div><div class=scroll><table><thead><tr><th class=l>time (UTC)</th>{model_th}{upstream_th}{who_th}<th class=l>route</th><th class=l>outcome</th>\
 <th>headers</th><th>1st token</th><th>1st sentence</th><th>end</th><th>prefill</th><th>decode</th>\
 <th title=\"tokens: prompt (of which from the KV cache) → output\">in (cached) → out</th>\
 <th class=l>waterfall: 0 – {scale:.0} ms</th><th class=l>trace</th></tr></thead><tbody>"
@@ -89,16 +102,14 @@ pub(super) fn requests(
             }
             (_, c) => format!("({})", opt(c)),
         };
-        let cached = cached + &break_mark(r);
         let _ = write!(
             h,
-            "<tr><td class=l>{}</td><td class=l title=\"{}\">{}</td>{}{}<td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
-<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {} → {}</td><td class=l>",
+            "<tr><td class=l>{}</td>{}{}{}<td class=l>{}</td><td class=l><span class='pill {cls}'>{}{status}</span></td>\
+<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=io>{} {} → {}{}</td><td class=l>",
             clock(r.received),
-            esc(&r.model),
-            esc(short_model(&r.model)),
+            model_cell(r, models),
             upstream_cell(r, fleet),
-            who_cell(r, who),
+            who_cell(r, who, queue),
             esc(r.route),
             esc(r.outcome) + &continuation_mark(r),
             ms(r.upstream_headers),
@@ -110,6 +121,7 @@ pub(super) fn requests(
             opt(r.input_tokens),
             cached,
             opt(r.output_tokens),
+            break_mark(r),
         );
         waterfall(h, r, scale);
         h.push_str("</td><td class=l>");
@@ -136,7 +148,7 @@ pub(super) fn requests(
         }
         h.push_str("</td></tr>\n");
     }
-    h.push_str("</tbody></table>\n");
+    h.push_str("</tbody></table></div>\n");
 }
 
 /// The waterfalls' shared axis, ms: the longest request when there are few,
@@ -153,15 +165,21 @@ fn axis(recent: &[RecentRequest]) -> f64 {
     ends.get(at).copied().unwrap_or(0.0).max(0.001)
 }
 
-/// The tenant · class cell, when the column is shown.
-fn who_cell(r: &RecentRequest, shown: bool) -> String {
+/// The tenant · class cell, when the column is shown: both once the queue
+/// took a request of the window (`–` for a request it did not take), the
+/// tenant alone with the queue off.
+fn who_cell(r: &RecentRequest, shown: bool, queue: bool) -> String {
     if !shown {
         return String::new();
     }
     let tenant = r.tenant.as_deref().unwrap_or("anonymous");
-    match r.class {
-        Some(c) => format!("<td class=l>{} · {}</td>", esc(tenant), esc(c)),
-        None => format!("<td class=l>{}</td>", esc(tenant)),
+    match (r.class, queue) {
+        (Some(c), _) => format!("<td class=l>{} · {}</td>", esc(tenant), esc(c)),
+        (None, true) => format!(
+            "<td class=l>{} · <span class=dim>–</span></td>",
+            esc(tenant)
+        ),
+        (None, false) => format!("<td class=l>{}</td>", esc(tenant)),
     }
 }
 
@@ -180,9 +198,12 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
     let end = ms_f(r.end);
     let headers = r.upstream_headers.map(ms_f);
     let first = r.first_token_any.or(r.first_token).map(ms_f);
+    let queued = match r.queued {
+        Some(q) => format!("queued {} · ", ms(Some(q))),
+        None => String::new(),
+    };
     let title = format!(
-        "queued {} · headers {} · first token {} · first sentence {} · end {} · prefill {} · decode {} (ms)",
-        ms(r.queued),
+        "{queued}headers {} · first token {} · first sentence {} · end {} · prefill {} · decode {} (ms)",
         ms(r.upstream_headers),
         ms(r.first_token),
         ms(r.first_sentence),
@@ -234,22 +255,32 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
     h.push_str("</div>");
 }
 
-/// The continuation marker of a request row: each cut of the answer, why,
-/// how it went and the client's pause; empty when it had none.
+/// The continuation marker of a request row: one mark however many cuts
+/// the answer had (the row keeps its width), `↻ reason` for one, `↻ N×`
+/// for more; its title lists each cut, why, how it went and the client's
+/// pause. Empty when it had none.
 fn continuation_mark(r: &RecentRequest) -> String {
-    r.continuations
+    let cuts: Vec<String> = r
+        .continuations
         .iter()
         .map(|(at, reason, result, pause)| {
             format!(
-                " <span class=cont title=\"cut at {:.0} ms ({}): {}, the client paused {:.0} ms\">↻ {}</span>",
+                "cut at {:.0} ms ({reason}): {result}, the client paused {:.0} ms",
                 ms_f(*at),
-                esc(reason),
-                esc(result),
                 ms_f(*pause),
-                esc(reason)
             )
         })
-        .collect()
+        .collect();
+    let label = match r.continuations.as_slice() {
+        [] => return String::new(),
+        [(_, reason, ..)] => (*reason).to_string(),
+        more => format!("{}×", more.len()),
+    };
+    format!(
+        " <span class=cont title=\"{}\">↻ {}</span>",
+        esc(&cuts.join("; ")),
+        esc(&label)
+    )
 }
 
 /// The cache-break marker of a request row: its cause and where the prompt
@@ -272,12 +303,25 @@ fn break_mark(r: &RecentRequest) -> String {
         ),
     };
     format!(
-        " <span class=brk title=\"cache break: {} at {}; {} prompt tokens recomputed\">⚠ {}{}</span>",
+        "<span class=brk title=\"cache break: {} at {}; {} prompt tokens recomputed\">⚠ {}{}</span>",
         esc(cause),
         esc(&long),
         tokens,
         esc(cause),
         esc(&short)
+    )
+}
+
+/// The model cell of a request row, when the page shows the column: the
+/// file name, cut with `…` past the column's width (the title has it all).
+fn model_cell(r: &RecentRequest, shown: bool) -> String {
+    if !shown {
+        return String::new();
+    }
+    format!(
+        "<td class='l clip' title=\"{}\">{}</td>",
+        esc(&r.model),
+        esc(short_model(&r.model))
     )
 }
 

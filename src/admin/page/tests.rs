@@ -159,7 +159,8 @@ fn tenant_and_class_are_shown_once_a_request_has_them() {
     let html = render(&[req("m", "ok", 50), voice.clone()], None, true);
     assert!(html.contains("tenant · class</th>"));
     assert!(html.contains("<td class=l>voice-app · interactive</td>"));
-    assert!(html.contains("<td class=l>anonymous</td>"));
+    // A request the queue did not take: its tenant, and no class.
+    assert!(html.contains("<td class=l>anonymous · <span class=dim>–</span></td>"));
     let v: serde_json::Value = serde_json::from_str(&json(&[voice])).unwrap();
     assert_eq!(v["requests"][0]["tenant"], "voice-app");
     assert_eq!(v["requests"][0]["class"], "interactive");
@@ -189,4 +190,102 @@ fn labels_are_escaped() {
     let html = render(&[req("<b>\"x\"</b>", "ok", 50)], None, true);
     assert!(!html.contains("<b>\"x\"</b>"));
     assert!(html.contains("&lt;b&gt;&quot;x&quot;&lt;/b&gt;"));
+}
+
+/// With the queue off (no request of the window went through it), no
+/// "queued" column, legend entry or tooltip; a named tenant's column says
+/// "tenant", not "tenant · class".
+#[test]
+fn the_queue_column_and_legend_only_once_the_queue_took_a_request() {
+    let mut voice = req("m", "ok", 60);
+    voice.tenant = Some("voice-app".into());
+    let off = render(&[req("m", "ok", 50), voice.clone()], None, true);
+    assert!(!off.contains(">queued<"), "{off}");
+    assert!(!off.contains("queued in llamatap"), "{off}");
+    assert!(!off.contains("queued –"), "{off}");
+    assert!(off.contains(">tenant</th>"), "{off}");
+    assert!(!off.contains("tenant · class"), "{off}");
+    assert!(off.contains("<td class=l>voice-app</td>"), "{off}");
+    voice.class = Some("batch");
+    voice.queued = Some(Duration::from_millis(3));
+    let on = render(&[req("m", "ok", 50), voice], None, true);
+    assert!(on.contains(">queued<") && on.contains("queued in llamatap"));
+    assert!(on.contains("tenant · class</th>"));
+    assert!(on.contains("<td class=l>voice-app · batch</td>"));
+}
+
+/// Refused requests (no model ran) make no model row of dashes; they are
+/// counted under the table.
+#[test]
+fn refused_requests_are_left_out_of_the_model_rows() {
+    let mut refused = req("none", "rejected", 30);
+    refused.status = Some(401);
+    (
+        refused.upstream_headers,
+        refused.first_token,
+        refused.first_sentence,
+    ) = (None, None, None);
+    let html = render(&[req("m", "ok", 50), refused.clone(), refused], None, true);
+    let table = html.split("<h2>Requests").next().unwrap_or("");
+    assert!(!table.contains("title=\"none\""), "{table}");
+    assert!(
+        table.contains("<td class=l title=\"m\">m</td><td>1</td>"),
+        "{table}"
+    );
+    assert!(
+        table.contains("2 refused requests (4xx) not in these rows"),
+        "{table}"
+    );
+    // They still have their rows among the requests.
+    assert_eq!(html.matches("pill err").count(), 2);
+}
+
+/// However many times an answer was continued, its row carries one mark
+/// (the title lists every cut), and the table scrolls rather than push the
+/// trace column off the page.
+#[test]
+fn a_long_continued_answer_keeps_its_row_narrow() {
+    let mut moved = req("m", "ok", 900);
+    moved.continuations = (0..6)
+        .map(|i| {
+            (
+                Duration::from_millis(100 * i + 50),
+                "upstream_died",
+                "continued",
+                Duration::from_millis(7),
+            )
+        })
+        .collect();
+    let html = render(&[moved], None, true);
+    assert_eq!(html.matches("class=cont").count(), 1, "{html}");
+    assert!(html.contains(">↻ 6×</span>"), "{html}");
+    assert_eq!(html.matches("cut at ").count(), 6, "{html}");
+    assert_eq!(html.matches("<i class=c ").count(), 6);
+    assert!(html.contains("<div class=scroll><table>"));
+    assert!(html.contains(".scroll{max-width:100%;overflow-x:auto}"));
+}
+
+/// The requests table names the model only once the window holds more
+/// than one (the percentile table names it already); a cache break sits
+/// under the token counts, not beside them.
+#[test]
+fn the_model_column_only_with_more_than_one_model() {
+    let one = render(
+        &[req("/m/a.gguf", "ok", 50), req("/m/a.gguf", "ok", 60)],
+        None,
+        true,
+    );
+    let rows = one.split("<h2>Requests").nth(1).unwrap_or("");
+    assert!(!rows.contains(">model</th>"), "{rows}");
+    assert!(!rows.contains("a.gguf"), "{rows}");
+    let mut broke = req("/m/b.gguf", "ok", 70);
+    broke.cache_break = Some(("system_changed", Some((0, "system", 3)), 9));
+    let two = render(&[req("/m/a.gguf", "ok", 50), broke], None, true);
+    let rows = two.split("<h2>Requests").nth(1).unwrap_or("");
+    assert!(rows.contains(">model</th>"), "{rows}");
+    assert!(
+        rows.contains("<td class='l clip' title=\"/m/b.gguf\">b.gguf</td>"),
+        "{rows}"
+    );
+    assert!(two.contains(".brk{display:block;"), "{two}");
 }

@@ -80,3 +80,29 @@ fn a_plain_key_its_class_and_a_tenants_field() {
     assert_eq!(at("listen", "x"), None);
     assert_eq!(at("auth.keys", "tenant \"zz\": weight 0"), None);
 }
+
+/// A misspelt class is found at its header (or its first dotted key), and
+/// a missing `key_env` variable at the `key_env` line, not the `name` line.
+#[test]
+fn a_misspelt_class_and_a_missing_key_env_variable() {
+    let text = "[queue]\nenabled = true\n\n[queue.classes.interactiv]\nmax_wait_ms = 50\n";
+    let message = "\"interactiv\" is not one of interactive, default, batch";
+    assert_eq!(
+        line_of(text, "queue.classes", message),
+        Some((4, "queue.classes.interactiv".to_string()))
+    );
+    let dotted = "[queue]\nenabled = true\nclasses.batchh.max_depth = 3\n";
+    assert_eq!(
+        line_of(dotted, "queue.classes", "\"batchh\" is not one of x").map(|(n, _)| n),
+        Some(3)
+    );
+    let text = "[[auth.keys]]\nname = \"a\"\npriority = \"batch\"\nkey_env = \"NO_SUCH\"\n";
+    assert_eq!(
+        line_of(
+            text,
+            "auth.keys",
+            "tenant \"a\": environment variable NO_SUCH is not set"
+        ),
+        Some((4, "auth.keys.key_env".to_string()))
+    );
+}
