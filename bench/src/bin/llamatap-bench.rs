@@ -60,6 +60,7 @@ struct Args {
     venv: PathBuf,
     llama_server: PathBuf,
     model: PathBuf,
+    real_model: PathBuf,
     skip: Vec<String>,
     nice: i32,
     rt: bool,
@@ -105,7 +106,10 @@ does not decide the tail latencies; the mode used is recorded in the JSON.
  --llamatap-alt PATH    a second binary for `alt-llamatap-…` variants (a candidate change)
   --venv PATH            LiteLLM venv (default ~/.cache/llamatap/bench-venv)
   --llama-server PATH    default ~/.cache/llamatap/bin/llama-server
-  --model PATH           default ~/.cache/llamatap/models/tiny.gguf"
+  --model PATH           default ~/.cache/llamatap/models/tiny.gguf
+  --real-model PATH      a real instruct model for the `real` phase's second run
+                         (default ~/.cache/llamatap/models/smollm2-135m-instruct-q4_1.gguf,
+                         scripts/install-real-model.sh fetches it)"
     );
     std::process::exit(2)
 }
@@ -136,6 +140,7 @@ fn parse_args() -> Args {
         venv: home().join(".cache/llamatap/bench-venv"),
         llama_server: home().join(".cache/llamatap/bin/llama-server"),
         model: home().join(".cache/llamatap/models/tiny.gguf"),
+        real_model: home().join(".cache/llamatap/models/smollm2-135m-instruct-q4_1.gguf"),
         skip: Vec::new(),
         nice: -10,
         rt: true,
@@ -167,6 +172,7 @@ fn parse_args() -> Args {
             "--mem-interval-ms" => a.mem_interval_ms = num(v()) as u64,
             "--ramp" => a.ramp = num(v()),
             "--real-requests" => a.real_requests = num(v()) as usize,
+            "--real-model" => a.real_model = PathBuf::from(v()),
             "--plain-rounds" => a.plain_rounds = num(v()) as usize,
             "--continuation-rounds" => a.continuation_rounds = num(v()) as usize,
             "--plain-requests" => a.plain_requests = num(v()) as usize,
@@ -633,7 +639,9 @@ fn main() {
             memory_phase(&args, up, &mut variants).await;
         }
         if !args.skip.iter().any(|s| s == "real") {
-            results["real_llama_server"] = real_phase(&args, &dir, sink).await;
+            results["real_llama_server"] = real_phase(&args, &dir, sink, &args.model).await;
+            // The same, with a real instruct model answering in English.
+            results["real_model"] = real_phase(&args, &dir, sink, &args.real_model).await;
         }
         if !args.skip.iter().any(|s| s == "plain") {
             results["plain"] = plain_phase(&args, &dir, sink).await;
@@ -1068,11 +1076,11 @@ async fn memory_phase(args: &Args, up: SocketAddr, variants: &mut [Variant]) {
     }
 }
 
-async fn real_phase(args: &Args, dir: &Path, sink: SocketAddr) -> Value {
-    if !args.llama_server.exists() || !args.model.exists() {
-        return json!({"skipped": format!("{} or {} missing (scripts/ensure-deps.sh builds them)", args.llama_server.display(), args.model.display())});
+async fn real_phase(args: &Args, dir: &Path, sink: SocketAddr, model: &Path) -> Value {
+    if !args.llama_server.exists() || !model.exists() {
+        return json!({"skipped": format!("{} or {} missing (scripts/ensure-deps.sh builds them)", args.llama_server.display(), model.display())});
     }
-    let mut ls = match proxies::start_llama_server(&args.llama_server, &args.model, dir) {
+    let mut ls = match proxies::start_llama_server(&args.llama_server, model, dir) {
         Ok(r) => r,
         Err(e) => return json!({"skipped": format!("cannot start llama-server: {e}")}),
     };
@@ -1191,6 +1199,7 @@ async fn real_phase(args: &Args, dir: &Path, sink: SocketAddr) -> Value {
         med
     ));
     json!({
+        "model": model.file_name().map(|n| n.to_string_lossy().into_owned()),
         "requests_per_side": args.real_requests,
         "max_tokens": 8,
         "errors": errors,
@@ -1609,10 +1618,17 @@ fn markdown(r: &Value, args: &Args) -> String {
             },
         );
     }
-    let real = &r["real_llama_server"];
-    if real.is_object() && real["skipped"].is_null() {
-        s += &format!(
-            "\nReal llama-server (tiny model, {} requests per side, alternating, new connection each, max_tokens 8): \
+    for (key, what) in [
+        ("real_llama_server", "tiny random-weight model"),
+        (
+            "real_model",
+            "real instruct model, SmolLM2-135M-Instruct Q4_1",
+        ),
+    ] {
+        let real = &r[key];
+        if real.is_object() && real["skipped"].is_null() {
+            s += &format!(
+            "\nReal llama-server ({what}, {} requests per side, alternating, new connection each, max_tokens 8): \
              TTFT (µs unless marked ms) direct p50 {} / p95 {}; through llamatap (full telemetry) p50 {} / p95 {}; \
              paired difference (llamatap − direct) median {} (p10 {}, p90 {}); errors {}.\n",
             real["requests_per_side"],
@@ -1623,8 +1639,12 @@ fn markdown(r: &Value, args: &Args) -> String {
             signed(&real["paired_difference_p90_us"]),
             real["errors"],
         );
-    } else if real.is_object() {
-        s += &format!("\nReal llama-server: skipped ({}).\n", real["skipped"]);
+        } else if real.is_object() {
+            s += &format!(
+                "\nReal llama-server ({what}): skipped ({}).\n",
+                real["skipped"]
+            );
+        }
     }
     if r["continuation"]["builds"].is_object() {
         s += &llamatap_bench::continuation::markdown(&r["continuation"]);
