@@ -85,23 +85,33 @@ impl<T: Copy> SentenceClock<T> {
 
 impl SentenceRule {
     /// At the end of a piece: notes whether the text so far ends with a
-    /// period that ends the sentence by the text before it, and keeps that
-    /// note through the whitespace after it.
+    /// period that ends the sentence by the text before it, or with such a
+    /// period and whitespace (`.␠` in one piece, or over several).
     pub(super) fn note_pending(&mut self) {
         self.pending = match self.state {
-            State::Terminated { period: Some(at) } if self.certain_at(at) => Some(self.buf.len()),
-            State::AwaitNext { end, .. } if self.pending == Some(end) => self.pending,
+            State::Terminated { period: Some(at) } => self.certain(at, self.buf.len()),
+            State::AwaitNext { end, .. } if self.pending == Some(end) => Some(end),
+            State::AwaitNext { end, .. } => {
+                let last = self
+                    .buf
+                    .get(..end)
+                    .and_then(|b| b.char_indices().next_back());
+                last.and_then(|(at, c)| matches!(c, '.' | '．').then_some(at))
+                    .and_then(|at| self.certain(at, end))
+            }
             _ => None,
         };
     }
 
-    /// Whether the period at `at` is the last character so far, ends the
-    /// sentence by the word before it, and no closer can follow it.
-    fn certain_at(&self, at: usize) -> bool {
-        let last = self
+    /// `Some(end)` when the period at `at` is all of `buf[at..end]`, ends the
+    /// sentence by the word before it, and nothing is open that a closer
+    /// could end.
+    fn certain(&self, at: usize, end: usize) -> Option<usize> {
+        let alone = self
             .buf
-            .get(at..)
-            .is_some_and(|rest| rest.chars().nth(1).is_none());
-        last && !self.openers.any_open() && plain_end(&self.buf, at, self.first_alnum)
+            .get(at..end)
+            .is_some_and(|p| p.chars().nth(1).is_none());
+        let plain = plain_end(&self.buf, at, self.first_alnum);
+        (alone && plain && !self.openers.any_open()).then_some(end)
     }
 }
