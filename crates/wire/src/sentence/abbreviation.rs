@@ -121,18 +121,21 @@ pub(super) fn plain_end(sentence: &str, period: usize, first_alnum: Option<usize
 }
 
 /// End like any word, but a lowercase word often follows (`etc. and`,
-/// `5 min. later`): never plain, so their end waits for the next word. Lowercase, without the final period; words
-/// without a vowel (`lbs` `Ltd` `Blvd` `млн`) need no entry.
+/// `5 min. later`): never plain, so their end waits for the next word.
+/// Lowercase, without the final period; words without a vowel (`lbs` `Ltd`
+/// `Blvd` `млн`) need no entry.
+#[rustfmt::skip]
 const ABBREVIATIONS: &[&str] = &[
     // English
-    "etc", "inc", "co", "corp", "jr", "bros", "al", "ibid", "op", "cit", "seq", "min", "max", "sec",
-    "secs", "mo", "mos", "yr", "yrs", "oz", "est", "avg", "ave", "apt", "hwy", "pkwy", "univ",
-    "intl", "natl", "assn", "dist", "div", "ed", "eds", "abbr", "adj", "adv", "anon", "dept",
-    "govt", "misc", "art", "para", "sect", "chap", "tab", "mi", "gal", "cu", "cca", "temp", "tel",
-    "ext", "attn", "encl", "orig", "lit", "dia", "ult", "inst",
+    "etc", "inc", "co", "corp", "jr", "bros", "al", "ibid", "op", "cit", "seq", "min", "max",
+    "sec", "secs", "mo", "mos", "yr", "yrs", "oz", "est", "avg", "ave", "apt", "hwy", "pkwy",
+    "univ", "intl", "natl", "assn", "dist", "div", "ed", "eds", "abbr", "adj", "adv", "anon",
+    "dept", "govt", "misc", "art", "para", "sect", "chap", "tab", "mi", "gal", "cu", "cca",
+    "temp", "tel", "ext", "attn", "encl", "orig", "lit", "dia", "ult", "inst",
     // German, French, Spanish
-    "usw", "abs", "kap", "geb", "gest", "mio", "allg", "insb", "bes", "dgl", "av", "éd", "avda",
-    "ej", "atte", "izq", "dcha", // Russian
+    "usw", "abs", "kap", "geb", "gest", "mio", "allg", "insb", "bes", "dgl", "av", "éd",
+    "avda", "ej", "atte", "izq", "dcha",
+    // Russian
     "тыс", "руб", "коп", "обл", "им", "ок", "тов", "доц", "зам", "вкл", "мин", "макс", "сек",
 ];
 

@@ -203,6 +203,14 @@ fn a_plain_words_period_is_the_moment_once_the_next_piece_shows_the_end() {
         is("\"Help!\" he cried.", 2)
     );
     assert_eq!(moment(&["手法を示す", "．", "次に"]), is("手法を示す．", 1));
+    assert_eq!(
+        moment(&["* Boil", " water", ".", " Then"]),
+        is("* Boil water.", 2)
+    );
+    assert_eq!(
+        moment(&["Это", " я", " сказал", ".", " Да"]),
+        is("Это я сказал.", 3)
+    );
     // Empty and blank pieces keep the period's moment.
     assert_eq!(moment(&["Paris", ".", "", " ", "It"]), is("Paris.", 1));
     // The answer ends with its first sentence: the end of the stream shows it.
@@ -236,6 +244,8 @@ fn what_the_text_before_the_period_cannot_settle_keeps_the_rules_moment() {
         &["1", ".", " Next"],  // a list marker
         &["No", ".", " Next"], // `No. 5`
         &["Go to https://example", ".", " Next"],
+        &["Set my_var", ".", " Next"],
+        &["Ask Acme Ltd", ".", " Next"], // no vowel: an abbreviation
         &["He said \"Stop", ".", "\"", " Next"], // a closer may follow
         &["(See above", ".", ")", " Next"],
         &["**Note", ".", "**", " Next"],
