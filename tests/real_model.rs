@@ -18,7 +18,7 @@
 //!   which llamatap reports too.
 //!
 //! Short answers (at most 48 tokens), one slot per server, one thread each:
-//! the file runs in about a minute on 2 cores. Needs llama-server and the
+//! the file runs in 20 to 40 s on 2 cores. Needs llama-server and the
 //! model (`scripts/ensure-deps.sh`); fails loudly without them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
