@@ -9,6 +9,9 @@
 //! * `LLAMATAP_MEDIUM_MODEL`: `medium.gguf`, a 1,000-token prompt prefills in
 //!   0.3-0.5 s and decoding runs at 200+ tokens/s: prefill is a visible part of
 //!   TTFT, so a cached prefix shows
+//! * `LLAMATAP_REAL_MODEL`: a real instruct model (SmolLM2-135M-Instruct Q4_1,
+//!   `scripts/install-real-model.sh`), served with its own chat template; no
+//!   default path: unset is a failure
 //!
 //! (defaults under `$LLAMATAP_CACHE`, else `~/.cache/llamatap`). A missing binary
 //! or model is a test failure with a message saying what to run, never a skip.
@@ -51,12 +54,13 @@ pub struct LlamaServer {
 
 impl LlamaServer {
     /// Starts the real llama-server with the given model (`"tiny"`, `"slow"`,
-    /// `"medium"`, or a path to a `.gguf` file) and extra arguments, on a free loopback
+    /// `"medium"`, `"real"`, or a path to a `.gguf` file) and extra arguments, on a free loopback
     /// port, and waits until `/health` says ok (at most 120 s).
     ///
     /// Always passed: `-m MODEL --host 127.0.0.1 --port P --chat-template chatml
-    /// --cache-ram 0 -t 1 --metrics --slots`. Later flags win, so `extra_args`
-    /// can override them (e.g. `&["-np", "1"]`, `&["-t", "2"]`).
+    /// --cache-ram 0 -t 1 --metrics --slots`, except `--chat-template chatml`
+    /// for `"real"`, which keeps the model's own template. Later flags win, so
+    /// `extra_args` can override them (e.g. `&["-np", "1"]`, `&["-t", "2"]`).
     ///
     /// Why `-t 1`: on 2 cores shared with cargo, llamatap and other tests,
     /// ggml's two spinning worker threads keep waiting for each other; one
@@ -104,6 +108,7 @@ impl LlamaServer {
         host: &str,
     ) -> LlamaServer {
         let binary = llama_server_binary();
+        let own_template = model == "real";
         let model = model_path(model);
         if !binary.is_file() {
             panic!(
@@ -115,7 +120,8 @@ impl LlamaServer {
         if !model.is_file() {
             panic!(
                 "model not found at {} (set LLAMATAP_TINY_MODEL / LLAMATAP_SLOW_MODEL / \
-                 LLAMATAP_MEDIUM_MODEL, or run scripts/ensure-deps.sh, which generates them)",
+                 LLAMATAP_MEDIUM_MODEL / LLAMATAP_REAL_MODEL, or run scripts/ensure-deps.sh, \
+                 which generates or fetches them)",
                 model.display()
             );
         }
@@ -146,6 +152,9 @@ impl LlamaServer {
                 "--metrics",
                 "--slots",
             ];
+            if own_template {
+                args.retain(|a| !matches!(*a, "--chat-template" | "chatml"));
+            }
             args.extend_from_slice(extra_args);
             let child = Command::new(&binary)
                 .args(&args)
@@ -414,20 +423,24 @@ pub fn llama_server_binary() -> PathBuf {
 }
 
 /// `"tiny"` -> `$LLAMATAP_TINY_MODEL`, `"slow"` -> `$LLAMATAP_SLOW_MODEL`,
-/// `"medium"` -> `$LLAMATAP_MEDIUM_MODEL`, `"real"` -> `$LLAMATAP_REAL_MODEL`
-/// (SmolLM2-135M-Instruct), else `<cache>/models/<name>.gguf` (the real
-/// model's file as scripts/install-real-model.sh names it); a name
-/// containing `/` or ending in `.gguf` is taken as a path.
+/// `"medium"` -> `$LLAMATAP_MEDIUM_MODEL`, else
+/// `<cache>/models/<name>.gguf`; `"real"` -> `$LLAMATAP_REAL_MODEL`, which must
+/// be set (a panic otherwise); a name containing `/` or ending in `.gguf` is
+/// taken as a path.
 pub fn model_path(name: &str) -> PathBuf {
     if name.contains('/') || name.ends_with(".gguf") {
         return PathBuf::from(name);
     }
+    if name == "real" {
+        return env_path("LLAMATAP_REAL_MODEL").unwrap_or_else(|| {
+            panic!(
+                "LLAMATAP_REAL_MODEL is not set (run scripts/install-real-model.sh, which \
+                 prints the model's path, or scripts/ensure-deps.sh)"
+            )
+        });
+    }
     let var = format!("LLAMATAP_{}_MODEL", name.to_ascii_uppercase());
-    let file = match name {
-        "real" => "smollm2-135m-instruct-q4_1.gguf".to_string(),
-        _ => format!("{name}.gguf"),
-    };
-    env_path(&var).unwrap_or_else(|| cache_dir().join("models").join(file))
+    env_path(&var).unwrap_or_else(|| cache_dir().join("models").join(format!("{name}.gguf")))
 }
 
 fn env_path(var: &str) -> Option<PathBuf> {

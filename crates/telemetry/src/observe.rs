@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::record;
 use llamatap_wire::continuation::{event_token_ids, Shape};
 use llamatap_wire::llama::{self, StreamFormat, Timings, Usage};
-use llamatap_wire::sentence::SentenceRule;
+use llamatap_wire::sentence::{Sentence, SentenceClock};
 use llamatap_wire::sse::SseReader;
 
 #[cfg(test)]
@@ -31,7 +31,9 @@ pub struct StreamFacts {
     pub first_token_any: Option<Instant>,
     /// First event carrying non-empty visible content.
     pub first_token: Option<Instant>,
-    /// First sentence known complete.
+    /// First sentence complete: the arrival of its period where the text
+    /// before it settles the end, else of the text that showed the end (see
+    /// [`SentenceClock`]).
     pub first_sentence: Option<Instant>,
     /// Length of that sentence, Unicode scalar values.
     pub sentence_chars: Option<usize>,
@@ -109,7 +111,7 @@ pub struct Transcript {
 pub struct StreamObserver {
     reader: SseReader,
     format: StreamFormat,
-    sentence: SentenceRule,
+    sentence: SentenceClock<Instant>,
     capture: bool,
     facts: StreamFacts,
     transcript: Option<Box<Transcript>>,
@@ -122,7 +124,7 @@ impl StreamObserver {
         StreamObserver {
             reader: SseReader::new(max_event_bytes),
             format,
-            sentence: SentenceRule::new(),
+            sentence: SentenceClock::new(),
             capture,
             facts: StreamFacts::default(),
             transcript: None,
@@ -216,7 +218,7 @@ fn keep(t: &mut Transcript, data: &[u8], delta: &llama::Delta<'_>) {
 
 fn apply(
     facts: &mut StreamFacts,
-    sentence: &mut SentenceRule,
+    sentence: &mut SentenceClock<Instant>,
     capture: bool,
     delta: llama::Delta<'_>,
     now: Instant,
@@ -240,8 +242,8 @@ fn apply(
             facts.first_token = Some(now);
         }
         if facts.first_sentence.is_none() {
-            if let Some(s) = sentence.push(text) {
-                record_sentence(facts, s, capture, now);
+            if let Some((s, at)) = sentence.push(text, now) {
+                record_sentence(facts, s, capture, at);
             }
         }
     }
@@ -279,24 +281,20 @@ fn apply(
 /// The text left in the rule becomes the first sentence, if none was found.
 fn flush_sentence(
     facts: &mut StreamFacts,
-    sentence: &mut SentenceRule,
+    sentence: &mut SentenceClock<Instant>,
     capture: bool,
     now: Instant,
 ) {
     if facts.first_sentence.is_none() {
-        if let Some(s) = sentence.finish() {
-            record_sentence(facts, s, capture, now);
+        if let Some((s, at)) = sentence.finish(now) {
+            record_sentence(facts, s, capture, at);
         }
     }
 }
 
-fn record_sentence(
-    facts: &mut StreamFacts,
-    s: llamatap_wire::sentence::Sentence,
-    capture: bool,
-    now: Instant,
-) {
-    facts.first_sentence = Some(now);
+/// Notes the first sentence, complete at `at` (see [`SentenceClock`]).
+fn record_sentence(facts: &mut StreamFacts, s: Sentence, capture: bool, at: Instant) {
+    facts.first_sentence = Some(at);
     facts.sentence_chars = Some(s.chars);
     if capture {
         facts.sentence_text = Some(s.text);

@@ -6,8 +6,8 @@
 //! the first sentence once, the first time it is known complete. It does not
 //! split the rest of the answer, strip markdown, read reasoning text or
 //! `<think>` blocks (the caller feeds only visible answer text), or know any
-//! clock: the caller notes the time when [`SentenceRule::push`] returns
-//! `Some`. It imports only `std`.
+//! clock: [`SentenceClock`] pairs it with the moments pieces arrived and
+//! dates a sentence that ends at a plain word's period to that period.
 //!
 //! # Rules
 //!
@@ -41,19 +41,19 @@
 //!   closers after it) ends a sentence only if the next visible character is
 //!   not a lowercase letter: `"Help!" he cried.` and `Hmm... maybe later.`
 //!   are one sentence each, as are `etc. and` and `p.m. now`. The rule waits
-//!   for the first letter of the next word, which costs no token in practice:
-//!   BPE tokens carry the space with the next word (`␠How`), so the space and
-//!   the letter arrive together. Scripts without case (Chinese, Hindi,
-//!   Arabic, Korean) end at the first character after the space.
+//!   for the first letter of the next word: BPE tokens carry the space with
+//!   the next word (`␠How`), so that is the token after the period, one
+//!   inter-token gap later. Where the word before the period settles the end,
+//!   [`SentenceClock`] dates the sentence to its period instead. Scripts
+//!   without case (Chinese, Hindi, Arabic, Korean) end at the first
+//!   character after the space.
 //! - CJK `。！？｡` end without a space, as TTS front ends do. The rule waits
 //!   for one more character: a closing quote or bracket there belongs to the
 //!   sentence (`她说：“好的。”`, `「はい。」`), anything else does not
 //!   (`本当？！` gives `本当？`), and the result never depends on how the
 //!   stream was cut. Latency cost: the sentence is reported when the token
-//!   after `。` arrives, one inter-token gap later (what
-//!   `llamatap_time_per_output_token_seconds` measures: 20 to 50 ms for a
-//!   model decoding 20 to 50 tokens per second); at the end of the stream it
-//!   costs nothing.
+//!   after `。` arrives, one inter-token gap later; at the end of the stream
+//!   it costs nothing.
 //! - `．` (full-width full stop) waits like `.`: in `３．１４` it is a decimal
 //!   point, in Japanese technical prose (`…示す．次に`) a full stop.
 //! - A newline always ends a speakable line at once, even after `Dr.`:
@@ -74,11 +74,16 @@
 
 mod abbreviation;
 mod class;
+mod clock;
+mod opener;
 #[cfg(test)]
 mod tests;
 
 use abbreviation::{classify, NextTest, Verdict, ANY_TERMINATOR};
 use class::{is_cjk_text, is_closer, is_immediate, is_newline, is_terminator};
+use opener::Openers;
+
+pub use clock::SentenceClock;
 
 /// Unicode scalars buffered before the first sentence is declared without an end.
 ///
@@ -110,6 +115,13 @@ pub struct SentenceRule {
     first_alnum: Option<usize>,
     /// The run of fence characters (`` ` `` or `~`) opening `buf`.
     fence: Fence,
+    /// Quotes, brackets and emphasis open in `buf`.
+    openers: Openers,
+    /// `buf`'s length when the text pushed so far ended at a period that
+    /// ends the sentence by the text before it (see [`SentenceClock`]).
+    pending: Option<usize>,
+    /// The sentence reported ended at that period.
+    ended_at_pending: bool,
     state: State,
 }
 
@@ -168,6 +180,9 @@ impl SentenceRule {
             buf_chars: 0,
             first_alnum: None,
             fence: Fence::default(),
+            openers: Openers::default(),
+            pending: None,
+            ended_at_pending: false,
             state: State::Prose,
         }
     }
@@ -197,6 +212,7 @@ impl SentenceRule {
                 self.restart();
             }
         }
+        self.note_pending();
         None
     }
 
@@ -361,6 +377,7 @@ impl SentenceRule {
         } else if c == '`' && fence.ch == '`' {
             fence.inline = true;
         }
+        self.openers.push(c);
         if self.buf.capacity() == 0 {
             self.buf.reserve(INITIAL_CAPACITY);
         }
@@ -376,6 +393,8 @@ impl SentenceRule {
 
     /// Reports `buf[..end]`, trimmed, and stops.
     fn emit(&mut self, end: usize) -> Option<Sentence> {
+        self.ended_at_pending = self.pending == Some(end);
+        self.pending = None;
         let mut text = std::mem::take(&mut self.buf);
         text.truncate(end);
         text.truncate(text.trim_end().len());
@@ -392,6 +411,8 @@ impl SentenceRule {
         self.buf_chars = 0;
         self.first_alnum = None;
         self.fence = Fence::default();
+        self.openers = Openers::default();
+        self.pending = None;
         self.state = State::Prose;
     }
 }

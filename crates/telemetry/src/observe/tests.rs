@@ -44,8 +44,8 @@ fn moments_follow_the_events_not_the_chunks() {
     );
     assert_eq!(
         f.first_sentence,
-        Some(at(100)),
-        "the sentence ends when the space after '.' arrives"
+        Some(at(40)),
+        "a plain word's period: the sentence was complete when it arrived"
     );
     assert_eq!(f.sentence_chars, Some(12));
     assert_eq!(f.sentence_text.as_deref(), Some("Hello there."));
@@ -99,7 +99,37 @@ fn a_cut_stream_has_no_first_sentence_unless_one_was_complete_before_the_cut() {
     o.on_chunk(chat("Done.").as_bytes(), at(1));
     o.on_chunk(chat(" Next").as_bytes(), at(2));
     o.on_chunk(chat(" part").as_bytes(), at(3));
-    assert_eq!(o.finish(at(9), StreamEnd::Cut).first_sentence, Some(at(2)));
+    assert_eq!(o.finish(at(9), StreamEnd::Cut).first_sentence, Some(at(1)));
+    // A period not yet followed by anything, then the cut: not known complete.
+    let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, false);
+    o.on_chunk(chat("Done").as_bytes(), at(1));
+    o.on_chunk(chat(".").as_bytes(), at(2));
+    assert_eq!(o.finish(at(9), StreamEnd::Cut).first_sentence, None);
+}
+
+#[test]
+fn the_moment_is_the_period_only_where_the_text_before_it_settles_the_end() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let moment = |pieces: &[&str]| {
+        let mut o = StreamObserver::new(StreamFormat::OpenAiChat, 1 << 20, true);
+        for (i, p) in pieces.iter().enumerate() {
+            o.on_chunk(chat(p).as_bytes(), at(10 * i as u64));
+        }
+        o.on_chunk(b"data: [DONE]\n\n", at(1000));
+        let f = o.finish(at(1001), StreamEnd::Complete);
+        (f.first_sentence, f.sentence_text)
+    };
+    let paris = moment(&["The capital is", " Paris", ".", " It", " is"]);
+    assert_eq!(paris, (Some(at(20)), Some("The capital is Paris.".into())));
+    // An abbreviation: the moment the next word showed the end.
+    let etc = moment(&["Pears, etc", ".", " Then", " more"]);
+    assert_eq!(etc, (Some(at(20)), Some("Pears, etc.".into())));
+    // A period the next piece continues: the later, real end.
+    let glued = moment(&["Use Node", ".", "js", " now", ".", " It"]);
+    assert_eq!(glued, (Some(at(40)), Some("Use Node.js now.".into())));
+    // The answer is its first sentence: the period, not the terminal event.
+    assert_eq!(moment(&["Yes", " indeed", "."]).0, Some(at(20)));
 }
 
 #[test]

@@ -1,16 +1,19 @@
 //! Tests of the first-sentence rule: a table of cases in ten languages, each
 //! fed whole, char by char and cut at every pair of positions; the moments
 //! of reporting; the cap; and property tests that any cut gives one result.
+//! The moment of the sentence ([`SentenceClock`]) is tested in [`clock`].
 
 use super::*;
 use proptest::prelude::*;
+
+mod clock;
 
 /// (language, streamed text, expected first sentence and its char count).
 /// `None`: no sentence, even at the end of the stream.
 type Case = (&'static str, &'static str, Option<(&'static str, usize)>);
 
 #[rustfmt::skip]
-const CASES: &[Case] = &[
+pub(super) const CASES: &[Case] = &[
     ("en", "Hello there. How are you?", Some(("Hello there.", 12))),
     ("en", "  \n\nHello there! How", Some(("Hello there!", 12))),
     ("en", "Pi is 3.14. Next", Some(("Pi is 3.14.", 11))),
@@ -49,11 +52,19 @@ const CASES: &[Case] = &[
     ("en", "(Really?) yes, really. Ok", Some(("(Really?) yes, really.", 22))),
     ("en", "**Stop!** said he. Ok", Some(("**Stop!** said he.", 18))),
     ("en", "Hi there. how odd. Ok", Some(("Hi there. how odd.", 18))),
+    ("en", "I can't. Maybe later", Some(("I can't.", 8))),
+    ("en", "That is John's. Then more", Some(("That is John's.", 15))),
+    ("en", "It weighs 5 lbs. and costs $3. Ok", Some(("It weighs 5 lbs. and costs $3.", 30))),
+    ("en", "It takes 5 min. to cook. Ok", Some(("It takes 5 min. to cook.", 24))),
+    ("en", "Ask Acme Inc. today. Ok", Some(("Ask Acme Inc. today.", 20))),
+    ("en", "Go to https://example. then", Some(("Go to https://example. then", 27))),
+    ("en", "Call user@example. then", Some(("Call user@example. then", 23))),
     ("en", "Wow!!! amazing. Ok", Some(("Wow!!! amazing.", 15))),
     ("en", "Done! 5 more. Ok", Some(("Done!", 5))),
     ("en", "Done! \"Next\" one", Some(("Done!", 5))),
     ("en", "No. maybe not. Ok", Some(("No. maybe not.", 14))),
     ("en", "Done. iOS 18 is out. Ok", Some(("Done. iOS 18 is out.", 20))),
+    ("en", "Wow! iOS 18 is out. Ok", Some(("Wow! iOS 18 is out.", 19))),
     ("en", "He said \"Stop.\" Then he left.", Some(("He said \"Stop.\"", 15))),
     ("en", "She said ‘fine.’ Then", Some(("She said ‘fine.’", 16))),
     ("en", "(See above.) Next", Some(("(See above.)", 12))),
@@ -135,6 +146,8 @@ const CASES: &[Case] = &[
     ("ru", "Ого! сказал он. Да", Some(("Ого! сказал он.", 15))),
     ("ru", "Он живёт в Москве и т.д. Потом", Some(("Он живёт в Москве и т.д.", 24))),
     ("ru", "Он живёт в Москве и т.д. и т.п. Ну", Some(("Он живёт в Москве и т.д. и т.п.", 31))),
+    ("ru", "Это стоит 5 тыс. рублей. Да", Some(("Это стоит 5 тыс. рублей.", 24))),
+    ("ru", "Это стоит 5 млн. рублей. Да", Some(("Это стоит 5 млн. рублей.", 24))),
     ("th", "สวัสดีครับ ยินดีต้อนรับ\nต่อไป", Some(("สวัสดีครับ ยินดีต้อนรับ", 23))),
     ("el", "Τι κάνεις; Καλά. Εσύ", Some(("Τι κάνεις; Καλά.", 16))),
     ("ko", "안녕하세요. 반갑습니다.", Some(("안녕하세요.", 6))),
