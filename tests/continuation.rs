@@ -88,6 +88,19 @@ fn assert_counted_once(p: &Llamatap, reason: &str, result: &str) {
     );
 }
 
+/// `llamatap_continuations_total{reason="upstream_died",result="continued"}`
+/// reaches `n` (waited for: counts are written after the last byte).
+fn assert_continued_after_deaths(p: &Llamatap, n: f64) {
+    let labels = ["reason=\"upstream_died\"", "result=\"continued\""];
+    let m = p.wait_metrics(Duration::from_secs(10), |m| {
+        metric_series(m, "llamatap_continuations_total", &labels) == Some(n)
+    });
+    assert_eq!(
+        metric_series(&m, "llamatap_continuations_total", &labels),
+        Some(n)
+    );
+}
+
 /// One streamed chat answer as the client saw it.
 #[derive(Debug, Default)]
 struct Seen {
@@ -654,21 +667,7 @@ fn text_and_native_completions_are_continued_too() {
             upstream_up(&p.metrics(), &servers[v]) == Some(0.0)
         });
     }
-    let m = p.wait_metrics(Duration::from_secs(10), |m| {
-        metric_series(
-            m,
-            "llamatap_continuations_total",
-            &["reason=\"upstream_died\"", "result=\"continued\""],
-        ) == Some(2.0)
-    });
-    assert_eq!(
-        metric_series(
-            &m,
-            "llamatap_continuations_total",
-            &["reason=\"upstream_died\"", "result=\"continued\""]
-        ),
-        Some(2.0)
-    );
+    assert_continued_after_deaths(&p, 2.0);
 }
 
 /// The OpenAI SDK streaming one chat answer: a line per chunk (`.`), then
@@ -1096,21 +1095,7 @@ fn on_a_real_models_text_a_continued_answer_equals_the_uninterrupted_one() {
             fleet::tail_chars(&seen.text(), 160)
         );
     }
-    let m = p.wait_metrics(Duration::from_secs(10), |m| {
-        metric_series(
-            m,
-            "llamatap_continuations_total",
-            &["reason=\"upstream_died\"", "result=\"continued\""],
-        ) == Some(2.0)
-    });
-    assert_eq!(
-        metric_series(
-            &m,
-            "llamatap_continuations_total",
-            &["reason=\"upstream_died\"", "result=\"continued\""]
-        ),
-        Some(2.0)
-    );
+    assert_continued_after_deaths(&p, 2.0);
 }
 
 /// `x-ratelimit-remaining-tokens` for `key`, asked on `/tokenize`

@@ -25,7 +25,6 @@ use http::header;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::http_req_header_to_wire;
 use pingora::proxy::Session;
-use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
@@ -34,7 +33,6 @@ use super::reply::refuse;
 use super::{forward, Steps};
 use crate::config::Config;
 use crate::conversation::{self, Scope};
-use crate::upstream::client::Exchange;
 
 /// Largest lookup body a client may send, bytes.
 pub const MAX_LOOKUP_BODY: usize = 64 * 1024;
@@ -178,7 +176,7 @@ async fn exchange(
     ctx: &mut RequestCtx,
     body: Vec<u8>,
 ) -> Result<(Box<ResponseHeader>, Vec<u8>)> {
-    let (mut up, peer) = connect(steps, session, ctx).await?;
+    let (mut up, peer) = steps.connect(session, ctx).await?;
     let mut req = session.req_header().clone();
     req.set_version(http::Version::HTTP_11);
     for name in [
@@ -238,38 +236,6 @@ async fn exchange(
         }
         if end {
             return Ok((head, answer));
-        }
-    }
-}
-
-/// Connects as the forwarding loop does: the routing's upstream, on its
-/// spare connection when one is ready; a failed connect fails over as
-/// [`Steps::connect_failed`] decides.
-async fn connect(
-    steps: &Steps,
-    session: &mut Session,
-    ctx: &mut RequestCtx,
-) -> Result<(Exchange, Box<HttpPeer>)> {
-    loop {
-        let peer = steps.peer(ctx).await?;
-        let peer = steps.lease(session, ctx, peer).await?;
-        let member = ctx.member.unwrap_or(0);
-        if let Some(stream) = steps.spares.take(member, &peer).await {
-            steps.spares.refill(member, &peer);
-            return Ok((Exchange::new(stream), peer));
-        }
-        match steps.spares.connect(&peer).await {
-            Ok(stream) => {
-                steps.spares.refill(member, &peer);
-                return Ok((Exchange::new(stream), peer));
-            }
-            Err(mut e) => {
-                e.as_up();
-                let e = steps.connect_failed(session, ctx, e);
-                if !e.retry() {
-                    return Err(e.into_up());
-                }
-            }
         }
     }
 }

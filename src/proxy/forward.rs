@@ -56,7 +56,7 @@ pub async fn run(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> 
     let (mut up, peer, header) = loop {
         // The connect and the request are boxed: their futures are large and
         // over before the answer, which is what a held stream keeps.
-        let (mut up, peer) = Box::pin(connect(steps, session, ctx)).await?;
+        let (mut up, peer) = Box::pin(steps.connect(session, ctx)).await?;
         if session.req_header().method == http::Method::HEAD {
             up.head_request();
         }
@@ -114,38 +114,6 @@ pub(super) async fn answer_continue(session: &mut Session, ctx: &mut RequestCtx)
         .map_err(|e| e.into_down())?;
     ctx.continue_sent = true;
     Ok(())
-}
-
-/// Connects to the upstream the routing picks, on its spare connection when
-/// one is ready ([`crate::upstream::spare`]); a refused or timed-out connect fails
-/// over as [`Steps::connect_failed`] decides.
-async fn connect(
-    steps: &Steps,
-    session: &mut Session,
-    ctx: &mut RequestCtx,
-) -> Result<(Exchange, Box<HttpPeer>)> {
-    loop {
-        let peer = steps.peer(ctx).await?;
-        let peer = steps.lease(session, ctx, peer).await?;
-        let member = ctx.member.unwrap_or(0);
-        if let Some(stream) = steps.spares.take(member, &peer).await {
-            steps.spares.refill(member, &peer);
-            return Ok((Exchange::new(stream), peer));
-        }
-        match steps.spares.connect(&peer).await {
-            Ok(stream) => {
-                steps.spares.refill(member, &peer);
-                return Ok((Exchange::new(stream), peer));
-            }
-            Err(mut e) => {
-                e.as_up();
-                let e = steps.connect_failed(session, ctx, e);
-                if !e.retry() {
-                    return Err(e.into_up());
-                }
-            }
-        }
-    }
 }
 
 /// Writes the request head (shaped by [`Steps::upstream_request`]) and the

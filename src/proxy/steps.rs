@@ -33,6 +33,7 @@ use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::telemetry::spans::Tracing;
 use crate::telemetry::Telemetry;
+use crate::upstream::client::Exchange;
 use crate::upstream::spare::Spares;
 
 /// What every request's steps use, built once for the process.
@@ -114,6 +115,38 @@ impl Steps {
         match admission::secure(session, ctx, &self.admission, &self.fleet).await? {
             Some(address) => Ok(Box::new(attempt::peer(&self.config, address))),
             None => Ok(peer),
+        }
+    }
+
+    /// Connects to the upstream the routing picks, on its spare connection
+    /// when one is ready ([`crate::upstream::spare`]); a refused or
+    /// timed-out connect fails over as [`Steps::connect_failed`] decides.
+    pub async fn connect(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<(Exchange, Box<HttpPeer>)> {
+        loop {
+            let peer = self.peer(ctx).await?;
+            let peer = self.lease(session, ctx, peer).await?;
+            let member = ctx.member.unwrap_or(0);
+            if let Some(stream) = self.spares.take(member, &peer).await {
+                self.spares.refill(member, &peer);
+                return Ok((Exchange::new(stream), peer));
+            }
+            match self.spares.connect(&peer).await {
+                Ok(stream) => {
+                    self.spares.refill(member, &peer);
+                    return Ok((Exchange::new(stream), peer));
+                }
+                Err(mut e) => {
+                    e.as_up();
+                    let e = self.connect_failed(session, ctx, e);
+                    if !e.retry() {
+                        return Err(e.into_up());
+                    }
+                }
+            }
         }
     }
 
