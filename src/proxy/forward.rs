@@ -133,7 +133,11 @@ async fn send_request(
     req.set_version(http::Version::HTTP_11);
     strip_hop_by_hop(&mut req);
     steps.upstream_request(&mut req, ctx)?;
-    if !session.as_mut().is_body_empty()
+    if let Some(body) = replay {
+        // The whole body is known: its length frames it.
+        req.remove_header(&header::TRANSFER_ENCODING);
+        req.insert_header(header::CONTENT_LENGTH, body.len().to_string())?;
+    } else if !session.as_mut().is_body_empty()
         && !req.headers.contains_key(header::CONTENT_LENGTH)
         && !req.headers.contains_key(header::TRANSFER_ENCODING)
     {
@@ -147,13 +151,7 @@ async fn send_request(
     let timeout = peer.options.write_timeout;
     if let Some(body) = replay {
         ctx.request_bytes = body.len() as u64;
-        if chunked {
-            out.put_slice(format!("{:x}\r\n", body.len()).as_bytes());
-            out.put_slice(body);
-            out.put_slice(b"\r\n0\r\n\r\n");
-        } else {
-            out.put_slice(body);
-        }
+        out.put_slice(body);
         return up.write(&out, timeout).await;
     }
     // The part of the body read before routing (fleets only) is in Pingora's
