@@ -630,7 +630,7 @@ async fn stream_rest(
                 // (reading the body again is cancel-safe).
                 Err(_) if !first
                     && heard.elapsed() < first_wait
-                    && member_alive(steps, ctx).await => continue,
+                    && Box::pin(member_alive(steps, ctx)).await => continue,
                 Err(_) => return Err(cut_or_refuse(first, Reason::Stalled, stalled())),
                 Ok(Err(e)) => return Err(cut_or_refuse(first, Reason::UpstreamDied, e)),
                 Ok(Ok(None)) => return Err(cut_or_refuse(first, Reason::UpstreamDied, ended())),

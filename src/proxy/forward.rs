@@ -78,6 +78,7 @@ pub async fn run(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> 
             },
         }
     };
+    drop(replay);
     let Some((reason, cause)) = respond(steps, session, &mut up, header, &peer, ctx).await? else {
         return Ok(());
     };
@@ -323,7 +324,9 @@ async fn respond(
                     if armed
                         && timeout == stall_ms
                         && last.checked_add(read_limit).is_some_and(|d| now < d)
-                        && continuation::member_alive(steps, ctx).await
+                        // Boxed: the probe's future is large, and every
+                        // held stream's future would carry its size.
+                        && Box::pin(continuation::member_alive(steps, ctx)).await
                     {
                         let _in = ctx.log_span.enter();
                         tracing::debug!("silent for stall_ms on a member that answers /health: waiting on");
