@@ -275,12 +275,14 @@ impl Watched {
                 }
             }
             if let Some(evidence) = m.note_marks(&marks) {
+                // Forgotten before the line says so: a reader of the log
+                // (an operator, a test) may act on it at once.
+                self.fleet.forget(m.id);
                 tracing::info!(
                     upstream = self.name(),
                     evidence,
                     "upstream restarted: its cached prefixes are forgotten"
                 );
-                self.fleet.forget(m.id);
             }
             if models_due && self.read_models(target).await {
                 models_read = Some(Instant::now());
