@@ -5,7 +5,9 @@
 //! answer ([`rendered_prompt`]), the ids of the client's stream
 //! ([`stream_ids`]), the token ids each of its events carried
 //! ([`event_token_ids`]), and the events that re-wrap the continuation's
-//! native events into the client's format (`rewrap.rs`).
+//! native events into the client's format (`rewrap.rs`), the next attempt
+//! at a cut answer ([`next()`]) and the transformer that rewrites a
+//! continuation's stream into the client's ([`Rewriter`]).
 //!
 //! Pure: no I/O. Deliberately not here: noticing a cut, choosing the
 //! target, sending or reading anything, or parsing the native events (the
@@ -22,11 +24,15 @@
 use serde_json::{Map, Value};
 
 mod ids;
+mod next;
+mod rest;
 mod rewrap;
 #[cfg(test)]
 mod tests;
 
 pub use ids::event_token_ids;
+pub use next::{next, Heard, Next, Rest};
+pub use rest::{Rewriter, Target, TargetCounts};
 pub use rewrap::{finish_reason, native_end, native_event, stream_ids, AnswerUsage, StreamIds};
 
 // === Refusal ===
