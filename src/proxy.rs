@@ -21,7 +21,6 @@ mod bodies;
 mod cachebreak;
 mod charge;
 pub mod context;
-mod continuation;
 mod conversation;
 mod downstream;
 pub mod errors;

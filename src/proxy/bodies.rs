@@ -6,7 +6,7 @@
 //! counts), and each answer chunk handed to the observer.
 //!
 //! Deliberately not here: reading the events (the observer,
-//! `crate::observe`) and forwarding (the hooks and [`super::forward`]).
+//! `crate::observe`) and forwarding ([`super::forward`]).
 
 use std::time::Instant;
 
@@ -17,7 +17,6 @@ use pingora::Result;
 use super::cachebreak::{self, Breaks};
 use super::charge;
 use super::context::RequestCtx;
-use super::continuation;
 use super::errors;
 use crate::config::Config;
 use crate::llama::CountScanner;
@@ -71,7 +70,7 @@ pub fn request_chunk(
         let mut body = std::mem::take(&mut ctx.body);
         body.shrink_to_fit();
         let body = Bytes::from(body);
-        continuation::keep_body(ctx, config.continuation.enabled, body);
+        super::forward::keep_body(ctx, config.continuation.enabled, body);
     }
     Ok(())
 }
@@ -90,7 +89,7 @@ pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telem
             let mut observer =
                 Box::new(StreamObserver::new(f, t.max_event_bytes, t.capture_content));
             if ctx.resume.is_some() {
-                let ids = continuation::transcript_ids(ctx);
+                let ids = super::forward::transcript_ids(ctx);
                 observer.keep_transcript(t.max_inspect_bytes, ids);
             }
             ctx.observer = Some(observer);

@@ -8,6 +8,7 @@ use crate::observe::{StreamEnd, StreamFacts, StreamObserver};
 use crate::record::{HangupPhase, Outcome, QueueFacts, RequestRecord};
 use crate::request::{RequestFacts, Route};
 use crate::router::{Chain, Decision};
+use crate::telemetry::continuation::Continued;
 use crate::telemetry::spans::RequestSpan;
 
 /// State of one proxied request.
@@ -81,7 +82,38 @@ pub struct RequestCtx {
     pub admission: Option<Box<super::admission::Held>>,
     /// What a chat stream keeps to be continued elsewhere, and its
     /// continuations (`[continuation]` on).
-    pub resume: Option<Box<super::continuation::Resume>>,
+    pub resume: Option<Box<Resume>>,
+}
+
+/// What a continuable request keeps while its answer streams: its body,
+/// and its continuations so far.
+#[derive(Debug, Default)]
+pub struct Resume {
+    /// The request body as received (kept only when within
+    /// `telemetry.max_inspect_bytes`).
+    pub body: bytes::Bytes,
+    /// Continuations so far (the telemetry's record of each).
+    pub log: Vec<Continued>,
+    /// Continuations done.
+    pub count: u32,
+    /// Pauses (pre-emptions) so far.
+    pub pauses: u32,
+    /// The continuation under way, until its attempt ends.
+    pub open: Option<Box<Open>>,
+}
+
+/// A continuation under way: its record so far, and what the client gets
+/// if it fails before its first token.
+#[derive(Debug)]
+pub struct Open {
+    /// Its record (the target and the pause are filled in as it goes).
+    pub entry: Continued,
+    /// When the answer was cut.
+    pub cut: Instant,
+    /// What cut it: the client's error if the answer cannot go on.
+    pub cause: Box<pingora::Error>,
+    /// The target's first token reached the client.
+    pub started: bool,
 }
 
 /// What routing keeps for a request across attempts.

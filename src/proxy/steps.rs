@@ -92,10 +92,6 @@ impl Steps {
     /// already failed.
     pub async fn peer(&self, ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
         ctx.upstream_attempts += 1;
-        // A retry replays the body from its start.
-        ctx.body.clear();
-        ctx.body_truncated = false;
-        ctx.request_bytes = 0;
         if ctx.upstream_attempts == 1 {
             admission::wait_for_affine(&self.admission, &self.fleet, ctx).await;
         }
@@ -129,16 +125,8 @@ impl Steps {
         loop {
             let peer = self.peer(ctx).await?;
             let peer = self.lease(session, ctx, peer).await?;
-            let member = ctx.member.unwrap_or(0);
-            if let Some(stream) = self.spares.take(member, &peer).await {
-                self.spares.refill(member, &peer);
-                return Ok((Exchange::new(stream), peer));
-            }
-            match self.spares.connect(&peer).await {
-                Ok(stream) => {
-                    self.spares.refill(member, &peer);
-                    return Ok((Exchange::new(stream), peer));
-                }
+            match self.reconnect(ctx, &peer).await {
+                Ok(up) => return Ok((up, peer)),
                 Err(mut e) => {
                     e.as_up();
                     let e = self.connect_failed(session, ctx, e);
@@ -148,6 +136,20 @@ impl Steps {
                 }
             }
         }
+    }
+
+    /// A connection to the attempt's `peer`, already chosen: its spare,
+    /// or a new one (a second request of the same attempt, such as a
+    /// continuation's `/completion` after its `/apply-template`).
+    pub async fn reconnect(&self, ctx: &RequestCtx, peer: &HttpPeer) -> Result<Exchange> {
+        let member = ctx.member.unwrap_or(0);
+        if let Some(stream) = self.spares.take(member, peer).await {
+            self.spares.refill(member, peer);
+            return Ok(Exchange::new(stream));
+        }
+        let stream = self.spares.connect(peer).await?;
+        self.spares.refill(member, peer);
+        Ok(Exchange::new(stream))
     }
 
     /// The attempt's connect failed ([`attempt::connect_failed`]).
