@@ -21,6 +21,7 @@ mod bodies;
 mod cachebreak;
 mod charge;
 pub mod context;
+mod continuable;
 mod conversation;
 mod downstream;
 pub mod errors;

@@ -70,7 +70,7 @@ pub fn request_chunk(
         let mut body = std::mem::take(&mut ctx.body);
         body.shrink_to_fit();
         let body = Bytes::from(body);
-        super::forward::keep_body(ctx, config.continuation.enabled, body);
+        super::continuable::keep_body(ctx, config.continuation.enabled, body);
     }
     Ok(())
 }
@@ -89,7 +89,7 @@ pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telem
             let mut observer =
                 Box::new(StreamObserver::new(f, t.max_event_bytes, t.capture_content));
             if ctx.resume.is_some() {
-                let ids = super::forward::transcript_ids(ctx);
+                let ids = super::continuable::transcript_ids(ctx);
                 observer.keep_transcript(t.max_inspect_bytes, ids);
             }
             ctx.observer = Some(observer);

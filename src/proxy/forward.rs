@@ -4,7 +4,7 @@
 //! sends ([`send`]), reads the head, and moves the body chunk by chunk
 //! ([`stream`]: observed, written to the client before the next is read,
 //! the client watched for a hang-up and the upstream for a stall). How it
-//! ended ([`stream::Ending`]) decides the next ([`resume`]):
+//! ended ([`attempt::Ending`]) decides the next ([`resume`]):
 //!
 //! - the client's request, as it came ([`Attempt::Request`]);
 //! - the same request sent again whole to another member, when its
@@ -34,6 +34,9 @@
 //! `Upgrade` is not offered upstream (llama-server has no such route), so
 //! the request is answered as a plain one.
 
+mod attempt;
+mod checks;
+mod record;
 mod resume;
 mod send;
 mod stream;
@@ -46,23 +49,12 @@ use pingora::{ErrorSource, ErrorType, Result};
 use super::context::RequestCtx;
 use super::{downstream, Steps};
 use crate::continuation::{Rest, Rewriter};
-use stream::Ending;
+use attempt::{Attempt, Ending};
 
-pub(super) use resume::{keep_body, transcript_ids};
 pub(super) use send::answer_continue;
 
 /// Largest native event read from a continuation.
 const MAX_EVENT_BYTES: usize = 1 << 20;
-
-/// What one attempt sends.
-#[derive(Debug)]
-pub enum Attempt {
-    /// The client's request: its body as it comes, or (`Some`) the whole
-    /// body again after an upstream that died before its answer's head.
-    Request(Option<Bytes>),
-    /// The rest of a cut answer, from a target.
-    Rest(Box<Rest>),
-}
 
 /// Forwards the request and its answer; `Ok` once the answer is complete.
 /// An error goes to `fail_to_proxy` and `logging`.
@@ -82,7 +74,7 @@ pub async fn run(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> 
             Ok(Some(a)) => attempt = a,
             Ok(None) => return Ok(()),
             Err(e) => {
-                resume::close(ctx, Some(&e));
+                record::close(ctx, Some(&e));
                 return Err(e);
             }
         }
@@ -153,7 +145,7 @@ async fn rest_of(
         }
         Err(_) => return Ok(Ending::Failed("target_failed")),
     };
-    resume::targeted(steps, ctx);
+    record::targeted(steps, ctx);
     // The target renders and prefills while the client is watched: a
     // hang-up drops the target's connections at once (it cancels).
     let sent = {

@@ -6,32 +6,28 @@
 //! is, or asks a target for the rest; an upstream that died before the
 //! answer's head gets the request again, whole, on another member.
 //!
-//! Each continuation is recorded here (the telemetry's [`Continued`]), as
-//! its attempt starts, reaches the client and ends. The checks the stream
-//! loop asks while it runs are here too: whether its answer can be cut and
-//! continued ([`armed`]), moved ([`movable`], [`can_move`]), or handed to
-//! another member ([`elsewhere`]).
+//! Each continuation is opened here (the telemetry's [`Continued`], kept
+//! by `record`) as its attempt is planned.
 //!
 //! Deliberately not here: connecting, sending and streaming (the loop's),
-//! the JSON shapes and the plan (pure, [`crate::continuation`]), deciding
-//! which answer moves ([`super::super::moves`], the queue).
+//! the checks the loop asks as it streams (`checks`), the JSON shapes and
+//! the plan (pure, [`crate::continuation`]), deciding which answer moves
+//! ([`super::super::moves`], the queue).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 
-use super::super::context::{Open, RequestCtx, Resume};
-use super::super::moves::{Answer, Registration, Signal};
+use super::super::context::{Open, RequestCtx};
+use super::super::continuable::plan_next;
 use super::super::{admission, downstream, Steps};
-use super::stream::Ending;
-use super::Attempt;
-use crate::continuation::{self as plan, Heard, Next, Shape, TargetCounts};
-use crate::fleet::watch::HEALTH_TIMEOUT;
-use crate::request::Route;
-use crate::telemetry::continuation::{ContinuationResult, Continued, Reason, MAX_KEPT};
+use super::attempt::{Attempt, Ending};
+use super::checks::{armed, elsewhere, member_name};
+use super::record::{close, fail, failed, log, take_open};
+use crate::continuation::Next;
+use crate::telemetry::continuation::{ContinuationResult, Continued, Reason};
 
 /// After an attempt ended as `ending`: the next attempt, or `None` when
 /// the client has the whole answer. An error ends the request (the
@@ -75,53 +71,6 @@ pub async fn next(
             cut(steps, session, ctx, reason, cause).await
         }
     }
-}
-
-/// The request ends with `error` (or, `None`, its answer whole): the
-/// continuation under way, if any, is recorded. One that had not reached
-/// the client failed (its client left, when the error is the client's).
-pub fn close(ctx: &mut RequestCtx, error: Option<&Error>) {
-    let Some(open) = take_open(ctx) else {
-        return;
-    };
-    if open.started || error.is_none() {
-        log(ctx, open.entry);
-    } else {
-        let _ = fail(ctx, *open, ContinuationResult::Failed, "client_left");
-    }
-}
-
-/// The continuation's target failed before its first token (`why`): the
-/// error of the cut it was to mend.
-fn failed(ctx: &mut RequestCtx, why: &'static str) -> Box<Error> {
-    match take_open(ctx) {
-        Some(open) => fail(ctx, *open, ContinuationResult::Failed, why),
-        None => Error::explain(ErrorType::InternalError, "a continuation without its cut"),
-    }
-}
-
-/// Records `open` as `result` for `why`; returns its cause.
-fn fail(
-    ctx: &mut RequestCtx,
-    open: Open,
-    result: ContinuationResult,
-    why: &'static str,
-) -> Box<Error> {
-    let Open {
-        mut entry,
-        cut,
-        cause,
-        ..
-    } = open;
-    entry.result = result;
-    entry.why = Some(why);
-    entry.pause = cut.elapsed();
-    log(ctx, entry);
-    cause
-}
-
-fn take_open(ctx: &mut RequestCtx) -> Option<Box<Open>> {
-    ctx.resume.as_deref_mut().and_then(|r| r.open.take())
 }
 
 /// The answer was cut (`cause`) for `reason`: its upstream died or
@@ -220,33 +169,6 @@ async fn cut(
     Ok(Some(Attempt::Rest(rest)))
 }
 
-/// The pure plan for what the client has now.
-fn plan_next(ctx: &RequestCtx) -> Next {
-    let (Some(resume), Some(shape)) = (ctx.resume.as_deref(), shape_of(ctx.route)) else {
-        return Next::Refused("not_kept");
-    };
-    let Some(observer) = ctx.observer.as_ref() else {
-        return Next::Refused("not_observed");
-    };
-    let Some(t) = observer.transcript() else {
-        return Next::Refused("not_observed");
-    };
-    let facts = observer.facts();
-    let heard = Heard {
-        text: &t.text,
-        ids: t.ids.as_deref(),
-        token_events: facts.token_events,
-        first_event: t.first_event.as_deref(),
-        hidden: t.hidden,
-        overflow: t.overflow,
-        mid_event: observer.mid_event(),
-        error: facts.error.is_some(),
-        skipped_events: facts.skipped_events > 0,
-        finished: facts.done || !facts.finish_reasons.is_empty(),
-    };
-    plan::next(shape, &resume.body, &heard)
-}
-
 /// The attempt's upstream closed or reset its connection before the
 /// answer's head: nothing reached the client, so a continuable stream
 /// starts again from zero tokens on another member, with the body it
@@ -296,168 +218,4 @@ fn before_head(steps: &Steps, ctx: &mut RequestCtx, e: &Error) -> Option<Bytes> 
         },
     );
     Some(body)
-}
-
-/// The continuation's target is chosen: its name goes on the record.
-pub fn targeted(steps: &Steps, ctx: &mut RequestCtx) {
-    let to = member_name(steps, ctx);
-    if let Some(open) = ctx
-        .resume
-        .as_deref_mut()
-        .and_then(|r| r.open.as_deref_mut())
-    {
-        open.entry.to = to;
-    }
-}
-
-/// The continuation's first token reached the client: the pause ends.
-pub fn started(ctx: &mut RequestCtx) {
-    if let Some(open) = ctx
-        .resume
-        .as_deref_mut()
-        .and_then(|r| r.open.as_deref_mut())
-    {
-        open.started = true;
-        open.entry.pause = open.cut.elapsed();
-    }
-}
-
-/// What the continuation's target reported of its work.
-pub fn heard(ctx: &mut RequestCtx, counts: TargetCounts) {
-    if let Some(open) = ctx
-        .resume
-        .as_deref_mut()
-        .and_then(|r| r.open.as_deref_mut())
-    {
-        open.entry.reprefilled = counts.prompt_n;
-        open.entry.cached = counts.cache_n;
-        open.entry.generated = counts.predicted_n;
-    }
-}
-
-/// The answer's member still answers its `/health` (within the health
-/// checks' own limit, [`HEALTH_TIMEOUT`]): its silence is another request's
-/// work, not a stall.
-pub async fn member_alive(steps: &Steps, ctx: &RequestCtx) -> bool {
-    let Some(i) = ctx.member else {
-        return false;
-    };
-    steps.fleet.answers_health(i, HEALTH_TIMEOUT).await
-}
-
-/// Whether `ctx` may be continued at all (checked before the cut is
-/// handled): on, a stream whose body was kept, continuations left.
-pub fn armed(steps: &Steps, ctx: &RequestCtx) -> bool {
-    steps.config.continuation.enabled
-        && ctx
-            .resume
-            .as_ref()
-            .is_some_and(|r| r.count < steps.config.continuation.max_per_answer)
-}
-
-/// The answer could be told to move: drained (in a fleet) or paused (its
-/// class is preemptible and its pauses are not spent).
-pub fn movable(steps: &Steps, ctx: &RequestCtx) -> bool {
-    steps.fleet.is_fleet() || pausable(steps, ctx)
-}
-
-/// Its class's answers may be paused, and its own pauses are not spent.
-fn pausable(steps: &Steps, ctx: &RequestCtx) -> bool {
-    let Some(held) = ctx.admission.as_deref() else {
-        return false;
-    };
-    let class = held.class as usize;
-    held.ticket.is_some()
-        && steps
-            .config
-            .queue
-            .preemptible
-            .get(class)
-            .is_some_and(|p| *p)
-        && ctx
-            .resume
-            .as_ref()
-            .is_some_and(|r| r.pauses < steps.config.continuation.max_pauses)
-}
-
-/// The answer can be continued from where its client is now (checked when
-/// it is told to move, before its upstream is closed): not finished, and
-/// not refused.
-pub fn can_move(ctx: &RequestCtx) -> bool {
-    let finished = ctx
-        .observer
-        .as_ref()
-        .is_some_and(|o| o.facts().done || !o.facts().finish_reasons.is_empty());
-    !finished && !matches!(plan_next(ctx), Next::Refused(_))
-}
-
-/// Registers a movable answer past its first token.
-pub fn register(steps: &Steps, ctx: &RequestCtx, signal: Arc<Signal>) -> Registration {
-    let answer = Answer {
-        member: ctx.member.unwrap_or(usize::MAX),
-        model: ctx.request.model.clone(),
-        class: ctx.admission.as_deref().map_or(0, |h| h.class as usize),
-        pausable: pausable(steps, ctx),
-        since: ctx.received,
-    };
-    steps.moves.register(answer, signal)
-}
-
-/// Another upstream could take the answer now.
-pub fn elsewhere(steps: &Steps, ctx: &RequestCtx) -> bool {
-    let Some(i) = ctx.member else {
-        return false;
-    };
-    steps.fleet.is_fleet()
-        && steps
-            .fleet
-            .can_fail_over(ctx.request.model.as_deref(), i, &ctx.routed.tried)
-}
-
-fn log(ctx: &mut RequestCtx, entry: Continued) {
-    if let Some(r) = ctx.resume.as_deref_mut() {
-        if entry.result == ContinuationResult::Continued {
-            r.count += 1;
-        }
-        if r.log.len() < MAX_KEPT {
-            r.log.push(entry);
-        }
-    }
-}
-
-fn member_name(steps: &Steps, ctx: &RequestCtx) -> Option<String> {
-    let i = ctx.member?;
-    steps.fleet.member(i).map(|m| m.upstream.name.clone())
-}
-
-/// The continuation's shape for a route; `None`: not continued.
-pub fn shape_of(route: Route) -> Option<Shape> {
-    match route {
-        Route::ChatCompletions => Some(Shape::Chat),
-        Route::Completions => Some(Shape::Completions),
-        Route::Completion => Some(Shape::Native),
-        _ => None,
-    }
-}
-
-/// The shape whose token ids the transcript keeps: a native stream's
-/// always; a chat or completions stream's when the request may have asked
-/// for `logprobs` (its events then carry them).
-pub fn transcript_ids(ctx: &RequestCtx) -> Option<Shape> {
-    let body = &ctx.resume.as_ref()?.body;
-    match shape_of(ctx.route)? {
-        Shape::Native => Some(Shape::Native),
-        s => memchr::memmem::find(body, b"\"logprobs\"").map(|_| s),
-    }
-}
-
-/// Keeps the body of a stream that may be continued (a chat, completions
-/// or native completion request; called when the request body is whole).
-pub fn keep_body(ctx: &mut RequestCtx, enabled: bool, body: Bytes) {
-    if enabled && shape_of(ctx.route).is_some() && ctx.request.stream == Some(true) {
-        ctx.resume = Some(Box::new(Resume {
-            body,
-            ..Resume::default()
-        }));
-    }
 }

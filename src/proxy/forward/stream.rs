@@ -22,28 +22,14 @@ use pingora::{Error, ErrorType, Result};
 use tokio::sync::futures::Notified;
 
 use super::super::context::RequestCtx;
+use super::super::continuable;
 use super::super::moves::{Registration, Signal};
 use super::super::{admission, downstream, Steps};
-use super::resume;
+use super::attempt::Ending;
+use super::{checks, record};
 use crate::continuation::Rewriter;
 use crate::telemetry::continuation::Reason;
 use crate::upstream::client::Exchange;
-
-/// How one attempt ended, short of an error that ends the request.
-#[derive(Debug)]
-pub enum Ending {
-    /// The client has the whole answer.
-    Whole,
-    /// The upstream closed or reset before the answer's head: nothing
-    /// reached the client.
-    BeforeHead(Box<Error>),
-    /// The answer was cut mid-stream, or told to move: why, and the error
-    /// the client gets if it cannot go on.
-    Cut(Reason, Box<Error>),
-    /// A continuation's target failed before its first token (a fixed
-    /// word for telemetry).
-    Failed(&'static str),
-}
 
 /// Moves the answer's body from `up` to the client; `rewrite` turns a
 /// continuation's native events into the client's stream. An answer that
@@ -79,9 +65,9 @@ pub async fn body(
     // preemptible class's answers pause) is registered once it has its
     // first token, and listens for the word to move. A continuation's cuts
     // always go to `resume`, which records them.
-    let continuable = resume::armed(steps, ctx) && ctx.observer.is_some();
+    let continuable = checks::armed(steps, ctx) && ctx.observer.is_some();
     let armed = continuable || rewrite.is_some();
-    let signal = (continuable && resume::movable(steps, ctx)).then(|| Arc::new(Signal::default()));
+    let signal = (continuable && checks::movable(steps, ctx)).then(|| Arc::new(Signal::default()));
     let mut told = signal.as_deref().map(|s| Box::pin(s.told()));
     let mut registration: Option<Registration> = None;
     let read_limit = peer.options.read_timeout.unwrap_or(Duration::MAX);
@@ -106,7 +92,7 @@ pub async fn body(
             },
             () = told_to_move(&mut told) => {
                 let reason = signal.as_deref().and_then(Signal::reason);
-                match (reason, resume::can_move(ctx)) {
+                match (reason, continuable::can_move(ctx)) {
                     (Some(reason), true) => {
                         if reason == Reason::Preempted {
                             // The slot frees now, while the answer is still
@@ -142,7 +128,7 @@ pub async fn body(
                         && last.checked_add(read_limit).is_some_and(|d| now < d)
                         // Boxed: the probe's future is large, and every
                         // held stream's future would carry its size.
-                        && Box::pin(resume::member_alive(steps, ctx)).await
+                        && Box::pin(checks::member_alive(steps, ctx)).await
                     {
                         let _in = ctx.log_span.enter();
                         tracing::debug!("silent for stall_ms on a member that answers /health: waiting on");
@@ -187,12 +173,12 @@ pub async fn body(
                 let mut out = Vec::new();
                 let done = chunk.as_ref().is_some_and(|c| r.feed(c, &mut out));
                 if done {
-                    resume::heard(ctx, r.counts());
+                    record::heard(ctx, r.counts());
                 }
                 if !out.is_empty() || done {
                     if !tokens {
                         tokens = true;
-                        resume::started(ctx);
+                        record::started(ctx);
                     }
                     let b = Bytes::from(out);
                     steps.response_chunk(ctx, Some(&b), done);
@@ -209,11 +195,11 @@ pub async fn body(
         }
         if registration.is_none() && tokens {
             if let Some(s) = signal.as_ref() {
-                registration = Some(resume::register(steps, ctx, Arc::clone(s)));
+                registration = Some(checks::register(steps, ctx, Arc::clone(s)));
             }
         }
         if armed && timeout != stall_ms && last >= next_ask && tokens {
-            if resume::elsewhere(steps, ctx) {
+            if checks::elsewhere(steps, ctx) {
                 timeout = stall_ms;
                 stall.as_mut().reset(deadline(last, timeout));
             } else {
