@@ -27,6 +27,7 @@ mod downstream;
 pub mod errors;
 mod forward;
 mod guard;
+mod lookup;
 pub mod moves;
 mod outcome;
 mod reply;
@@ -167,9 +168,9 @@ impl ProxyHttp for LlamaProxy {
         if Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
             return Ok(true);
         }
-        if conversation::answers(session, &self.steps.config) {
+        if lookup::answers(session, &self.steps.config) {
             // A tenant's stream lookup: its ids scoped, the answer filtered.
-            Box::pin(conversation::lookup(&self.steps, session, ctx)).await?;
+            Box::pin(lookup::lookup(&self.steps, session, ctx)).await?;
             return Ok(true);
         }
         forward::run(&self.steps, session, ctx).await?;

@@ -51,15 +51,13 @@ use super::{downstream, Steps};
 use crate::continuation::{Rest, Rewriter};
 use attempt::{Attempt, Ending};
 
-pub(super) use send::answer_continue;
-
 /// Largest native event read from a continuation.
 const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// Forwards the request and its answer; `Ok` once the answer is complete.
 /// An error goes to `fail_to_proxy` and `logging`.
 pub async fn run(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
-    answer_continue(session, ctx).await?;
+    downstream::answer_continue(session, ctx).await?;
     let mut attempt = Attempt::Request(None);
     loop {
         let ending = match attempt {

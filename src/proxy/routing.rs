@@ -70,7 +70,7 @@ pub async fn prepare(
     }
     // The client may wait for `100 Continue` before it sends the body read
     // here.
-    super::forward::answer_continue(session, ctx).await?;
+    super::downstream::answer_continue(session, ctx).await?;
     let limit = config.telemetry.max_inspect_bytes.min(REPLAY_LIMIT);
     let (body, whole) = preread(session, limit).await?;
     if body.is_empty() {

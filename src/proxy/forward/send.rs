@@ -2,7 +2,7 @@
 //! own request (its head shaped by the steps, its body as it comes or sent
 //! again whole), a continuation's `POST`s (`/apply-template`, then
 //! `/completion`), and the final response head, read while the client is
-//! watched for a hang-up. `Expect: 100-continue` is answered here.
+//! watched for a hang-up. `Expect: 100-continue` is answered by [`super::super::downstream`].
 //!
 //! Deliberately not here: choosing and connecting (the steps), the answer's
 //! body (`stream`), deciding the next attempt (`resume`).
@@ -24,29 +24,6 @@ use crate::upstream::client::Exchange;
 
 /// Largest `/apply-template` answer read.
 const MAX_TEMPLATE_ANSWER: usize = 8 << 20;
-
-/// Answers `Expect: 100-continue` (once) when the client still has a body
-/// to send: a client that waits for the `100` before sending it would
-/// otherwise stall, and the upstream that could send one is not chosen yet
-/// (the upstream is not asked again, see [`super::super::request_head`]).
-pub async fn answer_continue(session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
-    let expects = session
-        .req_header()
-        .headers
-        .get(header::EXPECT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"));
-    if !expects || ctx.continue_sent || session.as_mut().is_body_empty() {
-        return Ok(());
-    }
-    session
-        .as_downstream_mut()
-        .write_continue_response()
-        .await
-        .map_err(|e| e.into_down())?;
-    ctx.continue_sent = true;
-    Ok(())
-}
 
 /// Writes the request head (shaped by [`Steps::upstream_request`]) and the
 /// body (each chunk through [`Steps::request_chunk`], which enforces the body
