@@ -30,6 +30,7 @@ mod membership;
 mod models;
 mod probe;
 pub mod resolver;
+pub mod service;
 #[cfg(test)]
 mod tests;
 pub mod watch;

@@ -18,7 +18,7 @@ use pingora::services::listening::Service;
 use crate::admin::AdminApp;
 use crate::cli::{Cli, Listener};
 use crate::config::Config;
-use crate::fleet::watch::UpstreamWatch;
+use crate::fleet::service::UpstreamWatch;
 use crate::fleet::Fleet;
 use crate::pidfile::{PidFile, PidFileError};
 use crate::proxy::admission::SlotSync;

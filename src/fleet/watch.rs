@@ -29,16 +29,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::probe::{self, ProbeError};
 use super::{Fleet, Member, Transition};
-use crate::config::discovery::Discovery;
 use crate::llama::{server_metrics, slots};
 use crate::telemetry::models::parse_model_list;
 use crate::telemetry::Telemetry;
@@ -56,58 +52,6 @@ const INFO_TIMEOUT: Duration = Duration::from_secs(3);
 /// The first address `host:port` resolves to (a blocking lookup).
 fn resolve(address: &str) -> Option<SocketAddr> {
     address.to_socket_addrs().ok().and_then(|mut a| a.next())
-}
-
-/// The background service.
-pub struct UpstreamWatch {
-    fleet: Arc<Fleet>,
-    telemetry: Arc<Telemetry>,
-    model_refresh: Duration,
-    discovery: Discovery,
-}
-
-impl UpstreamWatch {
-    /// A watcher updating `fleet` and the model labels in `telemetry`,
-    /// looking discovered names up as `discovery` says.
-    pub fn new(
-        fleet: Arc<Fleet>,
-        telemetry: Arc<Telemetry>,
-        model_refresh: Duration,
-        discovery: Discovery,
-    ) -> Self {
-        UpstreamWatch {
-            fleet,
-            telemetry,
-            model_refresh,
-            discovery,
-        }
-    }
-
-    /// Resolves every configured URL once, before the listeners open, so
-    /// that a name that resolves is usable from the first request (a
-    /// discovered name is looked up by its own loop, at once). `Err` names
-    /// two upstreams that are one server (the same address and base path).
-    pub fn resolve_now(fleet: &Fleet) -> Result<(), String> {
-        for m in fleet.members() {
-            if let Some(a) = resolve(&m.upstream.address) {
-                m.set_address(a);
-            }
-        }
-        let members = fleet.members();
-        for (i, a) in members.iter().enumerate() {
-            for b in members.iter().skip(i + 1) {
-                if let (Some(x), Some(y)) = (a.address(), b.address()) {
-                    if x == y && a.upstream.base_path == b.upstream.base_path {
-                        return Err(format!(
-                            "upstreams {} and {} are the same server ({x}{}); list it once",
-                            a.upstream.name, b.upstream.name, a.upstream.base_path
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 /// What the two loops of one member share.
@@ -348,34 +292,4 @@ pub(super) fn watch_member(
     });
     loops.spawn(watched.clone().health_loop());
     loops.spawn(watched.info_loop(model_refresh));
-}
-
-#[async_trait]
-impl BackgroundService for UpstreamWatch {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut loops = JoinSet::new();
-        for m in self.fleet.members() {
-            watch_member(
-                &mut loops,
-                &self.fleet,
-                &self.telemetry,
-                m,
-                self.model_refresh,
-            );
-        }
-        for (entry, u) in self.fleet.entries().iter().enumerate() {
-            if u.discover {
-                let found = super::discovery::Discovered::new(
-                    self.fleet.clone(),
-                    self.telemetry.clone(),
-                    entry,
-                    self.discovery.clone(),
-                    self.model_refresh,
-                );
-                loops.spawn(found.run());
-            }
-        }
-        let _ = shutdown.changed().await;
-        loops.abort_all();
-    }
 }
