@@ -75,7 +75,7 @@ pub struct RequestCtx {
     /// Who the request is from (set by the key check).
     pub tenant: crate::tenant::TenantId,
     /// The tenant's concurrency slot, while held.
-    pub tenant_slot: Option<super::tenant::Slot>,
+    pub tenant_slot: Option<crate::tenant::InFlight>,
     /// The tenant's per-minute limits as admitted: the `x-ratelimit-*` headers.
     pub quota: crate::tenant::window::Quota,
     /// The admission queue's state and the slot it granted (queue on).

@@ -10,7 +10,7 @@
 //! The arithmetic is [`crate::tenant::window`]'s; this module only gathers
 //! the counts and applies the decision.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,29 +21,18 @@ use crate::record::{Outcome, RequestRecord};
 use crate::telemetry::tenant::STORE_LIMIT;
 use crate::telemetry::Telemetry;
 use crate::tenant::window::{self, Quota, Refusal, Usage, Window};
-use crate::tenant::{TenantId, Tenants};
+use crate::tenant::{InFlight, TenantId, Tenants};
 
 use super::context::RequestCtx;
 use super::reply::{write_error_with, ErrorReply};
 use crate::store::Store;
-
-/// A held concurrency slot: released when dropped (in `logging`, or with the
-/// request's context on any other path).
-#[derive(Debug)]
-pub struct Slot(Arc<AtomicU32>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// What admission decided.
 #[derive(Debug)]
 pub enum Admission {
     /// Admitted; the quota for the `x-ratelimit-*` headers (empty when the
     /// tenant has no per-minute limit).
-    Admitted(Quota, Option<Slot>),
+    Admitted(Quota, Option<InFlight>),
     /// Over a limit: 429.
     Refused(Refusal),
     /// The store failed and `on_error = "deny"`: 503.
@@ -104,8 +93,7 @@ impl Limiter {
         if !limits.any() {
             return Admission::Admitted(Quota::default(), None);
         }
-        let before = inflight.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot(inflight.clone());
+        let (before, slot) = InFlight::enter(inflight);
         let now = now_ms();
         let local = |w: &Mutex<Window>| w.lock().map(|mut w| w.used(now)).unwrap_or((0, 0));
         if limits.max_concurrent.is_some_and(|m| before >= m) || !limits.per_minute() {

@@ -14,7 +14,10 @@
 
 use crate::secret::Secret;
 
+mod inflight;
 pub mod window;
+
+pub use inflight::InFlight;
 
 /// The tenant label of the flat `auth.api_keys` list and of requests without
 /// a (valid) key.

@@ -21,7 +21,7 @@ name = "free"
 key = "free-key-0001"
 "#;
 
-fn admitted(a: Admission) -> (Quota, Option<Slot>) {
+fn admitted(a: Admission) -> (Quota, Option<InFlight>) {
     match a {
         Admission::Admitted(q, s) => (q, s),
         other => panic!("not admitted: {other:?}"),
