@@ -20,16 +20,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Circles left to untangle, each sorted; the list sorted. The one left:
-/// the request context holds the queue's and the tenant's slot guards
-/// (`Held`, `Slot`), whose modules take the context.
+/// the request context holds the queue's slot guard (`Held`), whose module
+/// takes the context.
 const KNOWN_CIRCLES: &[&[&str]] = &[&[
     "proxy::admission",
-    "proxy::charge",
     "proxy::context",
     "proxy::downstream",
     "proxy::reply",
     "proxy::routing",
-    "proxy::tenant",
 ]];
 
 /// Production files allowed past [`MAX_LINES`] for now.
