@@ -10,7 +10,8 @@
 //! (re-exported here under the names the binary uses):
 //! - `llamatap-wire`: [`sse`], [`sentence`], [`llama`], [`request`],
 //!   [`framing`], [`tracecontext`], [`text`];
-//! - `llamatap-policy`: [`router`], [`queue`], [`tenant`], [`cachebreak`].
+//! - `llamatap-policy`: [`router`], [`queue`], [`tenant`], [`cachebreak`],
+//!   [`answer`].
 //!
 //! Telemetry is the `llamatap-telemetry` crate ([`telemetry`], with
 //! [`record`], [`observe`] and [`access_line`]): it takes finished facts
@@ -31,7 +32,7 @@ pub mod shutdown;
 pub mod store;
 pub mod upstream;
 
-pub use llamatap_policy::{cachebreak, queue, router, tenant};
+pub use llamatap_policy::{answer, cachebreak, queue, router, tenant};
 /// Telemetry (the `llamatap-telemetry` crate).
 pub use llamatap_telemetry as telemetry;
 pub use llamatap_telemetry::{access_line, observe, record};

@@ -233,13 +233,13 @@ impl ProxyHttp for LlamaProxy {
             ctx.stream_counted = false;
             self.steps.telemetry.stream_active(false);
         }
-        let (outcome, error) = outcome::outcome(e, ctx);
+        let ending = outcome::outcome(e, ctx);
         let req = session.req_header();
         let method = req.method.as_str().to_string();
         let path = logged_path(req);
         let client = session.client_addr().map(|a| a.to_string());
-        let mut rec = ctx.record(method, path, outcome, error, client);
-        rec.upstream = routing::finish(&self.steps.fleet, ctx, &rec);
+        let mut rec = ctx.record(method, path, ending.outcome, ending.error, client);
+        rec.upstream = routing::finish(&self.steps.fleet, ctx, &rec, ending.cause);
         rec.cache_break =
             self.steps
                 .breaks

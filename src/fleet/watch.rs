@@ -35,8 +35,7 @@ use tokio::time::MissedTickBehavior;
 
 use super::probe::{self, ProbeError};
 use super::{Fleet, Member, Transition};
-use crate::llama::{server_metrics, slots};
-use crate::telemetry::models::parse_model_list;
+use crate::llama::{parse_model_list, server_metrics, slots};
 use crate::telemetry::Telemetry;
 
 /// How often each upstream's `/health` is checked. A recovered upstream

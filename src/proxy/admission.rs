@@ -328,16 +328,12 @@ pub async fn wait(
         Some(Ok(h)) => h,
         Some(Err((refusal, _))) => {
             ctx.admission = Some(held);
-            let code = match refusal {
-                Refusal::Full => "queue_full",
-                Refusal::TenantShare => "tenant_queue_full",
-            };
-            refuse(session, ctx, class, code, rules.max_depth).await;
+            refuse(session, ctx, class, refusal.into(), rules.max_depth).await;
             return Ok(true);
         }
         None => {
             ctx.admission = Some(held);
-            refuse(session, ctx, class, "queue_full", rules.max_depth).await;
+            refuse(session, ctx, class, Refused::Full, rules.max_depth).await;
             return Ok(true);
         }
     };
@@ -395,12 +391,12 @@ pub async fn wait(
         Some(Verdict::Granted) => {}
         Some(Verdict::Displaced) => {
             mark_left(ctx);
-            refuse(session, ctx, class, "queue_full", rules.max_depth).await;
+            refuse(session, ctx, class, Refused::Full, rules.max_depth).await;
             return Ok(true);
         }
         None => {
             mark_left(ctx);
-            refuse(session, ctx, class, "queue_timeout", None).await;
+            refuse(session, ctx, class, Refused::Timeout, None).await;
             return Ok(true);
         }
     }
@@ -533,28 +529,71 @@ async fn refuse_priority(
     write_error_with(session, ctx, reply, &[]).await;
 }
 
+/// Why the queue refused a request: it decides the answer, and its label
+/// is the request's `error.type` (what `llamatap_queue_refused_total`
+/// counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refused {
+    /// The class's queue is full, or the request was displaced from it.
+    Full,
+    /// The class's queue is full and this tenant holds more than its share
+    /// of it.
+    TenantShare,
+    /// No slot came free within the class's `max_wait_ms`.
+    Timeout,
+}
+
+impl Refused {
+    /// The label: `error.type` and the JSON body's `code`.
+    fn as_str(self) -> &'static str {
+        match self {
+            Refused::Full => "queue_full",
+            Refused::TenantShare => "tenant_queue_full",
+            Refused::Timeout => "queue_timeout",
+        }
+    }
+
+    /// The status and the JSON body's `type`: `429` when the cause is the
+    /// tenant's own share (its client's retries then back off as from a
+    /// rate limit), else `503`.
+    fn status(self) -> (u16, &'static str) {
+        match self {
+            Refused::TenantShare => (429, "rate_limit_error"),
+            Refused::Full | Refused::Timeout => (503, "server_error"),
+        }
+    }
+}
+
+impl From<Refusal> for Refused {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::Full => Refused::Full,
+            Refusal::TenantShare => Refused::TenantShare,
+        }
+    }
+}
+
 /// Answers a refusal of the queue in the OpenAI shape, with
 /// `Retry-After: 1`: `503` when the queue is the cause (full, or the wait
-/// passed), `429` when it is the tenant's own share of a full queue (its
-/// client's retries then back off as from a rate limit).
+/// passed), `429` when it is the tenant's own share of a full queue.
 async fn refuse(
     session: &mut Session,
     ctx: &mut RequestCtx,
     class: Priority,
-    code: &'static str,
+    why: Refused,
     depth: Option<usize>,
 ) {
     let class = class.as_str();
-    let message = match (code, depth) {
-        ("queue_full", Some(d)) => {
+    let message = match (why, depth) {
+        (Refused::Full, Some(d)) => {
             format!("the {class} queue is full ({d} requests wait); retry later")
         }
-        ("queue_full", None) => format!("the {class} queue is full; retry later"),
-        ("tenant_queue_full", _) => format!(
+        (Refused::Full, None) => format!("the {class} queue is full; retry later"),
+        (Refused::TenantShare, _) => format!(
             "the {class} queue is full and this key holds more than its share of it; \
              retry later"
         ),
-        _ => format!(
+        (Refused::Timeout, _) => format!(
             "no upstream slot came free within the {class} class's max_wait_ms; retry later"
         ),
     };
@@ -562,16 +601,12 @@ async fn refuse(
     if let Some(h) = ctx.admission.as_deref_mut() {
         h.queued_now = false;
     }
-    ctx.failure = Some((Outcome::Rejected, code, message.clone()));
-    let own_share = code == "tenant_queue_full";
+    ctx.failure = Some((Outcome::Rejected, why.as_str(), message.clone()));
+    let (status, kind) = why.status();
     let reply = ErrorReply {
-        status: if own_share { 429 } else { 503 },
-        kind: if own_share {
-            "rate_limit_error"
-        } else {
-            "server_error"
-        },
-        code,
+        status,
+        kind,
+        code: why.as_str(),
         message: &message,
     };
     write_error_with(session, ctx, reply, &[("retry-after", "1".to_string())]).await;

@@ -17,9 +17,9 @@
 //! ([`super::tenant`]), and reading the counts from the bytes (the
 //! observer, [`crate::llama`]).
 
+use crate::answer::ContinuationResult;
 use crate::llama::StreamFormat;
 use crate::record::{Outcome, RequestRecord};
-use crate::telemetry::continuation::ContinuationResult;
 
 use super::context::RequestCtx;
 

@@ -32,28 +32,49 @@ fn answered_whole(ctx: &RequestCtx) -> bool {
     ctx.terminal_sent && facts.is_some_and(|f| f.done && f.error.is_none())
 }
 
+/// How a finished request ended, as `logging` records it and acts on it.
+#[derive(Debug)]
+pub struct Ending {
+    /// The outcome label.
+    pub outcome: Outcome,
+    /// `error.type` and the message, for the record.
+    pub error: Option<(&'static str, String)>,
+    /// What failed, when a Pingora error ended the request: routing ejects
+    /// the member on it ([`errors::Cause::ejects`]), never on the label.
+    pub cause: Option<errors::Cause>,
+}
+
 /// Decides the outcome of a finished request.
-pub fn outcome(
-    e: Option<&Error>,
-    ctx: &mut RequestCtx,
-) -> (Outcome, Option<(&'static str, String)>) {
+pub fn outcome(e: Option<&Error>, ctx: &mut RequestCtx) -> Ending {
+    let ending = |outcome, error| Ending {
+        outcome,
+        error,
+        cause: None,
+    };
     if e.is_none() {
         if let Some((o, code, msg)) = ctx.failure.take() {
-            return (o, Some((code, msg)));
+            return ending(o, Some((code, msg)));
         }
     }
     if let Some(e) = e {
-        let (o, code, msg) = ctx.failure.take().unwrap_or_else(|| {
-            let f = errors::classify(e);
-            (f.outcome, f.code, errors::message(&f, e))
-        });
+        // `fail_to_proxy` classified this same error (its failure, naming
+        // the upstream, is the one kept); the cause is the error's.
+        let f = errors::classify(e);
+        let (o, code, msg) = ctx
+            .failure
+            .take()
+            .unwrap_or_else(|| (f.outcome, f.code(), errors::message(&f, e)));
         if o == Outcome::ClientHangup && answered_whole(ctx) {
             // The client had the whole answer (its terminal event, with no
             // error before it) and closed before the body's last framing
             // bytes, as the OpenAI SDKs do after `[DONE]`: not a hang-up.
-            return (Outcome::Ok, None);
+            return ending(Outcome::Ok, None);
         }
-        return (o, Some((code, msg)));
+        return Ending {
+            outcome: o,
+            error: Some((code, msg)),
+            cause: Some(f.cause),
+        };
     }
     let facts = ctx
         .stream_facts
@@ -62,21 +83,21 @@ pub fn outcome(
     let in_band = facts.and_then(|f| f.error.clone());
     let truncated = facts.is_some_and(|f| f.truncated());
     match ctx.status {
-        Some(s) if s >= 500 => (
+        Some(s) if s >= 500 => ending(
             Outcome::UpstreamError,
             Some(("http_5xx", format!("upstream answered {s}"))),
         ),
-        Some(s) if s >= 400 => (Outcome::ClientError, None),
+        Some(s) if s >= 400 => ending(Outcome::ClientError, None),
         _ => match (in_band, ctx.format()) {
-            (Some(m), _) => (Outcome::UpstreamError, Some(("upstream_error_event", m))),
-            (None, Some(format)) if truncated => (
+            (Some(m), _) => ending(Outcome::UpstreamError, Some(("upstream_error_event", m))),
+            (None, Some(format)) if truncated => ending(
                 Outcome::UpstreamError,
                 Some((
                     "upstream_truncated",
                     format!("the event stream ended without {}", format.terminal_event()),
                 )),
             ),
-            (None, _) => (Outcome::Ok, None),
+            (None, _) => ending(Outcome::Ok, None),
         },
     }
 }
@@ -100,3 +121,6 @@ pub fn quiet(ctx: &RequestCtx, error: &Error) -> bool {
         );
     hangup || connect
 }
+
+#[cfg(test)]
+mod tests;

@@ -95,7 +95,7 @@ pub async fn fail(
     // plain reason.
     let msg = errors::message(&f, e);
     ctx.ended.get_or_insert_with(Instant::now);
-    ctx.failure = Some((f.outcome, f.code, errors::message_naming(&f, e, upstream)));
+    ctx.failure = Some((f.outcome, f.code(), errors::message_naming(&f, e, upstream)));
     let mut code = f.status;
     // A client that stopped reading gets nothing more: the write would wait
     // on it again.
@@ -106,13 +106,13 @@ pub async fn fail(
             let reply = ErrorReply {
                 status: f.status,
                 kind: f.kind,
-                code: f.code,
+                code: f.code(),
                 message: &msg,
             };
             write_error(session, ctx, reply).await;
         } else if ctx.streaming {
             let mid = ctx.observer.as_ref().is_some_and(|o| o.mid_event());
-            let event = errors::sse_error_event(&msg, f.kind, f.code, mid);
+            let event = errors::sse_error_event(&msg, f.kind, f.code(), mid);
             let ds = session.as_downstream_mut();
             let write = ds.write_response_body(Bytes::from(event), true);
             let _ = tokio::time::timeout(LAST_WRITE, write).await;

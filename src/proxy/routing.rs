@@ -29,7 +29,7 @@ use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
-use super::errors;
+use super::errors::{self, Cause};
 use crate::cachebreak::PromptDigest;
 use crate::config::Config;
 use crate::fleet::watch::HEALTH_INTERVAL;
@@ -204,21 +204,20 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         .ok_or_else(|| errors::unresolved(&member.upstream.address))
 }
 
-/// The request is over: release the upstream, learn from `cache_n`, and
-/// describe the routing for telemetry.
-pub fn finish(fleet: &Fleet, ctx: &mut RequestCtx, rec: &RequestRecord) -> Option<UpstreamFacts> {
+/// The request is over: release the upstream, eject it when `cause` (what
+/// failed, when an error ended the request) says so, learn from `cache_n`,
+/// and describe the routing for telemetry.
+pub fn finish(
+    fleet: &Fleet,
+    ctx: &mut RequestCtx,
+    rec: &RequestRecord,
+    cause: Option<Cause>,
+) -> Option<UpstreamFacts> {
     let i = ctx.member.take()?;
     // Read before the release: a draining member may leave once it is idle.
     let member = fleet.member(i);
     fleet.release(i);
-    // The upstream died or stopped answering under this request: passive
-    // ejection, as for a refused connect (which ejected it already).
-    if !ctx.routed.ejected
-        && matches!(
-            rec.error_type,
-            Some("upstream_disconnected" | "upstream_timeout" | "upstream_unreachable")
-        )
-    {
+    if ejects(ctx.routed.ejected, cause) {
         fleet.eject(i);
     }
     let decision = ctx.routed.decision.take()?;
@@ -239,6 +238,14 @@ pub fn finish(fleet: &Fleet, ctx: &mut RequestCtx, rec: &RequestRecord) -> Optio
         predicted_cached_tokens: decision.prediction.tokens,
         prediction,
     })
+}
+
+/// Whether `logging` ejects the request's member: the upstream died or
+/// stopped answering under the request ([`Cause::ejects`]; passive
+/// ejection, as for a refused connect), and nothing ejected it already this
+/// attempt (a failed connect, an unwell answer).
+fn ejects(already: bool, cause: Option<Cause>) -> bool {
+    !already && cause.is_some_and(Cause::ejects)
 }
 
 fn observation_label(o: Observation) -> Option<&'static str> {
@@ -288,3 +295,6 @@ async fn answer(session: &mut Session, ctx: &mut RequestCtx, status: u16, body: 
         let _ = ds.write_error_response(resp, Bytes::from(body)).await;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,6 @@
 //! llamatap's decisions, as values: which upstream serves a request, which
-//! request waits and which goes next, what a tenant may still spend, and why a
-//! turn recomputed its prompt.
+//! request waits and which goes next, what a tenant may still spend, why a
+//! turn recomputed its prompt, and how an answer ended or moved.
 //!
 //! - [`router`]: fleet routing (prefix chains, per-upstream index,
 //!   rendezvous, the decision, learning from `cache_n`).
@@ -11,11 +11,14 @@
 //! - [`cachebreak`]: where a turn stopped matching the previous one, the
 //!   cause and the cost.
 //! - [`secret`]: a key whose `Debug` never shows it.
+//! - [`answer`]: why an answer was cut and continued, and what became of it
+//!   (the typed causes the proxy decides by and telemetry records).
 //!
 //! Deliberately not here: I/O, clocks, tasks or a framework. Callers pass the
 //! time (`Instant`s) and apply the decisions; the manifest lists no Pingora,
 //! tokio, tracing or OpenTelemetry, so none can creep in.
 
+pub mod answer;
 pub mod cachebreak;
 pub mod queue;
 pub mod router;

@@ -7,6 +7,9 @@
 //! at once (aliases first, then names already held, then new ones in sorted
 //! order; the rest are `other`), and a name no upstream serves any more is
 //! let go, so its series can be removed ([`ModelChange::removed`]).
+//!
+//! Deliberately not here: reading the names from a `/v1/models` body
+//! (`llamatap_wire::llama::parse_model_list`).
 
 use std::collections::BTreeSet;
 use std::sync::RwLock;
@@ -110,26 +113,4 @@ impl ModelNames {
             .map(|g| g.iter().cloned().collect())
             .unwrap_or_default()
     }
-}
-
-/// Model ids in a `/v1/models` (or llama-server `/models`) JSON body.
-pub fn parse_model_list(body: &[u8]) -> Vec<String> {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for key in ["data", "models"] {
-        if let Some(items) = v.get(key).and_then(|d| d.as_array()) {
-            for item in items {
-                for f in ["id", "name", "model"] {
-                    if let Some(s) = item.get(f).and_then(|s| s.as_str()) {
-                        out.push(s.to_string());
-                    }
-                }
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
 }

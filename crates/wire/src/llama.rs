@@ -9,6 +9,8 @@
 //! gives an empty result. The common event (one token of an OpenAI chat
 //! stream) is parsed without allocating, and llama-server's exact token
 //! chunk skips the JSON parser altogether (see `fast.rs`).
+//! [`parse_model_list`] reads the names of the models a llama-server serves
+//! (its `/v1/models` or `/models`).
 //!
 //! Deliberately not here: routing (the route table in [`crate::request`]
 //! names each route's format), assembling a stream's facts over time, and
@@ -23,6 +25,7 @@ mod counts;
 mod delta;
 mod fast;
 mod format;
+mod models;
 mod native;
 mod openai;
 mod response;
@@ -38,6 +41,7 @@ mod tests;
 pub use counts::{CountScanner, MAX_FIELD_BYTES};
 pub use delta::Delta;
 pub use format::StreamFormat;
+pub use models::parse_model_list;
 pub use response::ResponseFacts;
 pub use timings::{duration_ms, Timings, Usage, MAX_MS, MAX_TOKENS};
 

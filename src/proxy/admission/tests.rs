@@ -75,3 +75,16 @@ fn a_displaced_waiter_is_woken_with_its_refusal() {
         "the next one still waits"
     );
 }
+
+#[test]
+fn a_refusal_is_answered_by_its_type_and_labelled_as_telemetry_counts_it() {
+    use crate::telemetry::queue::REFUSAL_REASONS;
+    let all = [Refused::Timeout, Refused::Full, Refused::TenantShare];
+    let labels: Vec<&str> = all.iter().map(|r| r.as_str()).collect();
+    assert_eq!(labels, REFUSAL_REASONS);
+    assert_eq!(Refused::from(Refusal::Full), Refused::Full);
+    assert_eq!(Refused::from(Refusal::TenantShare), Refused::TenantShare);
+    assert_eq!(Refused::TenantShare.status(), (429, "rate_limit_error"));
+    assert_eq!(Refused::Full.status(), (503, "server_error"));
+    assert_eq!(Refused::Timeout.status(), (503, "server_error"));
+}

@@ -1,8 +1,9 @@
 use std::time::Duration;
 
 use super::*;
+use crate::answer::Reason;
 use crate::llama::{Timings, Usage};
-use crate::telemetry::continuation::{Continued, Reason};
+use crate::telemetry::continuation::Continued;
 
 /// The example record (20 prompt and 10 generated tokens in its usage, 10
 /// token events) without any count.

@@ -8,8 +8,8 @@
 use bytes::Bytes;
 use pingora::Error;
 
+use crate::answer::Reason;
 use crate::continuation::Rest;
-use crate::telemetry::continuation::Reason;
 
 /// What one attempt sends.
 #[derive(Debug)]

@@ -10,8 +10,9 @@ use pingora::{Error, ErrorType};
 use super::super::context::{Open, RequestCtx};
 use super::super::Steps;
 use super::checks::member_name;
+use crate::answer::ContinuationResult;
 use crate::continuation::TargetCounts;
-use crate::telemetry::continuation::{ContinuationResult, Continued, MAX_KEPT};
+use crate::telemetry::continuation::{Continued, MAX_KEPT};
 
 /// The request ends with `error` (or, `None`, its answer whole): the
 /// continuation under way, if any, is recorded. One that had not reached

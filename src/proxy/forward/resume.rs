@@ -26,8 +26,9 @@ use super::super::{admission, downstream, Steps};
 use super::attempt::{Attempt, Ending};
 use super::checks::{armed, elsewhere, member_name};
 use super::record::{close, fail, failed, log, take_open};
+use crate::answer::{ContinuationResult, Reason};
 use crate::continuation::Next;
-use crate::telemetry::continuation::{ContinuationResult, Continued, Reason};
+use crate::telemetry::continuation::Continued;
 
 /// After an attempt ended as `ending`: the next attempt, or `None` when
 /// the client has the whole answer. An error ends the request (the

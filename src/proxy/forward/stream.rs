@@ -27,8 +27,8 @@ use super::super::moves::{Registration, Signal};
 use super::super::{admission, downstream, Steps};
 use super::attempt::Ending;
 use super::{checks, record};
+use crate::answer::Reason;
 use crate::continuation::Rewriter;
-use crate::telemetry::continuation::Reason;
 use crate::upstream::client::Exchange;
 
 /// Moves the answer's body from `up` to the client; `rewrite` turns a

@@ -152,7 +152,8 @@ fn rfc3339_dates() {
 
 #[test]
 fn a_continued_answer_lists_its_cuts() {
-    use crate::continuation::{ContinuationResult, Continued, Reason};
+    use crate::continuation::Continued;
+    use llamatap_policy::answer::{ContinuationResult, Reason};
     let mut r = record();
     r.continuations = vec![Continued {
         at: Duration::from_millis(2000),
