@@ -19,8 +19,8 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
+use crate::admission::shared::Shared;
 use crate::fleet::Fleet;
-use crate::proxy::admission::shared::Shared;
 use crate::telemetry::exposition::Exposition;
 use crate::telemetry::Telemetry;
 

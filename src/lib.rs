@@ -21,6 +21,7 @@
 //! [`pidfile`], [`cli`].
 
 pub mod admin;
+pub mod admission;
 pub mod cli;
 pub mod config;
 pub mod fleet;

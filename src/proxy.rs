@@ -15,7 +15,6 @@
 //! hang-up drops the upstream connection (never pooled) the moment it is
 //! seen.
 
-pub mod admission;
 mod attempt;
 mod bodies;
 mod cachebreak;
@@ -29,9 +28,9 @@ mod forward;
 mod guard;
 pub mod moves;
 mod outcome;
-mod reply;
+pub(crate) mod reply;
 mod request_head;
-mod routing;
+pub(crate) mod routing;
 mod steps;
 pub mod tenant;
 
@@ -44,6 +43,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, Result};
 
+use crate::admission;
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::record::Outcome;

@@ -16,12 +16,12 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
+use crate::admission::SlotSync;
 use crate::cli::{Cli, Listener};
 use crate::config::Config;
 use crate::fleet::watch::UpstreamWatch;
 use crate::fleet::Fleet;
 use crate::pidfile::{PidFile, PidFileError};
-use crate::proxy::admission::SlotSync;
 use crate::proxy::moves::DrainWatch;
 use crate::proxy::LlamaProxy;
 use crate::shutdown::Signals;

@@ -35,7 +35,8 @@ use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
 use super::moves::{Answer, Registration, Signal};
-use super::{admission, attempt, downstream, request_head, routing, Steps};
+use super::{attempt, downstream, request_head, routing, Steps};
+use crate::admission;
 use crate::continuation::{self as plan, AnswerUsage, Plan, Sent, Shape, StreamIds};
 use crate::fleet::watch::HEALTH_TIMEOUT;
 use crate::llama::{self, StreamFormat};
@@ -362,7 +363,7 @@ async fn once(
         routing::choose(&steps.fleet, ctx).map_err(|_| Stop::Refused(Failed, "no_upstream"))?;
     // With shared slots, the target's slot is leased first (routed again
     // when another replica took it).
-    let secured = super::admission::secure(session, ctx, &steps.admission, &steps.fleet).await;
+    let secured = crate::admission::secure(session, ctx, &steps.admission, &steps.fleet).await;
     let address = match secured.map_err(|e| match e.etype() {
         pingora::ErrorType::ConnectNoRoute => Stop::Refused(Failed, "no_upstream"),
         _ => Stop::Client(e),

@@ -295,7 +295,7 @@ async fn respond(
                             // counted among those pausing: the waiting
                             // request takes it, and no second answer pauses
                             // for it.
-                            super::admission::give_back(ctx);
+                            crate::admission::give_back(ctx);
                         }
                         return Ok(Some((reason, moved(reason))));
                     }

@@ -40,7 +40,7 @@ use crate::router::{session_key, Chain, Observation};
 use crate::telemetry::spans::Tracing;
 
 /// Pingora's retry buffer: what `request_filter` may read and still forward.
-pub(in crate::proxy) const REPLAY_LIMIT: usize = 64 * 1024;
+pub(crate) const REPLAY_LIMIT: usize = 64 * 1024;
 /// Longest model name echoed in an error message, bytes.
 const MAX_ECHOED_MODEL: usize = 128;
 
@@ -135,10 +135,7 @@ pub async fn prepare(
 /// Reads the body as far as Pingora can replay it: whole when its length is
 /// known and within `limit`, else one read. Returns the bytes and whether
 /// they are the whole body.
-pub(in crate::proxy) async fn preread(
-    session: &mut Session,
-    limit: usize,
-) -> Result<(Vec<u8>, bool)> {
+pub(crate) async fn preread(session: &mut Session, limit: usize) -> Result<(Vec<u8>, bool)> {
     let length = session
         .req_header()
         .headers

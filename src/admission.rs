@@ -25,13 +25,13 @@
 //! Pre-emption: llama-server cannot pre-empt a running slot, so llamatap
 //! does. A request that waits with no free slot, while a class less urgent
 //! than its own is `preemptible`, tells one running answer of that class to
-//! pause ([`super::moves`]), unless enough are pausing already for the
+//! pause ([`crate::proxy::moves`]), unless enough are pausing already for the
 //! requests waiting at its class or above. The paused answer gives its slot
 //! back at once (the waiting request takes it), waits at the head of its
 //! class's queue ([`requeue`]: never refused, no deadline), and continues.
 //!
 //! Deliberately not here: the arithmetic (pure, in [`crate::queue`]), and
-//! which answer pauses ([`super::moves`]).
+//! which answer pauses ([`crate::proxy::moves`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -55,12 +55,12 @@ pub use affinity::wait_for_affine;
 pub use leasing::{secure, SlotSync};
 pub use ticket::Ticket;
 
-use super::context::RequestCtx;
-use super::moves::Moves;
-use super::reply::{write_error_with, ErrorReply};
 use crate::config::queue::Queue;
 use crate::config::Config;
 use crate::fleet::Fleet;
+use crate::proxy::context::RequestCtx;
+use crate::proxy::moves::Moves;
+use crate::proxy::reply::{write_error_with, ErrorReply};
 use crate::queue::{Arrival, Refusal, Scheduler};
 use crate::record::Outcome;
 use crate::telemetry::queue::QueueMetrics;
@@ -312,7 +312,9 @@ pub async fn wait(
         .contains_key(http::header::EXPECT)
         && (session.is_body_done()
             || (unread && {
-                let _ = super::routing::preread(session, super::routing::REPLAY_LIMIT).await?;
+                let _ =
+                    crate::proxy::routing::preread(session, crate::proxy::routing::REPLAY_LIMIT)
+                        .await?;
                 session.is_body_done()
             }));
     let (tx, rx) = oneshot::channel();
