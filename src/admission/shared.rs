@@ -2,7 +2,7 @@
 //! the upstreams' slots as one queue would.
 //!
 //! - **Leases.** A request granted a slot here, once routed, leases that
-//!   slot on its upstream in the store ([`crate::store::slots`]: a script
+//!   slot on its upstream in the store ([`store`]: a script
 //!   that never lets the leases exceed the upstream's slots). A lease is
 //!   renewed while the stream runs (every third of `queue.lease_ms`),
 //!   removed when it ends, and expires on its own when its replica dies.
@@ -32,10 +32,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::store::slots::{Models, SlotView};
 use crate::store::Store;
+use store::{Models, SlotStore, SlotView};
 
 mod channel;
+pub mod store;
 
 /// A slot leased (or, while the store is unreachable, counted here only).
 #[derive(Debug)]
@@ -59,7 +60,7 @@ pub enum Acquired {
 
 /// The replica's side of the shared slots.
 pub struct Shared {
-    store: Arc<Store>,
+    store: SlotStore,
     /// This replica's id in the store.
     replica: String,
     lease_ms: u64,
@@ -110,7 +111,7 @@ impl Shared {
     /// every `sync`, for a fleet of up to `members` members.
     pub fn new(store: Arc<Store>, lease: Duration, sync: Duration, members: usize) -> Self {
         Shared {
-            store,
+            store: SlotStore::new(store),
             replica: replica_id(),
             lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
             sync,
@@ -208,10 +209,7 @@ impl Shared {
             return Acquired::Leased(lease);
         }
         let cap = slots.unwrap_or(u32::MAX);
-        let answer = self
-            .store
-            .acquire_slot(key, &lease.id, cap, self.lease_ms)
-            .await;
+        let answer = self.store.acquire(key, &lease.id, cap, self.lease_ms).await;
         let Ok(mut s) = self.state.lock() else {
             return Acquired::Leased(lease);
         };
@@ -263,7 +261,7 @@ impl Shared {
         let me = Arc::clone(self);
         let waited_for = self.elsewhere().iter().any(|n| *n > 0);
         rt.spawn(async move {
-            let removed = me.store.release_slot(&lease.key, &lease.id).await;
+            let removed = me.store.release(&lease.key, &lease.id).await;
             me.forget(&lease.id);
             match removed {
                 // A request waits at another replica: it may take the slot.
@@ -293,7 +291,7 @@ impl Shared {
         let keys: Vec<String> = upstreams.iter().map(|(_, k)| k.clone()).collect();
         let view = self
             .store
-            .sync_slots(&self.replica, self.lease_ms, waiting, models, &keys)
+            .sync(&self.replica, self.lease_ms, waiting, models, &keys)
             .await;
         let view = match view {
             Ok(v) => v,
@@ -357,7 +355,7 @@ impl Shared {
                     .collect::<Vec<_>>()
             },
         );
-        self.store.renew_slots(&grouped, self.lease_ms).await?;
+        self.store.renew(&grouped, self.lease_ms).await?;
         if let Ok(mut s) = self.state.lock() {
             s.renewed = Some(Instant::now());
         }

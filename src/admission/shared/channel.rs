@@ -1,5 +1,5 @@
 //! The messages between replicas (shared slots): a replica tells the
-//! others on the Redis channel [`crate::store::slots::CHANGED`] to read the
+//! others on the Redis channel [`super::store::CHANGED`] to read the
 //! view now (a request queued, a slot freed), and follows what they tell.
 //! A slot-freed message is in flight at most once at a time (those asked
 //! meanwhile make one more after it).
