@@ -43,7 +43,7 @@ use tokio::sync::{oneshot, Notify};
 
 mod affinity;
 mod coalesce;
-mod leasing;
+mod preempt;
 mod scheduler;
 pub mod shared;
 #[cfg(test)]
@@ -52,7 +52,7 @@ mod ticket;
 mod wanted;
 
 pub use affinity::wait_for_affine;
-pub use leasing::{secure, SlotSync};
+pub use shared::{secure, SharedSlots, SlotStatus, SlotSync};
 pub use ticket::Ticket;
 
 use crate::config::queue::Queue;
@@ -185,29 +185,10 @@ impl Admission {
         })
     }
 
-    /// The slots shared with other replicas, when `queue.shared` is on.
-    pub fn shared(&self) -> Option<&Arc<shared::Shared>> {
-        self.shared.as_ref()
-    }
-
-    /// A request of class `class` (naming `model`) waits with no free
-    /// slot: tells one running answer of a less urgent preemptible class to
-    /// pause, unless as many are pausing as requests wait at `class` or
-    /// above.
-    fn preempt_for(&self, class: usize, model: Option<&str>) {
-        let below = self.config.preemptible.iter().skip(class + 1).any(|p| *p);
-        if !below {
-            return;
-        }
-        // Read only: nothing changed, so no dispatch or gauge update.
-        let waiting = self
-            .scheduler
-            .lock()
-            .map_or(0, |s| (0..=class).map(|c| s.depth(c)).sum::<usize>());
-        if waiting > self.moves.pausing() {
-            let model = model.filter(|_| self.fleet.serves_several_models());
-            self.moves.preempt(class, model);
-        }
+    /// The state of the slots shared with other replicas, when
+    /// `queue.shared` is on (for `/readyz`).
+    pub fn shared_slots(&self) -> Option<SharedSlots> {
+        self.shared.clone().map(SharedSlots::new)
     }
 
     /// The queue is on.

@@ -1,19 +1,22 @@
 //! Shared slots (`queue.shared`): the replicas that use one Redis grant
 //! the upstreams' slots as one queue would.
 //!
-//! - **Leases.** A request granted a slot here, once routed, leases that
-//!   slot on its upstream in the store ([`store`]: a script
-//!   that never lets the leases exceed the upstream's slots). A lease is
-//!   renewed while the stream runs (every third of `queue.lease_ms`),
-//!   removed when it ends, and expires on its own when its replica dies.
-//! - **The view.** Every `queue.sync_ms` this replica sends its heartbeat
-//!   and its queue's depth per class, and reads back the replicas alive,
-//!   what waits in the others' queues, and the leases on each upstream.
-//!   Its scheduler then counts each upstream's slots less those leased by
-//!   other replicas, and keeps free slots for requests of more urgent
-//!   classes waiting elsewhere (so a batch grant here honours an
-//!   interactive request waiting at another replica; that one may also
-//!   pause an answer running here, [`super::Admission::preempt_for_elsewhere`]).
+//! - **Leases** ([`lease`]). A request granted a slot here, once routed,
+//!   leases that slot on its upstream in the store ([`store`]: a script
+//!   that never lets the leases exceed the upstream's slots) before it
+//!   connects ([`secure`]). A lease is renewed while the stream runs
+//!   (every third of `queue.lease_ms`), removed when it ends, and expires
+//!   on its own when its replica dies.
+//! - **The view** ([`sync`]). Every `queue.sync_ms` this replica sends its
+//!   heartbeat and its queue's depth per class, and reads back the
+//!   replicas alive, what waits in the others' queues, and the leases on
+//!   each upstream. Its scheduler then counts each upstream's slots less
+//!   those leased by other replicas, and keeps free slots for requests of
+//!   more urgent classes waiting elsewhere (so a batch grant here honours
+//!   an interactive request waiting at another replica; that one may also
+//!   pause an answer running here, [`crate::admission::preempt`]). A
+//!   replica tells the others to read the view at once when a request
+//!   queues or a slot frees ([`channel`]).
 //! - **Failure.** A store call that fails or times out (`auth.store.timeout_ms`)
 //!   switches this replica to a static share: each upstream's slots divided
 //!   by the replicas it last saw (at least one). No request fails because
@@ -22,44 +25,86 @@
 //!   meanwhile too: their streams still run) and slots are shared again.
 //!   Each change is logged once.
 //!
+//! Outside the admission queue, only [`SharedSlots`] (the state, for
+//! `/readyz`) and [`store`] (the scripts, for the tests against a real
+//! Redis) are seen.
+//!
 //! Deliberately not here: the queue's arithmetic ([`crate::queue`]), the
-//! store's protocol ([`crate::store`]).
+//! store's connections ([`crate::store`]).
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use crate::fleet::Member;
 use crate::store::Store;
-use store::{Models, SlotStore, SlotView};
+use store::{Models, SlotStore};
 
 mod channel;
+mod lease;
+mod secure;
 pub mod store;
+mod sync;
+#[cfg(test)]
+mod tests;
 
-/// A slot leased (or, while the store is unreachable, counted here only).
-#[derive(Debug)]
-pub struct Lease {
-    /// The upstream's key in the store (its address).
-    key: String,
-    /// The lease's id: this replica's id and a sequence number.
-    id: String,
+pub(crate) use lease::{Acquired, Lease};
+pub use secure::secure;
+pub use sync::SlotSync;
+
+/// A read-only handle on the shared slots' state, for the admin page.
+#[derive(Clone)]
+pub struct SharedSlots {
+    shared: Arc<Shared>,
 }
 
-/// What [`Shared::acquire`] got.
-#[derive(Debug)]
-pub enum Acquired {
-    /// The store granted the lease, or is unreachable (the lease is counted
-    /// here and written to the store when it answers again).
-    Leased(Lease),
-    /// Every slot of the upstream is leased (another replica took the last
-    /// one since the view was read).
-    Full,
+impl SharedSlots {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
+        SharedSlots { shared }
+    }
+
+    /// The state now.
+    pub fn status(&self) -> SlotStatus {
+        SlotStatus {
+            shared: self.shared.is_shared(),
+            replicas: self.shared.replicas(),
+        }
+    }
 }
+
+/// The shared slots' state at one moment; shown as its line in `/readyz`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotStatus {
+    /// Slots are shared through the store (else each replica uses its
+    /// static share: the store is unreachable).
+    pub shared: bool,
+    /// Replicas last seen, this one included (at least one).
+    pub replicas: u32,
+}
+
+impl fmt::Display for SlotStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.replicas;
+        if self.shared {
+            let replicas = if n == 1 { "replica" } else { "replicas" };
+            write!(f, "slots: shared by {n} {replicas} through the store")
+        } else {
+            write!(
+                f,
+                "slots: static share, 1/{n} of each upstream (the store is unreachable)"
+            )
+        }
+    }
+}
+
+// === impl Shared ===
 
 /// The replica's side of the shared slots.
-pub struct Shared {
+pub(crate) struct Shared {
     store: SlotStore,
     /// This replica's id in the store.
     replica: String,
@@ -127,11 +172,6 @@ impl Shared {
         }
     }
 
-    /// This replica's id in the store.
-    pub fn replica(&self) -> &str {
-        &self.replica
-    }
-
     /// How often the view is read.
     pub fn sync_every(&self) -> Duration {
         self.sync
@@ -185,230 +225,12 @@ impl Shared {
             .lock()
             .map_or_else(|_| Default::default(), |s| s.elsewhere_models.clone())
     }
-
-    /// Leases one of member `id`'s `slots` slots (`None`: unknown, not
-    /// limiting) on the upstream keyed `key`.
-    pub async fn acquire(&self, id: usize, key: &str, slots: Option<u32>) -> Acquired {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let lease = Lease {
-            key: key.to_string(),
-            id: format!("{}:{n}", self.replica),
-        };
-        // This replica's from the start: a view read while the grant is
-        // under way would otherwise count it as another replica's.
-        let shared = self.is_shared();
-        if let Ok(mut s) = self.state.lock() {
-            let own = Own {
-                key: lease.key.clone(),
-                releasing: false,
-                acquiring: shared,
-            };
-            s.own.insert(lease.id.clone(), own);
-        }
-        if !shared {
-            return Acquired::Leased(lease);
-        }
-        let cap = slots.unwrap_or(u32::MAX);
-        let answer = self.store.acquire(key, &lease.id, cap, self.lease_ms).await;
-        let Ok(mut s) = self.state.lock() else {
-            return Acquired::Leased(lease);
-        };
-        match answer {
-            Ok((granted, held)) => {
-                if granted {
-                    if let Some(o) = s.own.get_mut(&lease.id) {
-                        o.acquiring = false;
-                    }
-                } else {
-                    s.own.remove(&lease.id);
-                }
-                let own = own_on(&s.own, key);
-                if let Some(o) = s.others.get_mut(id) {
-                    *o = held.saturating_sub(own);
-                }
-                if !granted {
-                    return Acquired::Full;
-                }
-            }
-            Err(e) => {
-                // Kept as this replica's: written to the store when it
-                // answers again (it may hold it already).
-                if let Some(o) = s.own.get_mut(&lease.id) {
-                    o.acquiring = false;
-                }
-                drop(s);
-                self.fall_back(&e.to_string());
-            }
-        }
-        Acquired::Leased(lease)
-    }
-
-    /// The stream of `lease` ended: its slot is free for every replica.
-    pub fn release(self: &Arc<Self>, lease: Lease) {
-        let rt = tokio::runtime::Handle::try_current().ok();
-        let Some(rt) = rt.filter(|_| self.is_shared()) else {
-            // Written back only while shared; it expires on its own.
-            self.forget(&lease.id);
-            return;
-        };
-        // Counted as this replica's until the store dropped it: counted as
-        // another's meanwhile, it would look like a slot taken elsewhere.
-        if let Ok(mut s) = self.state.lock() {
-            if let Some(o) = s.own.get_mut(&lease.id) {
-                o.releasing = true;
-            }
-        }
-        let me = Arc::clone(self);
-        let waited_for = self.elsewhere().iter().any(|n| *n > 0);
-        rt.spawn(async move {
-            let removed = me.store.release(&lease.key, &lease.id).await;
-            me.forget(&lease.id);
-            match removed {
-                // A request waits at another replica: it may take the slot.
-                Ok(()) if waited_for => me.tell_freed().await,
-                Ok(()) => {}
-                Err(e) => me.fall_back(&e.to_string()),
-            }
-        });
-    }
-
-    fn forget(&self, id: &str) {
-        if let Ok(mut s) = self.state.lock() {
-            s.own.remove(id);
-        }
-    }
-
-    /// One round of the heartbeat: sends this replica's `waiting` per
-    /// class and the `models` they wait for, reads the view of `upstreams`
-    /// (member id, key), renews the leases when due; switches between
-    /// shared and static as the store answers or not.
-    pub async fn sync(
-        &self,
-        waiting: [u32; 3],
-        models: &[Models; 3],
-        upstreams: &[(usize, String)],
-    ) {
-        let keys: Vec<String> = upstreams.iter().map(|(_, k)| k.clone()).collect();
-        let view = self
-            .store
-            .sync(&self.replica, self.lease_ms, waiting, models, &keys)
-            .await;
-        let view = match view {
-            Ok(v) => v,
-            Err(e) => return self.fall_back(&e.to_string()),
-        };
-        let due = self.state.lock().is_ok_and(|s| {
-            !self.is_shared()
-                || s.renewed
-                    .is_none_or(|at| at.elapsed() >= Duration::from_millis(self.lease_ms / 3))
-        });
-        if due {
-            if let Err(e) = self.renew().await {
-                return self.fall_back(&e.to_string());
-            }
-        }
-        self.apply(&view, upstreams);
-        if !self.is_shared() && !self.healed() {
-            return;
-        }
-        if !self.shared.swap(true, Ordering::Relaxed) {
-            tracing::info!(
-                replicas = view.replicas,
-                "shared slots: the store answers again; slots are shared by {} replicas",
-                view.replicas
-            );
-        }
-    }
-
-    /// After a failure, the store has answered for two sync rounds: every
-    /// replica has written its leases back, so the counts are whole again
-    /// (sharing earlier would let this replica take slots another still
-    /// holds on its static share).
-    fn healed(&self) -> bool {
-        let Ok(mut s) = self.state.lock() else {
-            return false;
-        };
-        match s.healing {
-            Some(since) if since.elapsed() >= self.sync * 2 => {
-                s.healing = None;
-                true
-            }
-            Some(_) => false,
-            None => {
-                s.healing = Some(Instant::now());
-                false
-            }
-        }
-    }
-
-    /// Writes every lease of this replica back with a new expiry.
-    async fn renew(&self) -> Result<(), crate::store::StoreError> {
-        let grouped = self.state.lock().map_or_else(
-            |_| Vec::new(),
-            |s| {
-                let mut by: HashMap<&str, Vec<String>> = HashMap::new();
-                for (id, o) in s.own.iter().filter(|(_, o)| !o.releasing && !o.acquiring) {
-                    by.entry(o.key.as_str()).or_default().push(id.clone());
-                }
-                by.into_iter()
-                    .map(|(k, ids)| (k.to_string(), ids))
-                    .collect::<Vec<_>>()
-            },
-        );
-        self.store.renew(&grouped, self.lease_ms).await?;
-        if let Ok(mut s) = self.state.lock() {
-            s.renewed = Some(Instant::now());
-        }
-        Ok(())
-    }
-
-    /// Takes in a view: replicas, what waits elsewhere, and per upstream
-    /// the leases not this replica's.
-    fn apply(&self, view: &SlotView, upstreams: &[(usize, String)]) {
-        let Ok(mut s) = self.state.lock() else {
-            return;
-        };
-        s.replicas = view.replicas.max(1);
-        s.elsewhere = view.waiting;
-        s.elsewhere_models = view.models.clone();
-        for ((id, key), held) in upstreams.iter().zip(&view.leases) {
-            let own = own_on(&s.own, key);
-            if let Some(o) = s.others.get_mut(*id) {
-                *o = held.saturating_sub(own);
-            }
-        }
-    }
-
-    /// The store failed: the static share from now on (logged once).
-    fn fall_back(&self, why: &str) {
-        if let Ok(mut s) = self.state.lock() {
-            s.healing = None;
-        }
-        if self.shared.swap(false, Ordering::Relaxed) {
-            let n = self.replicas();
-            tracing::warn!(
-                replicas = n,
-                "shared slots: the store is unreachable ({why}); each upstream's slots are now \
-                 divided by the {n} replicas last seen, until it answers again"
-            );
-        }
-    }
-
-    /// One line for `/readyz`.
-    pub fn status(&self) -> String {
-        let n = self.replicas();
-        if self.is_shared() {
-            let replicas = if n == 1 { "replica" } else { "replicas" };
-            format!("slots: shared by {n} {replicas} through the store")
-        } else {
-            format!("slots: static share, 1/{n} of each upstream (the store is unreachable)")
-        }
-    }
 }
 
-/// This replica's leases on the upstream keyed `key`.
-fn own_on(own: &HashMap<String, Own>, key: &str) -> u32 {
-    u32::try_from(own.values().filter(|o| o.key == key).count()).unwrap_or(u32::MAX)
+/// The key of a member's leases: its address (the same at every replica).
+fn key_of(m: &Member) -> String {
+    m.address()
+        .map_or_else(|| m.upstream.address.clone(), |a| a.to_string())
 }
 
 /// A replica id unique among replicas: the host's name (a pod's name in
