@@ -293,9 +293,7 @@ pub async fn wait(
         .contains_key(http::header::EXPECT)
         && (session.is_body_done()
             || (unread && {
-                let _ =
-                    crate::proxy::routing::preread(session, crate::proxy::routing::REPLAY_LIMIT)
-                        .await?;
+                let _ = crate::replay::read_ahead(session, crate::replay::LIMIT).await?;
                 session.is_body_done()
             }));
     let (tx, rx) = oneshot::channel();
