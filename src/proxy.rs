@@ -28,7 +28,7 @@ mod forward;
 mod guard;
 pub mod moves;
 mod outcome;
-pub(crate) mod reply;
+mod reply;
 mod request_head;
 pub(crate) mod routing;
 mod steps;
@@ -164,7 +164,8 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
-        if Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
+        if let Some(r) = Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
+            Box::pin(reply::write_refusal(session, ctx, &r)).await;
             return Ok(true);
         }
         if conversation::answers(session, &self.steps.config) {

@@ -2,7 +2,8 @@
 //! (`queue.affinity_wait_ms`), between its grant and its routing. Its
 //! cost: while it waits, its grant keeps one slot of the fleet unused.
 
-use super::{Admission, Fleet, RequestCtx};
+use super::{Admission, Fleet};
+use crate::proxy::context::RequestCtx;
 use crate::telemetry::queue::AffinityLabels;
 
 /// Before a dispatched request is routed: when `queue.affinity_wait_ms` is

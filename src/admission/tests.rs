@@ -1,5 +1,9 @@
+use std::time::Instant;
+
+use super::wait::Waiting;
 use super::*;
 use crate::config::Overrides;
+use crate::queue::Arrival;
 
 const BATCH: usize = Priority::Batch as usize;
 
