@@ -53,6 +53,7 @@ mod wait;
 mod wanted;
 
 pub use affinity::wait_for_affine;
+pub use preempt::Pauses;
 pub use refusal::Refusal;
 pub use requeue::{give_back, requeue};
 pub use shared::{secure, SharedSlots, SlotStatus, SlotSync};
@@ -62,7 +63,6 @@ pub use wait::wait;
 use crate::config::queue::Queue;
 use crate::config::Config;
 use crate::fleet::Fleet;
-use crate::proxy::moves::Moves;
 use crate::queue::Scheduler;
 use crate::telemetry::queue::QueueMetrics;
 use crate::tenant::{Priority, TenantId, Tenants};
@@ -93,7 +93,7 @@ pub struct Admission {
     /// Woken whenever a slot is released (waits for one upstream).
     freed: Notify,
     /// The answers that can be told to pause.
-    moves: Arc<Moves>,
+    moves: Arc<dyn Pauses>,
     /// The slots shared with other replicas (`queue.shared`).
     shared: Option<Arc<shared::Shared>>,
     /// Per class, requests granted a slot here whose lease is not taken
@@ -121,12 +121,14 @@ pub struct Held {
 }
 
 impl Admission {
-    /// The queue of `config` over `fleet`'s members.
-    pub fn new(
+    /// The queue of `config` over `fleet`'s members, telling `moves` to
+    /// pause answers for more urgent requests, sharing slots through
+    /// `store` when `queue.shared` is on.
+    pub fn new<P: Pauses + 'static>(
         config: &Config,
         fleet: Arc<Fleet>,
         metrics: Option<QueueMetrics>,
-        moves: Arc<Moves>,
+        moves: Arc<P>,
         store: Option<Arc<crate::store::Store>>,
     ) -> Arc<Self> {
         let scheduler = Scheduler::new(&config.queue.classes, fleet.capacity());

@@ -6,11 +6,29 @@
 //! for the requests waiting means none more is told.
 //!
 //! Deliberately not here: which answer pauses and how it is told (the
-//! registry of running answers, [`crate::proxy::moves`]), and the pause
-//! itself (the answer gives its slot back and waits again,
-//! [`super::requeue`]).
+//! registry of running answers, the proxy's `moves::Moves`, seen here only
+//! through [`Pauses`]), and the pause itself (the answer gives its slot
+//! back and waits again, [`super::requeue`]).
 
 use super::Admission;
+
+/// What the queue asks of the answers running here: how many are told to
+/// pause and not gone yet, and to tell one more. The registry of running
+/// answers implements it.
+pub trait Pauses: Send + Sync {
+    /// Answers told to pause that have not left yet (their slots are about
+    /// to free).
+    fn pausing(&self) -> usize;
+
+    /// Tells the newest pausable answer of a class less urgent than `class`
+    /// (naming `model`, when given) to pause, if there is one.
+    fn pause(&self, class: usize, model: Option<&str>);
+
+    /// Tells the newest pausable answer of a class less urgent than
+    /// `class`, streaming from a member for which `takes(member)` holds, to
+    /// pause, if there is one.
+    fn pause_where(&self, class: usize, takes: &dyn Fn(usize) -> bool);
+}
 
 impl Admission {
     /// A request of class `class` (naming `model`) waits with no free
@@ -29,7 +47,7 @@ impl Admission {
             .map_or(0, |s| (0..=class).map(|c| s.depth(c)).sum::<usize>());
         if waiting > self.moves.pausing() {
             let model = model.filter(|_| self.fleet.serves_several_models());
-            self.moves.preempt(class, model);
+            self.moves.pause(class, model);
         }
     }
 
@@ -63,7 +81,7 @@ impl Admission {
                 return;
             };
             let several = self.fleet.serves_several_models();
-            self.moves.preempt_where(class, |member| {
+            self.moves.pause_where(class, &|member| {
                 !several || models.wanted_by(|m| self.fleet.member_serves(member, m))
             });
         }

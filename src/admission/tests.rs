@@ -7,30 +7,60 @@ use crate::queue::Arrival;
 
 const BATCH: usize = Priority::Batch as usize;
 
-/// The queue of one upstream, with `batch` holding `max_depth` at most.
-fn admission(max_depth: usize) -> Arc<Admission> {
+/// Running answers as the queue sees them: how many are pausing, and the
+/// pauses asked for (class, model).
+#[derive(Default)]
+struct Answers {
+    pausing: std::sync::atomic::AtomicUsize,
+    told: Mutex<Vec<(usize, Option<String>)>>,
+}
+
+impl Pauses for Answers {
+    fn pausing(&self) -> usize {
+        self.pausing.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn pause(&self, class: usize, model: Option<&str>) {
+        self.told
+            .lock()
+            .unwrap()
+            .push((class, model.map(str::to_string)));
+    }
+
+    fn pause_where(&self, class: usize, _takes: &dyn Fn(usize) -> bool) {
+        self.told.lock().unwrap().push((class, None));
+    }
+}
+
+/// The config of a queue over one upstream.
+fn config() -> Config {
     let o = Overrides {
         upstreams: vec!["http://127.0.0.1:9000".to_string()],
         ..Overrides::default()
     };
     let mut config = Config::from_raw(crate::config::RawConfig::default(), &o).unwrap();
     config.queue.enabled = true;
+    config
+}
+
+/// The queue of one upstream, with `batch` holding `max_depth` at most.
+fn admission(max_depth: usize) -> Arc<Admission> {
+    let mut config = config();
     config.queue.classes[BATCH].max_depth = Some(max_depth);
     let fleet = Arc::new(Fleet::new(&config));
-    Admission::new(
-        &config,
-        fleet,
-        None,
-        crate::proxy::moves::Moves::new(),
-        None,
-    )
+    Admission::new(&config, fleet, None, Arc::new(Answers::default()), None)
 }
 
 /// Queues a batch request of `tenant`, as `wait` does.
 fn queue(adm: &Admission, tenant: usize) -> Waiting<'_> {
+    queue_at(adm, BATCH, tenant)
+}
+
+/// Queues a request of class `class` and `tenant`, as `wait` does.
+fn queue_at(adm: &Admission, class: usize, tenant: usize) -> Waiting<'_> {
     let (tx, rx) = oneshot::channel();
     let arrival = Arrival {
-        class: BATCH,
+        class,
         tenant,
         weight: 1,
         at: Instant::now(),
@@ -38,10 +68,10 @@ fn queue(adm: &Admission, tenant: usize) -> Waiting<'_> {
     let handle = adm.with(|s| s.enqueue(arrival, tx)).unwrap().unwrap();
     Waiting {
         admission: adm,
-        who: (BATCH, tenant),
+        who: (class, tenant),
         handle: Some(handle),
         granted: rx,
-        _want: adm.wanted.hold(BATCH, None),
+        _want: adm.wanted.hold(class, None),
     }
 }
 
@@ -77,5 +107,55 @@ fn a_displaced_waiter_is_woken_with_its_refusal() {
     assert!(
         ones[1].granted.try_recv().is_err(),
         "the next one still waits"
+    );
+}
+
+#[test]
+fn a_waiting_request_pauses_an_answer_only_of_a_preemptible_class_below() {
+    let mut config = config();
+    let fleet = Arc::new(Fleet::new(&config));
+    let answers = Arc::new(Answers::default());
+    // Nothing preemptible: no pause, however many wait.
+    let adm = Admission::new(&config, fleet.clone(), None, answers.clone(), None);
+    adm.with(|s| s.set_upstream(0, Some(0), true));
+    let _waits = queue_at(&adm, 0, 1);
+    adm.preempt_for(0, Some("m"));
+    assert!(answers.told.lock().unwrap().is_empty());
+    // Batch is preemptible: an interactive request pauses one, a batch
+    // request none (no class below it).
+    config.queue.preemptible[BATCH] = true;
+    let adm = Admission::new(&config, fleet, None, answers.clone(), None);
+    adm.with(|s| s.set_upstream(0, Some(0), true));
+    let _waits = queue_at(&adm, 0, 1);
+    adm.preempt_for(BATCH, None);
+    assert!(answers.told.lock().unwrap().is_empty());
+    adm.preempt_for(Priority::Interactive as usize, Some("m"));
+    // One upstream serves one model: the model is not asked for.
+    assert_eq!(*answers.told.lock().unwrap(), vec![(0, None)]);
+    // As many pausing as wait: none more.
+    answers
+        .pausing
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    adm.preempt_for(Priority::Interactive as usize, Some("m"));
+    assert_eq!(answers.told.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn the_priority_header_lowers_a_class_and_a_misspelt_one_is_refused() {
+    let mut config = config();
+    config.queue.priority_header = Some("x-priority".to_string());
+    let fleet = Arc::new(Fleet::new(&config));
+    let adm = Admission::new(&config, fleet, None, Arc::new(Answers::default()), None);
+    let mut req = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+    assert_eq!(
+        adm.class_of(&req, TenantId::Anonymous),
+        Ok(Priority::Default)
+    );
+    req.insert_header("x-priority", " BATCH ").unwrap();
+    assert_eq!(adm.class_of(&req, TenantId::Anonymous), Ok(Priority::Batch));
+    req.insert_header("x-priority", "urgent").unwrap();
+    assert_eq!(
+        adm.class_of(&req, TenantId::Anonymous),
+        Err("urgent".to_string())
     );
 }

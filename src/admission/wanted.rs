@@ -63,3 +63,6 @@ impl Drop for Want<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
