@@ -30,7 +30,7 @@ pub mod moves;
 mod outcome;
 mod reply;
 mod request_head;
-pub(crate) mod routing;
+mod routing;
 mod steps;
 pub mod tenant;
 
@@ -54,6 +54,11 @@ use crate::telemetry::Telemetry;
 use context::RequestCtx;
 use reply::refuse;
 pub use steps::Steps;
+
+/// Routing's choice of an attempt's upstream, asked again by the admission
+/// queue when another replica took the slot a lease was for
+/// ([`crate::admission::secure`]).
+pub(crate) use routing::choose as choose_upstream;
 
 /// The llamatap proxy service: Pingora's hooks over the request's
 /// [`Steps`].

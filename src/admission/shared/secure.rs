@@ -9,7 +9,8 @@
 //! class's queue ([`crate::admission::requeue`]) until one frees.
 //!
 //! Deliberately not here: the lease in the store ([`super::lease`]) and the
-//! routing decision (the proxy's `routing::choose`, called back here).
+//! routing decision (the proxy's [`crate::proxy::choose_upstream`], called
+//! back here).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,8 +21,8 @@ use pingora::Result;
 use super::{key_of, Acquired};
 use crate::admission::{give_back, requeue, Admission};
 use crate::fleet::Fleet;
+use crate::proxy::choose_upstream;
 use crate::proxy::context::RequestCtx;
-use crate::proxy::routing;
 
 /// With shared slots, leases the slot of the request's routed upstream
 /// before it connects; `Some(address)` when it had to be routed again
@@ -81,7 +82,7 @@ pub async fn secure(
                     give_back(ctx);
                     requeue(session, ctx, admission).await?;
                 }
-                rerouted = Some(routing::choose(fleet, ctx)?);
+                rerouted = Some(choose_upstream(fleet, ctx)?);
             }
         }
     }
