@@ -1,10 +1,10 @@
-//! The admission queue in the proxy hooks: a request that does work waits
-//! here, in `request_filter`, until the scheduler ([`crate::queue`]) grants
-//! it a slot; only then is it routed, among the upstreams with a free slot
-//! ([`Ticket::route`], from `routing::choose`), so the routing decision
-//! sees the fleet as it is at dispatch. The slot is released when the
-//! request's [`Held`] state is dropped: in `logging` on every path, or with
-//! the context.
+//! The admission queue: a request that does work waits for a slot
+//! ([`wait`], in `request_filter`) until the scheduler ([`crate::queue`])
+//! grants it one; only then is it routed, among the upstreams with a free
+//! slot ([`Ticket::route`], from the proxy's routing), so the routing
+//! decision sees the fleet as it is at dispatch. The slot is released when
+//! the request's [`Held`] state is dropped: in `logging` on every path, or
+//! with the context.
 //!
 //! While a request waits, its client socket is watched (a hang-up leaves the
 //! queue at once, counted in phase `queued`), its class's deadline runs (a
@@ -12,7 +12,8 @@
 //! capacity is read again from the fleet (health, ejection, `/slots`). A
 //! request displaced from its full class by another tenant's arrival (the
 //! queue's tenant-share rule) is woken with that verdict and answered `503`
-//! `queue_full`, as if the class had been full when it arrived.
+//! `queue_full`, as if the class had been full when it arrived. A refusal
+//! comes back as a [`Refusal`]; the proxy writes it.
 //!
 //! Capacity per upstream: its `max_inflight`, else `queue.max_inflight`,
 //! else the slot count of its last `/slots` answer, else unknown (never
@@ -25,13 +26,32 @@
 //! Pre-emption: llama-server cannot pre-empt a running slot, so llamatap
 //! does. A request that waits with no free slot, while a class less urgent
 //! than its own is `preemptible`, tells one running answer of that class to
-//! pause ([`crate::proxy::moves`]), unless enough are pausing already for the
+//! pause (through [`Pauses`]), unless enough are pausing already for the
 //! requests waiting at its class or above. The paused answer gives its slot
 //! back at once (the waiting request takes it), waits at the head of its
 //! class's queue ([`requeue`]: never refused, no deadline), and continues.
 //!
-//! Deliberately not here: the arithmetic (pure, in [`crate::queue`]), and
-//! which answer pauses ([`crate::proxy::moves`]).
+//! Files: the queue and a request's state here; `wait` (the
+//! first wait), `requeue` (a paused answer's), `refusal`,
+//! `scheduler` (the scheduler under its mutex, the gauges), `ticket` (a
+//! granted slot), `affinity` (the bounded wait for the prefix's upstream),
+//! `preempt`, `wanted` (the models waited for), `coalesce` (one
+//! announcement round at a time), and [`shared`] (the slots shared with
+//! other replicas, with their store scripts).
+//!
+//! What the rest of llamatap sees: the proxy's calls ([`wait`],
+//! [`wait_for_affine`], [`secure`], [`requeue`], [`give_back`], [`Held`],
+//! [`Ticket::route`]), the server's ([`Admission::new`],
+//! [`Admission::slot_sync`]) and the admin page's ([`SharedSlots`], a
+//! read-only [`SlotStatus`]). The proxy's request context and its routing
+//! choice are still used here: the calls above take the context
+//! (`RequestCtx`), and a lease refused elsewhere asks the proxy's routing
+//! again (the proxy's `choose_upstream`).
+//!
+//! Deliberately not here: the arithmetic (pure, in [`crate::queue`]),
+//! which answer pauses (the proxy's registry of running answers), writing
+//! an answer to the client (the proxy), and the store's connections
+//! ([`crate::store`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -24,7 +24,7 @@
 //! credentials. Deliberately not here: Sentinel and Cluster redirections;
 //! what a failure means for a request (`on_error`) is [`crate::proxy::tenant`]'s;
 //! the shared slots' scripts and channel are the admission queue's
-//! ([`crate::admission::shared::store`]), sent through [`Store::call`].
+//! ([`crate::admission::shared::store`]), sent through its generic `call`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -8,7 +8,7 @@
 //! Deliberately not here: which answer pauses and how it is told (the
 //! registry of running answers, the proxy's `moves::Moves`, seen here only
 //! through [`Pauses`]), and the pause itself (the answer gives its slot
-//! back and waits again, [`super::requeue`]).
+//! back and waits again, [`super::requeue`](fn@super::requeue)).
 
 use super::Admission;
 

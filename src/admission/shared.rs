@@ -1,22 +1,22 @@
 //! Shared slots (`queue.shared`): the replicas that use one Redis grant
 //! the upstreams' slots as one queue would.
 //!
-//! - **Leases** ([`lease`]). A request granted a slot here, once routed,
+//! - **Leases** (`lease`). A request granted a slot here, once routed,
 //!   leases that slot on its upstream in the store ([`store`]: a script
 //!   that never lets the leases exceed the upstream's slots) before it
 //!   connects ([`secure`]). A lease is renewed while the stream runs
 //!   (every third of `queue.lease_ms`), removed when it ends, and expires
 //!   on its own when its replica dies.
-//! - **The view** ([`sync`]). Every `queue.sync_ms` this replica sends its
+//! - **The view** (`sync`). Every `queue.sync_ms` this replica sends its
 //!   heartbeat and its queue's depth per class, and reads back the
 //!   replicas alive, what waits in the others' queues, and the leases on
 //!   each upstream. Its scheduler then counts each upstream's slots less
 //!   those leased by other replicas, and keeps free slots for requests of
 //!   more urgent classes waiting elsewhere (so a batch grant here honours
 //!   an interactive request waiting at another replica; that one may also
-//!   pause an answer running here, [`crate::admission::preempt`]). A
+//!   pause an answer running here, the queue's `preempt`). A
 //!   replica tells the others to read the view at once when a request
-//!   queues or a slot frees ([`channel`]).
+//!   queues or a slot frees (`channel`).
 //! - **Failure.** A store call that fails or times out (`auth.store.timeout_ms`)
 //!   switches this replica to a static share: each upstream's slots divided
 //!   by the replicas it last saw (at least one). No request fails because

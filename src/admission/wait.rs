@@ -7,7 +7,7 @@
 //!
 //! Deliberately not here: the grant itself (the scheduler, [`super::scheduler`]),
 //! the answers to a refusal ([`super::refusal`]: the proxy writes them), and
-//! a paused answer's second wait ([`super::requeue`]).
+//! a paused answer's second wait ([`super::requeue`](mod@super::requeue)).
 
 use std::sync::Arc;
 use std::time::Instant;

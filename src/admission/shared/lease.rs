@@ -5,7 +5,7 @@
 //! request waits at one of them).
 //!
 //! Deliberately not here: when a request leases (before it connects,
-//! [`super::secure`]), renewing the leases (the sync round, [`super::sync`]),
+//! [`super::secure`](fn@super::secure)), renewing the leases (the sync round, [`super::sync`]),
 //! and the script itself ([`super::store`]).
 
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 //! another replica took that upstream's last slot since the view was read.
 //! Then the view marks the upstream full and the request is routed again,
 //! or, when no upstream has a free slot left, it waits at the head of its
-//! class's queue ([`crate::admission::requeue`]) until one frees.
+//! class's queue ([`crate::admission::requeue`](fn@crate::admission::requeue)) until one frees.
 //!
 //! Deliberately not here: the lease in the store ([`super::lease`]) and the
 //! routing decision (the proxy's [`crate::proxy::choose_upstream`], called

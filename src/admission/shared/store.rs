@@ -23,7 +23,7 @@
 //! from a replica's clock.
 //!
 //! Deliberately not here: when to lease, renew or fall back (the shared
-//! slots' [`super::Shared`]), and the connections, timeouts and the
+//! slots' `Shared`), and the connections, timeouts and the
 //! store's state (the generic client, [`crate::store`]).
 
 use std::sync::Arc;
