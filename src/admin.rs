@@ -19,8 +19,8 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
+use crate::admission::SharedSlots;
 use crate::fleet::Fleet;
-use crate::proxy::admission::shared::Shared;
 use crate::telemetry::exposition::Exposition;
 use crate::telemetry::Telemetry;
 
@@ -30,7 +30,7 @@ pub struct AdminApp {
     fleet: Arc<Fleet>,
     jaeger_url: Option<String>,
     /// The queue's shared slots, whose state `/readyz` shows.
-    slots: Option<Arc<Shared>>,
+    slots: Option<SharedSlots>,
 }
 
 impl AdminApp {
@@ -45,7 +45,7 @@ impl AdminApp {
     }
 
     /// Shows the state of the queue's shared `slots` in `/readyz`.
-    pub fn with_slots(mut self, slots: Option<Arc<Shared>>) -> Self {
+    pub fn with_slots(mut self, slots: Option<SharedSlots>) -> Self {
         self.slots = slots;
         self
     }

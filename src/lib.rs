@@ -17,16 +17,19 @@
 //! [`record`], [`observe`] and [`access_line`]): it takes finished facts
 //! and settings of its own, never a session or the whole configuration.
 //!
-//! This crate: [`config`], [`proxy`] (the hooks), [`fleet`], [`upstream`]
-//! (the HTTP/1 client), [`store`], [`admin`], [`server`], [`shutdown`],
-//! [`pidfile`], [`cli`].
+//! This crate: [`config`], [`proxy`] (the hooks), [`admission`] (the queue
+//! and the slots shared between replicas), [`fleet`], [`upstream`] (the
+//! HTTP/1 client), [`replay`] (a request body read ahead), [`store`],
+//! [`admin`], [`server`], [`shutdown`], [`pidfile`], [`cli`].
 
 pub mod admin;
+pub mod admission;
 pub mod cli;
 pub mod config;
 pub mod fleet;
 pub mod pidfile;
 pub mod proxy;
+pub mod replay;
 pub mod server;
 pub mod shutdown;
 pub mod store;

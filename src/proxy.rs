@@ -15,7 +15,6 @@
 //! hang-up drops the upstream connection (never pooled) the moment it is
 //! seen.
 
-pub mod admission;
 mod attempt;
 mod bodies;
 mod cachebreak;
@@ -45,6 +44,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, Result};
 
+use crate::admission;
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::record::Outcome;
@@ -55,6 +55,11 @@ use crate::telemetry::Telemetry;
 use context::RequestCtx;
 use reply::refuse;
 pub use steps::Steps;
+
+/// Routing's choice of an attempt's upstream, asked again by the admission
+/// queue when another replica took the slot a lease was for
+/// ([`crate::admission::secure`]).
+pub(crate) use routing::choose as choose_upstream;
 
 /// The llamatap proxy service: Pingora's hooks over the request's
 /// [`Steps`].
@@ -165,7 +170,8 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
-        if Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
+        if let Some(r) = Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
+            Box::pin(reply::write_refusal(session, ctx, &r)).await;
             return Ok(true);
         }
         if lookup::answers(session, &self.steps.config) {

@@ -21,7 +21,6 @@ use crate::config::Config;
 use crate::fleet::service::UpstreamWatch;
 use crate::fleet::Fleet;
 use crate::pidfile::{PidFile, PidFileError};
-use crate::proxy::admission::SlotSync;
 use crate::proxy::moves::DrainWatch;
 use crate::proxy::LlamaProxy;
 use crate::shutdown::Signals;
@@ -112,10 +111,10 @@ pub fn run(config: Config, cli: &Cli) -> Result<(), StartError> {
     // With `queue.shared`, the view of the other replicas is read in the
     // background.
     let admission = proxy.admission();
-    let slots = admission.shared().cloned();
-    let slot_sync = slots
-        .is_some()
-        .then(|| background_service("llamatap shared slots", SlotSync { admission }));
+    let slots = admission.shared_slots();
+    let slot_sync = admission
+        .slot_sync()
+        .map(|sync| background_service("llamatap shared slots", sync));
     // Answers on a member that drains move to another after
     // `continuation.drain_after_ms` (fleets only).
     let drains = (fleet.is_fleet() && config.continuation.enabled).then(|| {

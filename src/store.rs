@@ -22,7 +22,9 @@
 //! the next call tries again). Changes of state (unreachable, reachable
 //! again) are logged once each, with `host:port`, never the URL's
 //! credentials. Deliberately not here: Sentinel and Cluster redirections;
-//! what a failure means for a request (`on_error`) is [`crate::proxy::tenant`]'s.
+//! what a failure means for a request (`on_error`) is [`crate::proxy::tenant`]'s;
+//! the shared slots' scripts and channel are the admission queue's
+//! ([`crate::admission::shared::store`]), sent through its generic `call`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -170,10 +172,31 @@ impl Store {
         .await
     }
 
+    /// A subscription to `channel`, on a connection of its own (outside
+    /// the pool), set up within the call timeout (at least a second).
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+    ) -> Result<redis::aio::PubSubStream, StoreError> {
+        let client = self
+            .client
+            .as_ref()
+            .map_err(|e| StoreError::Reply(e.clone()))?;
+        let bound = self.cfg.timeout.max(Duration::from_secs(1));
+        let subscribe = async {
+            let mut ps = client.get_async_pubsub().await?;
+            ps.subscribe(channel).await?;
+            Ok::<_, StoreError>(ps.into_on_message())
+        };
+        tokio::time::timeout(bound, subscribe)
+            .await
+            .map_err(|_| StoreError::Timeout(bound))?
+    }
+
     /// Sends `pipe` and reads its replies with `read`, within the timeout;
     /// records the store's state. `background`: a count change sent off the
     /// request's path (a token charge, a count taken back).
-    async fn call<T>(
+    pub(crate) async fn call<T>(
         &self,
         pipe: redis::Pipeline,
         background: bool,
@@ -328,7 +351,7 @@ fn count(v: &Value) -> Result<u64, String> {
 }
 
 /// Replies as text for an error, cut to [`MAX_REPLY_TEXT`] characters.
-fn text(replies: &[Value]) -> String {
+pub(crate) fn text(replies: &[Value]) -> String {
     let all = format!("{replies:?}");
     if all.chars().count() <= MAX_REPLY_TEXT {
         return all;
@@ -341,8 +364,6 @@ fn text(replies: &[Value]) -> String {
 fn key(tenant: &str, window: u64, kind: &str) -> String {
     format!("llamatap:{{{tenant}}}:{window}:{kind}")
 }
-
-pub mod slots;
 
 #[cfg(test)]
 pub(crate) mod standin;

@@ -19,23 +19,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Circles left to untangle, each sorted; the list sorted. The one left:
-/// the request context holds the queue's slot guard (`Held`), whose module
-/// takes the context.
-const KNOWN_CIRCLES: &[&[&str]] = &[&[
-    "proxy::admission",
-    "proxy::context",
-    "proxy::downstream",
-    "proxy::reply",
-    "proxy::routing",
-]];
+/// Circles left to untangle, each sorted; the list sorted. Left: the
+/// admission queue takes the proxy's request context (its `Held` is a
+/// field of it) and asks the routing for a member when a lease moves it;
+/// inside the queue, the wait, the requeue, the ticket and the shared slots
+/// reach into each other's state.
+const KNOWN_CIRCLES: &[&[&str]] = &[
+    &["admission", "proxy"],
+    &[
+        "admission::requeue",
+        "admission::shared",
+        "admission::ticket",
+        "admission::wait",
+        "admission::wanted",
+    ],
+];
 
 /// Production files allowed past [`MAX_LINES`] for now.
-const KNOWN_LONG_FILES: &[&str] = &[
-    "fleet.rs",
-    "proxy/admission.rs",
-    "proxy/admission/shared.rs",
-];
+const KNOWN_LONG_FILES: &[&str] = &["fleet.rs"];
 
 /// Longest production file, lines.
 const MAX_LINES: usize = 400;

@@ -20,7 +20,7 @@ use common::load::*;
 use common::proxy::{metric_value, Llamatap};
 use common::redis::Redis;
 use common::temp_config;
-use llamatap::store::slots::Models;
+use llamatap::admission::shared::store::{lease_key, Models, SlotStore};
 
 /// The lease life in these tests: short, so that a dead replica's leases
 /// expire within the test's patience.
@@ -574,13 +574,13 @@ fn two_tenants_share_the_slots_across_replicas() {
 }
 
 /// A store client for the test's own calls on `redis` (the library's).
-fn slot_store(redis: &Redis) -> llamatap::store::Store {
+fn slot_store(redis: &Redis) -> SlotStore {
     slot_store_with(redis, None)
 }
 
 /// The same, logging in with `password` (as `[auth.store] password_env`
 /// gives it).
-fn slot_store_with(redis: &Redis, password: Option<&str>) -> llamatap::store::Store {
+fn slot_store_with(redis: &Redis, password: Option<&str>) -> SlotStore {
     let cfg = llamatap::config::Store {
         url: llamatap::config::Secret::new(redis.url()),
         address: format!("127.0.0.1:{}", redis.port),
@@ -588,8 +588,10 @@ fn slot_store_with(redis: &Redis, password: Option<&str>) -> llamatap::store::St
         on_error: llamatap::config::OnError::Allow,
         password: password.map(|p| llamatap::config::Secret::new(p.to_string())),
     };
-    llamatap::store::Store::new(cfg, prometheus_client::metrics::gauge::Gauge::default())
-        .with_limits(false)
+    let store =
+        llamatap::store::Store::new(cfg, prometheus_client::metrics::gauge::Gauge::default())
+            .with_limits(false);
+    SlotStore::new(std::sync::Arc::new(store))
 }
 
 #[tokio::test]
@@ -597,7 +599,7 @@ async fn leases_and_heartbeats_no_replica_could_have_written_hold_nothing() {
     let redis = Redis::start();
     let store = slot_store(&redis);
     let up = "10.0.0.7:8080".to_string();
-    let key = llamatap::store::slots::lease_key(&up);
+    let key = lease_key(&up);
     let replicas = "llamatap:{llamatap-slots}:replicas";
     let waiting = "llamatap:{llamatap-slots}:waiting";
     let ttl = LEASE_MS;
@@ -607,7 +609,7 @@ async fn leases_and_heartbeats_no_replica_could_have_written_hold_nothing() {
     // registered, a heartbeat that far ahead, and waiting counts of a
     // replica that is not there.
     let view = store
-        .sync_slots("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
+        .sync("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
         .await
         .unwrap();
     assert_eq!((view.replicas, view.leases.clone()), (1, vec![0]));
@@ -628,13 +630,13 @@ async fn leases_and_heartbeats_no_replica_could_have_written_hold_nothing() {
     }
     // A grant of one of its two slots goes through.
     assert_eq!(
-        store.acquire_slot(&up, "a:0", 2, ttl).await.unwrap(),
+        store.acquire(&up, "a:0", 2, ttl).await.unwrap(),
         (true, 1),
         "forged leases held the upstream's slots"
     );
     // The view counts a's lease only, one replica, nothing waiting.
     let view = store
-        .sync_slots("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
+        .sync("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
         .await
         .unwrap();
     assert_eq!(view.leases, vec![1]);
@@ -650,20 +652,14 @@ async fn leases_and_heartbeats_no_replica_could_have_written_hold_nothing() {
     let mut wants: [Models; 3] = Default::default();
     wants[0].add(Some("model-a"));
     let view = store
-        .sync_slots("b", ttl, [1, 0, 0], &wants, std::slice::from_ref(&up))
+        .sync("b", ttl, [1, 0, 0], &wants, std::slice::from_ref(&up))
         .await
         .unwrap();
     assert_eq!((view.replicas, view.leases.clone()), (2, vec![1]));
-    assert_eq!(
-        store.acquire_slot(&up, "b:0", 2, ttl).await.unwrap(),
-        (true, 2)
-    );
-    assert_eq!(
-        store.acquire_slot(&up, "a:1", 2, ttl).await.unwrap(),
-        (false, 2)
-    );
+    assert_eq!(store.acquire(&up, "b:0", 2, ttl).await.unwrap(), (true, 2));
+    assert_eq!(store.acquire(&up, "a:1", 2, ttl).await.unwrap(), (false, 2));
     let view = store
-        .sync_slots("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
+        .sync("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
         .await
         .unwrap();
     assert_eq!(
@@ -673,13 +669,10 @@ async fn leases_and_heartbeats_no_replica_could_have_written_hold_nothing() {
     assert_eq!(view.models, wants, "the models b's requests wait for");
     // A grant before its replica's first heartbeat registers it: the
     // lease is not taken for a stray one.
-    store.release_slot(&up, "b:0").await.unwrap();
-    assert_eq!(
-        store.acquire_slot(&up, "c:0", 2, ttl).await.unwrap(),
-        (true, 2)
-    );
+    store.release(&up, "b:0").await.unwrap();
+    assert_eq!(store.acquire(&up, "c:0", 2, ttl).await.unwrap(), (true, 2));
     let view = store
-        .sync_slots("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
+        .sync("a", ttl, [0; 3], &none, std::slice::from_ref(&up))
         .await
         .unwrap();
     assert_eq!((view.replicas, view.leases), (3, vec![2]));
@@ -804,14 +797,14 @@ async fn a_password_from_the_environment_logs_in_to_a_redis_that_requires_one() 
     let none: [Models; 3] = Default::default();
     let up = ["10.0.0.7:8080".to_string()];
     let without = slot_store(&redis)
-        .sync_slots("a", LEASE_MS, [0; 3], &none, &up)
+        .sync("a", LEASE_MS, [0; 3], &none, &up)
         .await;
     assert!(
         without.is_err(),
         "a Redis with a password answered without it"
     );
     let with = slot_store_with(&redis, Some(PASSWORD))
-        .sync_slots("a", LEASE_MS, [0; 3], &none, &up)
+        .sync("a", LEASE_MS, [0; 3], &none, &up)
         .await
         .unwrap();
     assert_eq!(with.replicas, 1);

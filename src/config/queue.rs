@@ -5,7 +5,7 @@
 //! other key, it keeps each upstream at its slot count and serves waiting
 //! requests first come, first served, refusing none: no class has a wait
 //! or depth limit unless configured. Validation only; the queue itself is
-//! [`crate::queue`] and [`crate::proxy::admission`].
+//! [`crate::queue`] and [`crate::admission`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -79,7 +79,7 @@ pub struct RequestCtx {
     /// The tenant's per-minute limits as admitted: the `x-ratelimit-*` headers.
     pub quota: crate::tenant::window::Quota,
     /// The admission queue's state and the slot it granted (queue on).
-    pub admission: Option<Box<super::admission::Held>>,
+    pub admission: Option<Box<crate::admission::Held>>,
     /// What a chat stream keeps to be continued elsewhere, and its
     /// continuations (`[continuation]` on).
     pub resume: Option<Box<Resume>>,

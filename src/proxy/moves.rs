@@ -278,3 +278,20 @@ impl BackgroundService for DrainWatch {
 
 #[cfg(test)]
 mod tests;
+
+// === impl Pauses ===
+
+/// The admission queue's view of the running answers: pre-emption.
+impl crate::admission::Pauses for Moves {
+    fn pausing(&self) -> usize {
+        Moves::pausing(self)
+    }
+
+    fn pause(&self, class: usize, model: Option<&str>) {
+        let _ = Moves::preempt(self, class, model);
+    }
+
+    fn pause_where(&self, class: usize, takes: &dyn Fn(usize) -> bool) {
+        let _ = Moves::preempt_where(self, class, takes);
+    }
+}

@@ -13,6 +13,7 @@ use pingora::Error;
 use super::context::RequestCtx;
 use super::errors;
 use super::guard;
+use crate::admission;
 use crate::record::Outcome;
 use crate::telemetry::spans::Tracing;
 
@@ -27,6 +28,20 @@ pub async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refus
         message: r.message,
     };
     write_error(session, ctx, reply).await;
+}
+
+/// Answers a refusal of the admission queue (its facts are in `ctx`
+/// already), with `Retry-After: 1` when it says so.
+pub async fn write_refusal(session: &mut Session, ctx: &mut RequestCtx, r: &admission::Refusal) {
+    let reply = ErrorReply {
+        status: r.status,
+        kind: r.kind,
+        code: r.code,
+        message: &r.message,
+    };
+    let retry = [("retry-after", "1".to_string())];
+    let extra: &[(&'static str, String)] = if r.retry_after { &retry } else { &[] };
+    write_error_with(session, ctx, reply, extra).await;
 }
 
 /// An error answered by llamatap itself.

@@ -35,12 +35,11 @@ use crate::config::Config;
 use crate::fleet::watch::HEALTH_INTERVAL;
 use crate::fleet::{Fleet, NoRoute};
 use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
+use crate::replay;
 use crate::request;
 use crate::router::{session_key, Chain, Observation};
 use crate::telemetry::spans::Tracing;
 
-/// Pingora's retry buffer: what `request_filter` may read and still forward.
-pub(in crate::proxy) const REPLAY_LIMIT: usize = 64 * 1024;
 /// Longest model name echoed in an error message, bytes.
 const MAX_ECHOED_MODEL: usize = 128;
 
@@ -71,8 +70,8 @@ pub async fn prepare(
     // The client may wait for `100 Continue` before it sends the body read
     // here.
     super::downstream::answer_continue(session, ctx).await?;
-    let limit = config.telemetry.max_inspect_bytes.min(REPLAY_LIMIT);
-    let (body, whole) = preread(session, limit).await?;
+    let limit = config.telemetry.max_inspect_bytes.min(replay::LIMIT);
+    let (body, whole) = replay::read_ahead(session, limit).await?;
     if body.is_empty() {
         return Ok(false);
     }
@@ -129,43 +128,6 @@ pub async fn prepare(
         return Ok(true);
     }
     Ok(false)
-}
-
-/// The request asks for `100 Continue` before its body (RFC 9110 10.1.1).
-/// Reads the body as far as Pingora can replay it: whole when its length is
-/// known and within `limit`, else one read. Returns the bytes and whether
-/// they are the whole body.
-pub(in crate::proxy) async fn preread(
-    session: &mut Session,
-    limit: usize,
-) -> Result<(Vec<u8>, bool)> {
-    let length = session
-        .req_header()
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok());
-    let chunked = session
-        .req_header()
-        .headers
-        .get(http::header::TRANSFER_ENCODING)
-        .is_some();
-    let whole = !chunked && length.is_some_and(|n| n <= limit);
-    if length == Some(0) {
-        return Ok((Vec::new(), true));
-    }
-    let mut buf = Vec::new();
-    loop {
-        match session.read_request_body().await? {
-            Some(b) => {
-                buf.extend_from_slice(&b);
-                if !whole {
-                    return Ok((buf, session.is_body_done()));
-                }
-            }
-            None => return Ok((buf, true)),
-        }
-    }
 }
 
 /// Picks the upstream of this attempt and counts it in that upstream's

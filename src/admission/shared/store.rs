@@ -22,12 +22,15 @@
 //! leases that expire on their own. Times come from Redis (`TIME`), never
 //! from a replica's clock.
 //!
-//! Deliberately not here: when to lease, renew or fall back (the admission
-//! queue's [`crate::proxy::admission`]).
+//! Deliberately not here: when to lease, renew or fall back (the shared
+//! slots' `Shared`), and the connections, timeouts and the
+//! store's state (the generic client, [`crate::store`]).
+
+use std::sync::Arc;
 
 use redis::Value;
 
-use super::{text, Store, StoreError};
+use crate::store::{text, Store, StoreError};
 
 mod waiting;
 
@@ -175,10 +178,21 @@ pub const CHANGED: &str = "llamatap:{llamatap-slots}:changed";
 const REPLICAS_KEY: &str = "llamatap:{llamatap-slots}:replicas";
 const WAITING_KEY: &str = "llamatap:{llamatap-slots}:waiting";
 
-impl Store {
+/// The store as the shared slots use it: leases, the heartbeat and view,
+/// and the channel between replicas, over the store's connections.
+pub struct SlotStore {
+    store: Arc<Store>,
+}
+
+impl SlotStore {
+    /// The slots' calls on `store`.
+    pub fn new(store: Arc<Store>) -> Self {
+        SlotStore { store }
+    }
+
     /// Leases one of `upstream`'s `capacity` slots as `lease` for `ttl_ms`:
     /// whether it was granted, and the leases held after the call.
-    pub async fn acquire_slot(
+    pub async fn acquire(
         &self,
         upstream: &str,
         lease: &str,
@@ -195,61 +209,52 @@ impl Store {
             .arg(capacity)
             .arg(ttl_ms)
             .arg(replica_of(lease));
-        self.call(pipe, false, |v| match v {
-            [Value::Array(r)] => match r.as_slice() {
-                [Value::Int(granted), Value::Int(n)] => {
-                    Ok((*granted == 1, u32::try_from(*n).unwrap_or(u32::MAX)))
-                }
+        self.store
+            .call(pipe, false, |v| match v {
+                [Value::Array(r)] => match r.as_slice() {
+                    [Value::Int(granted), Value::Int(n)] => {
+                        Ok((*granted == 1, u32::try_from(*n).unwrap_or(u32::MAX)))
+                    }
+                    other => Err(text(other)),
+                },
                 other => Err(text(other)),
-            },
-            other => Err(text(other)),
-        })
-        .await
+            })
+            .await
     }
 
     /// Tells the other replicas (on [`CHANGED`]) to read the view now.
     pub async fn announce(&self, replica: &str) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
         pipe.cmd("PUBLISH").arg(CHANGED).arg(replica);
-        self.call(pipe, true, |v| match v {
-            [Value::Int(_)] => Ok(()),
-            other => Err(text(other)),
-        })
-        .await
+        self.store
+            .call(pipe, true, |v| match v {
+                [Value::Int(_)] => Ok(()),
+                other => Err(text(other)),
+            })
+            .await
     }
 
     /// A subscription to [`CHANGED`], on a connection of its own; each
     /// message's payload (the sender's replica id).
     pub async fn changes(&self) -> Result<redis::aio::PubSubStream, StoreError> {
-        let client = self
-            .client
-            .as_ref()
-            .map_err(|e| StoreError::Reply(e.clone()))?;
-        let bound = self.cfg.timeout.max(std::time::Duration::from_secs(1));
-        let subscribe = async {
-            let mut ps = client.get_async_pubsub().await?;
-            ps.subscribe(CHANGED).await?;
-            Ok::<_, StoreError>(ps.into_on_message())
-        };
-        tokio::time::timeout(bound, subscribe)
-            .await
-            .map_err(|_| StoreError::Timeout(bound))?
+        self.store.subscribe(CHANGED).await
     }
 
     /// Removes `lease` from `upstream`'s leases (its stream ended).
-    pub async fn release_slot(&self, upstream: &str, lease: &str) -> Result<(), StoreError> {
+    pub async fn release(&self, upstream: &str, lease: &str) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
         pipe.cmd("ZREM").arg(lease_key(upstream)).arg(lease);
-        self.call(pipe, true, |v| match v {
-            [Value::Int(_)] => Ok(()),
-            other => Err(text(other)),
-        })
-        .await
+        self.store
+            .call(pipe, true, |v| match v {
+                [Value::Int(_)] => Ok(()),
+                other => Err(text(other)),
+            })
+            .await
     }
 
     /// Renews (or adds again) every lease of `leases`, `(upstream, ids)`,
     /// for `ttl_ms`, in one round trip.
-    pub async fn renew_slots(
+    pub async fn renew(
         &self,
         leases: &[(String, Vec<String>)],
         ttl_ms: u64,
@@ -267,20 +272,21 @@ impl Store {
                 .arg(ids);
         }
         let n = leases.len();
-        self.call(pipe, false, move |v| {
-            if v.len() == n && v.iter().all(|r| matches!(r, Value::Int(_))) {
-                Ok(())
-            } else {
-                Err(text(v))
-            }
-        })
-        .await
+        self.store
+            .call(pipe, false, move |v| {
+                if v.len() == n && v.iter().all(|r| matches!(r, Value::Int(_))) {
+                    Ok(())
+                } else {
+                    Err(text(v))
+                }
+            })
+            .await
     }
 
     /// The heartbeat of replica `replica` (expiring in `ttl_ms`), with its
     /// `waiting` counts per class and the `models` they wait for; the view
     /// of `upstreams`' leases.
-    pub async fn sync_slots(
+    pub async fn sync(
         &self,
         replica: &str,
         ttl_ms: u64,
@@ -300,11 +306,12 @@ impl Store {
         cmd.arg(replica)
             .arg(ttl_ms)
             .arg(waiting_field(waiting, models));
-        self.call(pipe, false, |v| match v {
-            [Value::Array(r)] => view(r),
-            other => Err(text(other)),
-        })
-        .await
+        self.store
+            .call(pipe, false, |v| match v {
+                [Value::Array(r)] => view(r),
+                other => Err(text(other)),
+            })
+            .await
     }
 }
 

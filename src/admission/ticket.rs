@@ -3,7 +3,7 @@
 //! released (the next request dispatched) when dropped.
 //!
 //! Deliberately not here: choosing the upstream (the router, through the
-//! `choose` callback) and waiting for the grant ([`super::wait`]).
+//! `choose` callback) and waiting for the grant ([`super::wait`](fn@super::wait)).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,8 +1,12 @@
 //! The bounded wait for the upstream holding a request's prefix
 //! (`queue.affinity_wait_ms`), between its grant and its routing. Its
 //! cost: while it waits, its grant keeps one slot of the fleet unused.
+//!
+//! Deliberately not here: finding that upstream (the fleet's prefix index,
+//! [`Fleet::affine`]) and the routing that follows (the proxy's).
 
-use super::{Admission, Fleet, RequestCtx};
+use super::{Admission, Fleet};
+use crate::proxy::context::RequestCtx;
 use crate::telemetry::queue::AffinityLabels;
 
 /// Before a dispatched request is routed: when `queue.affinity_wait_ms` is

@@ -8,12 +8,12 @@
 //! holds.
 //!
 //! Deliberately not here: the encoding in the store
-//! ([`crate::store::slots::Models`]) and the pre-emption itself.
+//! ([`super::shared::store::Models`]) and the pre-emption itself.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::store::slots::Models;
+use super::shared::store::Models;
 
 /// Per class and model, the requests queued here.
 #[derive(Debug, Default)]
@@ -63,3 +63,6 @@ impl Drop for Want<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

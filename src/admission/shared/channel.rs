@@ -1,12 +1,22 @@
 //! The messages between replicas (shared slots): a replica tells the
-//! others on the Redis channel [`crate::store::slots::CHANGED`] to read the
+//! others on the Redis channel [`super::store::CHANGED`] to read the
 //! view now (a request queued, a slot freed), and follows what they tell.
 //! A slot-freed message is in flight at most once at a time (those asked
 //! meanwhile make one more after it).
 //!
+//! A request queued here asks, from a task of its own, for a sync round and
+//! then a message to the others ([`Admission::announce`]), one round per
+//! class at a time.
+//!
 //! Deliberately not here: what a round reads (the view, [`super::Shared::sync`]).
 
+use std::sync::Arc;
+
 use super::Shared;
+use crate::admission::Admission;
+use crate::tenant::Priority;
+
+// === impl Shared ===
 
 impl Shared {
     /// Resolves when another replica announced a change (or one was
@@ -55,5 +65,48 @@ impl Shared {
                 self.fall_back(&e.to_string());
             }
         }
+    }
+}
+
+// === impl Admission ===
+
+impl Admission {
+    /// With shared slots, what waits here at class `class` changed: from
+    /// a task of its own, a sync round (the store learns it); when `tell`
+    /// (a request queued here), the other replicas are then told to read
+    /// the view. Only for a class that another replica could act on (one
+    /// with a less urgent class below it: it may hold slots back or pause
+    /// an answer for it), and only when there is another replica. At most
+    /// one such round per class is in flight; those asked meanwhile make
+    /// one more round after it ([`crate::admission::coalesce`]), so a burst of queued
+    /// requests never takes the store's connections from admission.
+    pub(in crate::admission) fn announce(self: &Arc<Self>, class: usize, tell: bool) {
+        let Some(shared) = self.shared.clone().filter(|s| s.is_shared()) else {
+            return;
+        };
+        if class + 1 >= Priority::ALL.len() || shared.replicas() < 2 {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Some(rounds) = self.announcing.get(class) else {
+            return;
+        };
+        if !rounds.ask(tell) {
+            return;
+        }
+        let me = Arc::clone(self);
+        rt.spawn(async move {
+            let Some(rounds) = me.announcing.get(class) else {
+                return;
+            };
+            while let Some(tell) = rounds.next() {
+                me.sync_shared().await;
+                if tell {
+                    shared.announce().await;
+                }
+            }
+        });
     }
 }

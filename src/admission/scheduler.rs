@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use super::{Admission, Verdict, Waker};
+use crate::fleet::Member;
 use crate::queue::Scheduler;
 use crate::telemetry::queue::{ClassLabels, SlotLabels};
 use crate::tenant::Priority;
@@ -47,6 +48,16 @@ impl Admission {
         if let Some(shared) = &self.shared {
             s.set_elsewhere(&shared.elsewhere());
         }
+    }
+
+    /// The slots of `member` before sharing: its `max_inflight`, else the
+    /// queue's, else its `/slots` count (`None`: unknown).
+    pub(super) fn slots_of(&self, member: &Member) -> Option<u32> {
+        member
+            .upstream
+            .max_inflight
+            .or(self.config.max_inflight)
+            .or_else(|| member.total_slots())
     }
 
     /// Refuses the requests displaced from a full class, and grants slots

@@ -1,0 +1,94 @@
+use super::*;
+use crate::admission::Held;
+
+fn held(ctx: &mut RequestCtx) {
+    ctx.admission = Some(Box::new(Held {
+        class: Priority::Batch,
+        wait: None,
+        waited: true,
+        queued_now: true,
+        ticket: None,
+    }));
+}
+
+#[test]
+fn a_full_queue_is_a_503_naming_its_depth_and_leaves_the_queue() {
+    let mut ctx = RequestCtx::new();
+    held(&mut ctx);
+    let r = refused(&mut ctx, Priority::Batch, Refused::Full, Some(8));
+    assert_eq!(
+        r,
+        Refusal {
+            status: 503,
+            kind: "server_error",
+            code: "queue_full",
+            message: "the batch queue is full (8 requests wait); retry later".to_string(),
+            retry_after: true,
+        }
+    );
+    assert!(ctx.ended.is_some());
+    assert_eq!(
+        ctx.failure,
+        Some((Outcome::Rejected, "queue_full", r.message.clone()))
+    );
+    assert!(ctx.admission.as_deref().is_some_and(|h| !h.queued_now));
+}
+
+#[test]
+fn the_tenant_s_own_share_is_a_429_and_a_timeout_names_max_wait() {
+    let mut ctx = RequestCtx::new();
+    let r = refused(&mut ctx, Priority::Default, Refused::TenantShare, None);
+    assert_eq!(
+        (r.status, r.kind, r.retry_after),
+        (429, "rate_limit_error", true)
+    );
+    assert!(
+        r.message.contains("holds more than its share"),
+        "{}",
+        r.message
+    );
+    let r = refused(&mut ctx, Priority::Interactive, Refused::Timeout, None);
+    assert_eq!((r.status, r.code), (503, "queue_timeout"));
+    assert_eq!(
+        r.message,
+        "no upstream slot came free within the interactive class's max_wait_ms; retry later"
+    );
+    let r = refused(&mut ctx, Priority::Batch, Refused::Full, None);
+    assert_eq!(r.message, "the batch queue is full; retry later");
+}
+
+#[test]
+fn a_bad_priority_header_is_a_client_error_without_retry_after() {
+    let mut ctx = RequestCtx::new();
+    let r = invalid_priority(&mut ctx, "x-priority", &"urgent".repeat(20));
+    assert_eq!(
+        (r.status, r.kind, r.code, r.retry_after),
+        (400, "invalid_request_error", "invalid_priority", false)
+    );
+    assert!(
+        r.message.starts_with("header x-priority: \"urgent"),
+        "{}",
+        r.message
+    );
+    assert!(
+        r.message.len() < 64 + 100,
+        "the value is bounded: {}",
+        r.message
+    );
+    assert!(matches!(
+        ctx.failure,
+        Some((Outcome::ClientError, "invalid_priority", _))
+    ));
+}
+
+#[test]
+fn the_labels_are_the_metrics_reasons() {
+    for (why, label) in [
+        (Refused::Full, "queue_full"),
+        (Refused::TenantShare, "tenant_queue_full"),
+        (Refused::Timeout, "queue_timeout"),
+    ] {
+        assert_eq!(why.as_str(), label);
+        assert!(crate::telemetry::queue::REFUSAL_REASONS.contains(&label));
+    }
+}
