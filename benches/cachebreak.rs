@@ -13,9 +13,9 @@
 //! Run: `cargo bench --bench cachebreak -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use llamatap::cachebreak::{self, Book, Observed, PromptDigest, DEFAULT_BUDGET_BYTES};
-use llamatap::request::{self, Route};
-use llamatap::router::Chain;
+use llamatap_policy::cachebreak::{self, Book, Observed, PromptDigest, DEFAULT_BUDGET_BYTES};
+use llamatap_policy::router::Chain;
+use llamatap_wire::request::{self, Route};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::time::Duration;

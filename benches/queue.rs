@@ -5,7 +5,7 @@
 //! Run: `cargo bench --bench queue -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use llamatap::queue::{Arrival, ClassRules, Scheduler};
+use llamatap_policy::queue::{Arrival, ClassRules, Scheduler};
 use std::hint::black_box;
 use std::time::Instant;
 

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use llamatap::record::{QueueFacts, RequestRecord, UpstreamFacts};
-use llamatap::request::RequestFacts;
-use llamatap::telemetry::genai::{GenAiMetrics, RequestModels, SpanRef};
-use llamatap::telemetry::metrics::{Metrics, TraceExemplar};
-use llamatap::telemetry::models::ModelNames;
+use llamatap_telemetry::genai::{GenAiMetrics, RequestModels, SpanRef};
+use llamatap_telemetry::metrics::{Metrics, TraceExemplar};
+use llamatap_telemetry::models::ModelNames;
+use llamatap_telemetry::record::{QueueFacts, RequestRecord, UpstreamFacts};
+use llamatap_wire::request::RequestFacts;
 use std::hint::black_box;
 
 fn record() -> RequestRecord {
@@ -25,7 +25,7 @@ fn record() -> RequestRecord {
         },
         received_wall: SystemTime::now(),
         finish_reasons: vec!["stop".into()],
-        usage: Some(llamatap::llama::Usage {
+        usage: Some(llamatap_wire::llama::Usage {
             input_tokens: Some(412),
             output_tokens: Some(96),
             ..Default::default()

@@ -5,8 +5,8 @@
 //! Run: `cargo bench --bench route -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use llamatap::request::Route;
-use llamatap::router::{Candidate, Chain, Policy, Request, RouteConfig, Router};
+use llamatap_policy::router::{Candidate, Chain, Policy, Request, RouteConfig, Router};
+use llamatap_wire::request::Route;
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -4,9 +4,9 @@
 //! Run: `cargo bench --bench sentence`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use llamatap::request::inspect_body;
-use llamatap::sentence::{SentenceRule, MAX_SENTENCE_CHARS};
-use llamatap::tracecontext::TraceParent;
+use llamatap_wire::request::inspect_body;
+use llamatap_wire::sentence::{SentenceRule, MAX_SENTENCE_CHARS};
+use llamatap_wire::tracecontext::TraceParent;
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -8,8 +8,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use llamatap::llama::{parse_event, StreamFormat};
-use llamatap::sse::SseReader;
+use llamatap_wire::llama::{parse_event, StreamFormat};
+use llamatap_wire::sse::SseReader;
 
 const EVENTS: usize = 1000;
 const WORDS: [&str; 8] = [" word", " the", " llama", ",", " é", "\\n", " quick", " 🦙"];

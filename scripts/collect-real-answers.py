@@ -10,11 +10,11 @@ where `ms` is the arrival of the token's event in milliseconds after the
 first one, `text` is the event's `delta.content` exactly as streamed (so
 the cuts are llama-server's own token boundaries), and `end_ms` the arrival
 of the event with the `finish_reason`. The fixture
-crates/wire/tests/fixtures/sentence/smollm2_answers.jsonl was made with:
+crates/llamatap-wire/tests/fixtures/sentence/smollm2_answers.jsonl was made with:
 
   llama-server -m "$LLAMATAP_REAL_MODEL" --port 8090 -t 1 -np 1 &
   scripts/collect-real-answers.py http://127.0.0.1:8090 64 \
-      > crates/wire/tests/fixtures/sentence/smollm2_answers.jsonl
+      > crates/llamatap-wire/tests/fixtures/sentence/smollm2_answers.jsonl
 
 (the second argument is max_tokens, 96 by default). Greedy decoding makes
 the texts the same on every run with the same build; the times are this

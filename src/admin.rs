@@ -21,8 +21,8 @@ use pingora::protocols::http::ServerSession;
 
 use crate::admission::SharedSlots;
 use crate::fleet::Fleet;
-use crate::telemetry::exposition::Exposition;
-use crate::telemetry::Telemetry;
+use llamatap_telemetry::exposition::Exposition;
+use llamatap_telemetry::Telemetry;
 
 /// The admin HTTP app.
 pub struct AdminApp {

@@ -1,5 +1,5 @@
 //! The admission queue: a request that does work waits for a slot
-//! ([`wait`], in `request_filter`) until the scheduler ([`crate::queue`])
+//! ([`wait`], in `request_filter`) until the scheduler ([`llamatap_policy::queue`])
 //! grants it one; only then is it routed, among the upstreams with a free
 //! slot ([`Ticket::route`], from the proxy's routing), so the routing
 //! decision sees the fleet as it is at dispatch. The slot is released when
@@ -48,7 +48,7 @@
 //! (`RequestCtx`), and a lease refused elsewhere asks the proxy's routing
 //! again (the proxy's `choose_upstream`).
 //!
-//! Deliberately not here: the arithmetic (pure, in [`crate::queue`]),
+//! Deliberately not here: the arithmetic (pure, in [`llamatap_policy::queue`]),
 //! which answer pauses (the proxy's registry of running answers), writing
 //! an answer to the client (the proxy), and the store's connections
 //! ([`crate::store`]).
@@ -83,9 +83,9 @@ pub use wait::wait;
 use crate::config::queue::Queue;
 use crate::config::Config;
 use crate::fleet::Fleet;
-use crate::queue::Scheduler;
-use crate::telemetry::queue::QueueMetrics;
-use crate::tenant::{Priority, TenantId, Tenants};
+use llamatap_policy::queue::Scheduler;
+use llamatap_policy::tenant::{Priority, TenantId, Tenants};
+use llamatap_telemetry::queue::QueueMetrics;
 
 /// How often a waiting request re-reads the fleet's capacity.
 const REFRESH: Duration = Duration::from_millis(100);
@@ -212,7 +212,7 @@ impl Admission {
                 }
             }
         };
-        Ok(crate::queue::class(
+        Ok(llamatap_policy::queue::class(
             key,
             header,
             self.config.trust_priority_header,

@@ -196,7 +196,7 @@ pub struct Config {
     /// Key injected upstream as `Authorization: Bearer`.
     pub upstream_api_key: Option<Secret>,
     /// Tenants: named keys and the flat list's shared anonymous one.
-    pub tenants: crate::tenant::Tenants,
+    pub tenants: llamatap_policy::tenant::Tenants,
     /// Shared store of per-minute counts; `None`: limits per replica.
     pub store: Option<Store>,
     /// Largest request body.

@@ -12,7 +12,7 @@
 //! The watcher ([`watch`]) writes health, addresses, model lists and
 //! the marks that reveal a restart; the proxy hooks read them, count
 //! in-flight requests and report passive failures. Deciding is
-//! [`crate::router`]'s pure code, called here under one mutex; nothing here
+//! [`llamatap_policy::router`]'s pure code, called here under one mutex; nothing here
 //! does I/O.
 
 use std::sync::atomic::Ordering;
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, UpstreamConfig, MAX_UPSTREAMS};
-use crate::router::{
+use llamatap_policy::router::{
     Candidate, Chain, Decision, Observation, Prediction, Request, RouteConfig, Router,
 };
 

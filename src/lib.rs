@@ -6,16 +6,19 @@
 //! histograms, and closes the upstream connection the moment a client hangs up
 //! so llama-server cancels the task.
 //!
-//! The pure parts are crates of their own, whose manifests list no framework
-//! (re-exported here under the names the binary uses):
-//! - `llamatap-wire`: [`sse`], [`sentence`], [`llama`], [`request`],
-//!   [`framing`], [`tracecontext`], [`text`];
-//! - `llamatap-policy`: [`router`], [`queue`], [`tenant`], [`cachebreak`],
-//!   [`answer`].
+//! The pure parts are crates of their own, whose manifests list no
+//! framework, each named the same way as its folder and its path (no
+//! re-exports here):
+//! - `llamatap-wire` (`crates/llamatap-wire`, [`llamatap_wire`]): the SSE
+//!   reader, the first-sentence rule, llama-server's formats, the request's
+//!   facts, response framing, trace context, the continuation's wire parts;
+//! - `llamatap-policy` (`crates/llamatap-policy`, [`llamatap_policy`]): the
+//!   router, the queue's scheduler, tenants, the cache-break diagnosis, the
+//!   answer's typed causes.
 //!
-//! Telemetry is the `llamatap-telemetry` crate ([`telemetry`], with
-//! [`record`], [`observe`] and [`access_line`]): it takes finished facts
-//! and settings of its own, never a session or the whole configuration.
+//! Telemetry is the `llamatap-telemetry` crate (`crates/llamatap-telemetry`,
+//! [`llamatap_telemetry`]): it takes finished facts and settings of its
+//! own, never a session or the whole configuration.
 //!
 //! This crate: [`config`], [`proxy`] (the hooks), [`admission`] (the queue
 //! and the slots shared between replicas), [`fleet`], [`upstream`] (the
@@ -34,11 +37,3 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod upstream;
-
-pub use llamatap_policy::{answer, cachebreak, queue, router, tenant};
-/// Telemetry (the `llamatap-telemetry` crate).
-pub use llamatap_telemetry as telemetry;
-pub use llamatap_telemetry::{access_line, observe, record};
-pub use llamatap_wire::{
-    continuation, conversation, framing, llama, request, sentence, sse, text, tracecontext,
-};

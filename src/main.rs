@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    llamatap::telemetry::logs::init();
+    llamatap_telemetry::logs::init();
     match server::run(config, &cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),

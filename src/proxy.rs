@@ -9,9 +9,9 @@
 //! the request. Pingora's own proxy loop and its upstream client are never
 //! used: `upstream_peer` is unreachable.
 //!
-//! Each hook is short and delegates: request facts to [`crate::request`],
-//! body observation to [`crate::observe`], error shapes to [`errors`], and
-//! everything recorded to [`crate::telemetry`] in `logging`. A client
+//! Each hook is short and delegates: request facts to [`llamatap_wire::request`],
+//! body observation to [`llamatap_telemetry::observe`], error shapes to [`errors`], and
+//! everything recorded to [`llamatap_telemetry`] in `logging`. A client
 //! hang-up drops the upstream connection (never pooled) the moment it is
 //! seen.
 
@@ -47,12 +47,12 @@ use pingora::{Error, Result};
 use crate::admission;
 use crate::config::Config;
 use crate::fleet::Fleet;
-use crate::record::Outcome;
-use crate::request::Route;
-use crate::telemetry::logs;
-use crate::telemetry::spans::Tracing;
-use crate::telemetry::Telemetry;
 use context::RequestCtx;
+use llamatap_telemetry::logs;
+use llamatap_telemetry::record::Outcome;
+use llamatap_telemetry::spans::Tracing;
+use llamatap_telemetry::Telemetry;
+use llamatap_wire::request::Route;
 use reply::refuse;
 pub use steps::Steps;
 

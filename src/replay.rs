@@ -5,7 +5,7 @@
 //! so that a queued request's socket can be watched for a hang-up.
 //!
 //! Deliberately not here: what the bytes read mean (routing's
-//! [`crate::request`]), and forwarding them (the proxy's forwarding loop).
+//! [`llamatap_wire::request`]), and forwarding them (the proxy's forwarding loop).
 
 use pingora::proxy::Session;
 use pingora::Result;

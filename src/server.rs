@@ -24,7 +24,7 @@ use crate::pidfile::{PidFile, PidFileError};
 use crate::proxy::moves::DrainWatch;
 use crate::proxy::LlamaProxy;
 use crate::shutdown::Signals;
-use crate::telemetry::{Telemetry, TelemetryError};
+use llamatap_telemetry::{Telemetry, TelemetryError};
 
 /// A startup failure.
 #[derive(Debug, thiserror::Error)]

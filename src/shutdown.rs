@@ -24,7 +24,7 @@ use pingora::server::{ExecutionPhase, ShutdownSignal, ShutdownSignalWatch};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::pidfile::PidFile;
-use crate::telemetry::Telemetry;
+use llamatap_telemetry::Telemetry;
 
 /// Time Pingora's listeners get to stop before the in-flight count is trusted:
 /// a connection accepted just before holds no request yet.

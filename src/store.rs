@@ -2,7 +2,7 @@
 //! so that several llamatap replicas enforce one limit.
 //!
 //! Keys are `llamatap:{tenant}:{window}:req` and `…:tok` (the window is the
-//! minute since the epoch, [`crate::tenant::window`]); each lives two
+//! minute since the epoch, [`llamatap_policy::tenant::window`]); each lives two
 //! minutes. A request's admission is one round trip (`INCR` the request
 //! count, set its expiry, `GET` the token count, pipelined); a token charge
 //! is `INCRBY` plus expiry, sent from a task of its own. Every exchange ends

@@ -16,14 +16,16 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use llamatap::config::{Config, Overrides, RawConfig};
-use llamatap::continuation::{
+use llamatap_wire::continuation::{
     next, plan_for, stream_ids, Heard, Next, Rewriter, Shape, StreamIds, Target, TargetCounts,
 };
-use llamatap::llama::{parse_event, parse_response, CountScanner, Delta, StreamFormat};
-use llamatap::request::{inspect_body, Route, MAX_MODEL_BYTES};
-use llamatap::sentence::{Sentence, SentenceRule, MAX_SENTENCE_CHARS};
-use llamatap::sse::{SseEvent, SseReader};
-use llamatap::tracecontext::{format_traceparent, valid_tracestate, TraceParent, MAX_HEADER_BYTES};
+use llamatap_wire::llama::{parse_event, parse_response, CountScanner, Delta, StreamFormat};
+use llamatap_wire::request::{inspect_body, Route, MAX_MODEL_BYTES};
+use llamatap_wire::sentence::{Sentence, SentenceRule, MAX_SENTENCE_CHARS};
+use llamatap_wire::sse::{SseEvent, SseReader};
+use llamatap_wire::tracecontext::{
+    format_traceparent, valid_tracestate, TraceParent, MAX_HEADER_BYTES,
+};
 
 // === replaying ===
 

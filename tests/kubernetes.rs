@@ -800,7 +800,7 @@ fn llamatap_is_given_only_flags_and_variables_it_reads() {
     // a helper another variable expands with $(NAME), defined before it.
     let cli = read("src/cli.rs");
     let readme = common::manual();
-    let spans = read("crates/telemetry/src/spans.rs");
+    let spans = read("crates/llamatap-telemetry/src/spans.rs");
     let vars = env(&l.container);
     let mut defined = BTreeSet::new();
     for (i, (var, entry)) in vars.iter().enumerate() {

@@ -512,8 +512,8 @@ fn bad_metrics_variables_stop_the_start_with_one_line() {
 
 #[test]
 fn every_instrument_unit_attribute_and_variable_is_documented() {
-    use llamatap::telemetry::genai::Kind;
-    use llamatap::telemetry::semconv as sc;
+    use llamatap_telemetry::genai::Kind;
+    use llamatap_telemetry::semconv as sc;
     let telemetry = include_str!("../docs/telemetry.md");
     let section = &telemetry[telemetry.find("## OTLP metrics").unwrap()..];
     let section = &section[..section.find("\n## ").unwrap()];

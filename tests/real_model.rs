@@ -28,7 +28,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use llamatap::sentence::{SentenceClock, SentenceRule};
+use llamatap_wire::sentence::{SentenceClock, SentenceRule};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use serde_json::{json, Value};
 

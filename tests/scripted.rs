@@ -835,7 +835,7 @@ fn streaming_routes_forward_a_chunked_body_unchanged_without_hop_by_hop_headers(
     assert_eq!(reqs[0].header("connection"), Some("close"));
 }
 
-/// A real llama-server stream of each format (`crates/wire/tests/fixtures/sse/`), with
+/// A real llama-server stream of each format (`crates/llamatap-wire/tests/fixtures/sse/`), with
 /// the route that answers in it.
 const FORMAT_FIXTURES: &[(&str, &str, &str)] = &[
     (
@@ -851,7 +851,7 @@ const FORMAT_FIXTURES: &[(&str, &str, &str)] = &[
 
 fn fixture(name: &str) -> String {
     let path = format!(
-        "{}/crates/wire/tests/fixtures/sse/{name}",
+        "{}/crates/llamatap-wire/tests/fixtures/sse/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))

@@ -347,7 +347,7 @@ fn a_tenant_reaches_only_its_own_resumable_streams() {
     // Bob, by Alice's id, and by Alice's scoped id spelled out: nothing.
     let forged = format!(
         "{}{CONV}",
-        llamatap::conversation::Scope::of_tenant("alice").prefix()
+        llamatap_wire::conversation::Scope::of_tenant("alice").prefix()
     );
     for id in [CONV, forged.as_str()] {
         let (s, b) = replay(&addr, Some(BOB), id);

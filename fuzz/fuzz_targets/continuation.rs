@@ -1,6 +1,6 @@
-//! Fuzzes continuing a cut stream: `llamatap::continuation::Rewriter` (a
+//! Fuzzes continuing a cut stream: `llamatap_wire::continuation::Rewriter` (a
 //! continuation's native `/completion` stream rewritten into the client's)
-//! and `llamatap::continuation::next` (planning the next attempt).
+//! and `llamatap_wire::continuation::next` (planning the next attempt).
 //!
 //! Input layout: `[flags, m, t, h, k, n, len_1 .. len_n, body .., stream ..]`
 //! - `flags & 3` is the client's stream: 0 chat (ids from a chat chunk),
@@ -42,7 +42,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use llamatap::continuation::{
+use llamatap_wire::continuation::{
     next, plan_for, stream_ids, Heard, Next, Rewriter, Shape, StreamIds, Target, TargetCounts,
 };
 

@@ -1,4 +1,4 @@
-//! Fuzzes llama-server format parsing: `llamatap::llama::parse_event` and
+//! Fuzzes llama-server format parsing: `llamatap_wire::llama::parse_event` and
 //! `parse_response` for every `StreamFormat::ALL`.
 //!
 //! Input layout: `[k, name .., data ..]`: the event name is the next
@@ -14,8 +14,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use llamatap::llama::{parse_event, parse_response, CountScanner, Delta, StreamFormat};
-use llamatap::sse::SseEvent;
+use llamatap_wire::llama::{parse_event, parse_response, CountScanner, Delta, StreamFormat};
+use llamatap_wire::sse::SseEvent;
 
 fuzz_target!(|input: &[u8]| {
     let Some((&k, rest)) = input.split_first() else {

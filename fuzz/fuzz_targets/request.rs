@@ -1,4 +1,4 @@
-//! Fuzzes request inspection: `llamatap::request::inspect_body` on the raw
+//! Fuzzes request inspection: `llamatap_wire::request::inspect_body` on the raw
 //! input and `Route::from_path` on its longest valid UTF-8 prefix.
 //!
 //! Invariants:
@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use llamatap::request::{inspect_body, Route, MAX_MODEL_BYTES};
+use llamatap_wire::request::{inspect_body, Route, MAX_MODEL_BYTES};
 
 fuzz_target!(|data: &[u8]| {
     let facts = inspect_body(data);

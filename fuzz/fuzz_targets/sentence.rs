@@ -1,4 +1,4 @@
-//! Fuzzes `llamatap::sentence::SentenceRule`.
+//! Fuzzes `llamatap_wire::sentence::SentenceRule`.
 //!
 //! Input layout: `[n, len_1 .. len_n, text ..]`
 //! - `n % 16` delta lengths follow, in chars (used cyclically, 0 = an empty
@@ -16,7 +16,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use llamatap::sentence::{Sentence, SentenceRule, MAX_SENTENCE_CHARS};
+use llamatap_wire::sentence::{Sentence, SentenceRule, MAX_SENTENCE_CHARS};
 
 fn decode(data: &[u8]) -> Option<(&[u8], &str)> {
     let (&n, rest) = data.split_first()?;

@@ -1,4 +1,4 @@
-//! Fuzzes `llamatap::sse::SseReader`.
+//! Fuzzes `llamatap_wire::sse::SseReader`.
 //!
 //! Input layout: `[m0, m1, n, len_1 .. len_n, stream ..]`
 //! - `max_event_bytes` = `1 << 20` if bit 15 of `u16::from_le_bytes([m0, m1])`
@@ -24,7 +24,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 use libfuzzer_sys::fuzz_target;
-use llamatap::sse::SseReader;
+use llamatap_wire::sse::SseReader;
 
 // === allocation accounting ===
 

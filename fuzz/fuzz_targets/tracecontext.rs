@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use llamatap::tracecontext::{format_traceparent, valid_tracestate, TraceParent, MAX_HEADER_BYTES};
+use llamatap_wire::tracecontext::{format_traceparent, valid_tracestate, TraceParent, MAX_HEADER_BYTES};
 
 fn trim_ows(mut b: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = b {

@@ -22,7 +22,7 @@ def put(target, name, data):
 
 # --- sse: [m0, m1, n, lens.., stream] ---
 BIG = b"\x00\x80"  # bit 15 set: max_event_bytes = 1 MiB
-for path in sorted(glob.glob(os.path.join(ROOT, "crates/wire/tests/fixtures/sse/*.txt"))):
+for path in sorted(glob.glob(os.path.join(ROOT, "crates/llamatap-wire/tests/fixtures/sse/*.txt"))):
     name = os.path.basename(path)[:-4]
     body = open(path, "rb").read()
     put("sse", name + "-raw", body)  # the fixture as is (its first bytes are the header)

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::telemetry::recent::RecentRequest;
+use llamatap_telemetry::recent::RecentRequest;
 
 mod rows;
 use rows::requests;

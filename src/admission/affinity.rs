@@ -7,7 +7,7 @@
 
 use super::{Admission, Fleet};
 use crate::proxy::context::RequestCtx;
-use crate::telemetry::queue::AffinityLabels;
+use llamatap_telemetry::queue::AffinityLabels;
 
 /// Before a dispatched request is routed: when `queue.affinity_wait_ms` is
 /// set and the upstream holding the longest prefix of its prompt is full,

@@ -10,8 +10,8 @@
 use std::time::Instant;
 
 use crate::proxy::context::RequestCtx;
-use crate::record::Outcome;
-use crate::tenant::Priority;
+use llamatap_policy::tenant::Priority;
+use llamatap_telemetry::record::Outcome;
 
 /// A refusal of the queue, for the proxy to answer in the OpenAI shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub struct Refusal {
 /// `400` `invalid_priority`, naming the header, the value (bounded) and
 /// the classes.
 pub(super) fn invalid_priority(ctx: &mut RequestCtx, header: &str, value: &str) -> Refusal {
-    let shown = crate::record::bounded(value, 64);
+    let shown = llamatap_telemetry::record::bounded(value, 64);
     let message = format!(
         "header {header}: {shown:?} is not a priority class; use interactive, default or batch"
     );
@@ -82,11 +82,11 @@ impl Refused {
     }
 }
 
-impl From<crate::queue::Refusal> for Refused {
-    fn from(r: crate::queue::Refusal) -> Self {
+impl From<llamatap_policy::queue::Refusal> for Refused {
+    fn from(r: llamatap_policy::queue::Refusal) -> Self {
         match r {
-            crate::queue::Refusal::Full => Refused::Full,
-            crate::queue::Refusal::TenantShare => Refused::TenantShare,
+            llamatap_policy::queue::Refusal::Full => Refused::Full,
+            llamatap_policy::queue::Refusal::TenantShare => Refused::TenantShare,
         }
     }
 }

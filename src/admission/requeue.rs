@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use super::wait::Waiting;
 use super::{tenant_key, Admission, Ticket, Verdict, REFRESH};
 use crate::proxy::context::RequestCtx;
-use crate::queue::Arrival;
+use llamatap_policy::queue::Arrival;
 
 /// A paused answer gives its slot back (the next request is dispatched).
 pub fn give_back(ctx: &mut RequestCtx) {

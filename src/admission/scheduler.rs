@@ -2,16 +2,16 @@
 //! followed by a dispatch of what can go and an update of the queue gauges;
 //! the upstreams' capacity and state are read from the fleet.
 //!
-//! Deliberately not here: the arithmetic ([`crate::queue`]) and the waits
+//! Deliberately not here: the arithmetic ([`llamatap_policy::queue`]) and the waits
 //! (the parent module).
 
 use std::time::Instant;
 
 use super::{Admission, Verdict, Waker};
 use crate::fleet::Member;
-use crate::queue::Scheduler;
-use crate::telemetry::queue::{ClassLabels, SlotLabels};
-use crate::tenant::Priority;
+use llamatap_policy::queue::Scheduler;
+use llamatap_policy::tenant::Priority;
+use llamatap_telemetry::queue::{ClassLabels, SlotLabels};
 
 impl Admission {
     /// Runs `f` on the scheduler, then dispatches what can go and updates

@@ -29,7 +29,7 @@
 //! `/readyz`) and [`store`] (the scripts, for the tests against a real
 //! Redis) are seen.
 //!
-//! Deliberately not here: the queue's arithmetic ([`crate::queue`]), the
+//! Deliberately not here: the queue's arithmetic ([`llamatap_policy::queue`]), the
 //! store's connections ([`crate::store`]).
 
 use std::collections::HashMap;

@@ -3,7 +3,7 @@ use std::time::Instant;
 use super::wait::Waiting;
 use super::*;
 use crate::config::Overrides;
-use crate::queue::Arrival;
+use llamatap_policy::queue::Arrival;
 
 const BATCH: usize = Priority::Batch as usize;
 

@@ -19,8 +19,8 @@ use tokio::sync::oneshot;
 use super::refusal::{invalid_priority, refused, Refusal, Refused};
 use super::{tenant_key, wanted, Admission, Held, Ticket, Verdict, REFRESH};
 use crate::proxy::context::RequestCtx;
-use crate::queue::{Arrival, Handle};
 use crate::replay;
+use llamatap_policy::queue::{Arrival, Handle};
 
 /// Takes a still-queued entry out when the waiting future ends for any
 /// reason (hang-up, deadline, the connection's task dropped).

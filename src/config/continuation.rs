@@ -4,7 +4,7 @@
 //!
 //! Validation only: continuing is [`crate::proxy`]'s job (its
 //! `continuation` module), what can be continued the wire crate's
-//! ([`crate::continuation`]).
+//! ([`llamatap_wire::continuation`]).
 
 use std::time::Duration;
 

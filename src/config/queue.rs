@@ -5,7 +5,7 @@
 //! other key, it keeps each upstream at its slot count and serves waiting
 //! requests first come, first served, refusing none: no class has a wait
 //! or depth limit unless configured. Validation only; the queue itself is
-//! [`crate::queue`] and [`crate::admission`].
+//! [`llamatap_policy::queue`] and [`crate::admission`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{invalid, ConfigError};
-use crate::queue::ClassRules;
-use crate::tenant::Priority;
+use llamatap_policy::queue::ClassRules;
+use llamatap_policy::tenant::Priority;
 
 /// Longest `max_wait_ms`: one hour.
 pub const MAX_WAIT_MS: u64 = 3_600_000;

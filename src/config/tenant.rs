@@ -5,15 +5,15 @@
 //! Validation only: names unique and label-safe, keys unique (across both
 //! lists) and read from the environment when asked, classes, weights and
 //! limits in range. Every failure is one line and names a tenant, never a
-//! key. Counting and refusing are [`crate::tenant`]'s and the proxy's.
+//! key. Counting and refusing are [`llamatap_policy::tenant`]'s and the proxy's.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::{invalid, ConfigError, Secret};
-use crate::conversation::Scope;
-use crate::tenant::{self, Limits, Priority, Tenant, Tenants};
+use llamatap_policy::tenant::{self, Limits, Priority, Tenant, Tenants};
+use llamatap_wire::conversation::Scope;
 
 /// Largest fair-share weight.
 pub const MAX_WEIGHT: u32 = 1000;

@@ -104,7 +104,10 @@ fn one_upstream_by_default_named_by_address() {
     assert_eq!(c.upstreams.len(), 1);
     assert_eq!(c.upstreams[0].name, "127.0.0.1:8081");
     assert_eq!(c.upstreams[0].weight, 1);
-    assert_eq!(c.routing.policy, crate::router::Policy::PrefixAffinity);
+    assert_eq!(
+        c.routing.policy,
+        llamatap_policy::router::Policy::PrefixAffinity
+    );
     assert_eq!(c.routing.session_header, None);
 }
 
@@ -120,7 +123,7 @@ fn upstream_list_with_names_weights_and_routing() {
     assert_eq!(names, ["gpu-a", "10.0.0.2:8081"]);
     assert_eq!((c.upstreams[0].weight, c.upstreams[1].weight), (3, 1));
     assert_eq!(c.upstreams[1].base_path, "/base");
-    assert_eq!(c.routing.policy, crate::router::Policy::LeastBusy);
+    assert_eq!(c.routing.policy, llamatap_policy::router::Policy::LeastBusy);
     assert_eq!(c.routing.session_header.as_deref(), Some("x-session-id"));
 }
 
@@ -135,7 +138,10 @@ fn repeated_upstream_flags_replace_the_file() {
     let c = Config::from_raw(raw, &o).unwrap();
     let names: Vec<_> = c.upstreams.iter().map(|u| u.name.as_str()).collect();
     assert_eq!(names, ["b:2", "c:3"]);
-    assert_eq!(c.routing.policy, crate::router::Policy::RoundRobin);
+    assert_eq!(
+        c.routing.policy,
+        llamatap_policy::router::Policy::RoundRobin
+    );
 }
 
 #[test]

@@ -5,13 +5,13 @@
 //!
 //! Validation only: names are unique and label-safe, weights positive, the
 //! fleet bounded (its names become metric labels). Choosing an upstream is
-//! [`crate::router`]'s job, not this module's.
+//! [`llamatap_policy::router`]'s job, not this module's.
 
 use serde::Deserialize;
 
 use super::discovery::discover_mode;
 use super::{invalid, ConfigError, DEFAULT_UPSTREAM};
-use crate::router::Policy;
+use llamatap_policy::router::Policy;
 
 /// Most upstreams one llamatap fronts: each name is a metric label value.
 pub const MAX_UPSTREAMS: usize = 64;

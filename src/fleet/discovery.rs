@@ -41,7 +41,7 @@ use tokio::time::MissedTickBehavior;
 use super::watch::{publish_models, watch_member};
 use super::{resolver, Fleet, Full, Lookup, Member};
 use crate::config::discovery::Discovery;
-use crate::telemetry::Telemetry;
+use llamatap_telemetry::Telemetry;
 
 /// Longest one lookup may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);

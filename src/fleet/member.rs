@@ -10,7 +10,7 @@ use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::config::UpstreamConfig;
-use crate::llama::slots::Marks;
+use llamatap_wire::llama::slots::Marks;
 
 /// What the health checks last found of a member.
 #[derive(Clone, Debug, PartialEq, Eq)]

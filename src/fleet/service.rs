@@ -19,7 +19,7 @@ use super::discovery::Discovered;
 use super::watch::watch_member;
 use super::Fleet;
 use crate::config::discovery::Discovery;
-use crate::telemetry::Telemetry;
+use llamatap_telemetry::Telemetry;
 
 /// The first address `host:port` resolves to (a blocking lookup).
 fn resolve(address: &str) -> Option<SocketAddr> {

@@ -203,7 +203,7 @@ fn a_member_not_checked_yet_is_not_unavailable() {
 
 #[test]
 fn restart_marks_are_noted() {
-    use crate::llama::slots::{Marks, SlotState};
+    use llamatap_wire::llama::slots::{Marks, SlotState};
     let f = fleet(1);
     let m = f.member(0).unwrap();
     let at = |last| Marks {

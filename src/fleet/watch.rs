@@ -9,11 +9,11 @@
 //! - the **info loop** of a member, while it is healthy, reads its idle
 //!   slots and the marks of its process's life (`/slots`, fleets only), its
 //!   own `llamacpp:*` metrics (`/metrics`, when it runs with `--metrics`;
-//!   re-exported by [`crate::telemetry::reexport`]) and its model list
+//!   re-exported by [`llamatap_telemetry::reexport`]) and its model list
 //!   (`/v1/models`, else llama-server's router-mode `/models`), each read
 //!   bounded by `INFO_TIMEOUT` (3 s). It reads the model list at once when the
 //!   member turns healthy. A mark that went backwards (see
-//!   [`crate::llama::slots::Marks`]) means the member restarted: the
+//!   [`llamatap_wire::llama::slots::Marks`]) means the member restarted: the
 //!   router forgets its prefixes. A failed check alone does not.
 //!
 //! A discovered name has a third loop, [`super::discovery`], which adds and
@@ -35,8 +35,8 @@ use tokio::time::MissedTickBehavior;
 
 use super::probe::{self, ProbeError};
 use super::{Fleet, Member, Transition};
-use crate::llama::{parse_model_list, server_metrics, slots};
-use crate::telemetry::Telemetry;
+use llamatap_telemetry::Telemetry;
+use llamatap_wire::llama::{parse_model_list, server_metrics, slots};
 
 /// How often each upstream's `/health` is checked. A recovered upstream
 /// rejoins within one interval and one check's timeout.

@@ -6,7 +6,7 @@
 //! counts), and each answer chunk handed to the observer.
 //!
 //! Deliberately not here: reading the events (the observer,
-//! `crate::observe`) and forwarding ([`super::forward`]).
+//! `llamatap_telemetry::observe`) and forwarding ([`super::forward`]).
 
 use std::time::Instant;
 
@@ -19,10 +19,10 @@ use super::charge;
 use super::context::RequestCtx;
 use super::errors;
 use crate::config::Config;
-use crate::llama::CountScanner;
-use crate::observe::{StreamEnd, StreamObserver};
-use crate::request;
-use crate::telemetry::Telemetry;
+use llamatap_telemetry::observe::{StreamEnd, StreamObserver};
+use llamatap_telemetry::Telemetry;
+use llamatap_wire::llama::CountScanner;
+use llamatap_wire::request;
 
 /// A request body chunk: counted against `limits.max_body_bytes`, and kept
 /// (up to `telemetry.max_inspect_bytes`) for the body's facts, read once

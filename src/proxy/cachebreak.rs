@@ -2,7 +2,7 @@
 //! built from the body the proxy parses anyway (in `request_body_filter`
 //! with one upstream, in the fleet's pre-read with several), and judged in
 //! `logging` against the conversation's previous turn
-//! ([`crate::cachebreak`]).
+//! ([`llamatap_policy::cachebreak`]).
 //!
 //! Only a chat request that succeeded, or at least got llama-server's
 //! `timings`, is judged (a failed one reports no `timings` and teaches
@@ -14,11 +14,11 @@
 
 use std::sync::Mutex;
 
-use crate::cachebreak::{Book, Diagnosis, Observed, PromptDigest, DEFAULT_BUDGET_BYTES};
-use crate::record::{Outcome, RequestRecord};
-use crate::request::{RequestFacts, Route};
-use crate::router::SEED;
-use crate::tenant::TenantId;
+use llamatap_policy::cachebreak::{Book, Diagnosis, Observed, PromptDigest, DEFAULT_BUDGET_BYTES};
+use llamatap_policy::router::SEED;
+use llamatap_policy::tenant::TenantId;
+use llamatap_telemetry::record::{Outcome, RequestRecord};
+use llamatap_wire::request::{RequestFacts, Route};
 
 /// The process's record of recent conversations.
 #[derive(Debug)]
@@ -75,7 +75,7 @@ impl Breaks {
             upstream: rec
                 .upstream
                 .as_ref()
-                .map(|u| crate::router::upstream_id(&u.name)),
+                .map(|u| llamatap_policy::router::upstream_id(&u.name)),
         };
         let mut book = self.book.lock().ok()?;
         book.diagnose(digest, observed)
@@ -91,9 +91,9 @@ fn tenant_key(tenant: TenantId) -> u64 {
 }
 
 /// Reads a complete request body once: its facts and, on a chat route, the
-/// digest of its prompt ([`crate::cachebreak::inspect`]).
+/// digest of its prompt ([`llamatap_policy::cachebreak::inspect`]).
 pub fn inspect(route: Route, body: &[u8], capture: bool) -> (RequestFacts, Option<PromptDigest>) {
-    crate::cachebreak::inspect(route, body, capture)
+    llamatap_policy::cachebreak::inspect(route, body, capture)
 }
 
 #[cfg(test)]

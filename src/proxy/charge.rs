@@ -15,11 +15,11 @@
 //!
 //! Deliberately not here: the windows and the store the charge goes to
 //! ([`super::tenant`]), and reading the counts from the bytes (the
-//! observer, [`crate::llama`]).
+//! observer, [`llamatap_wire::llama`]).
 
-use crate::answer::ContinuationResult;
-use crate::llama::StreamFormat;
-use crate::record::{Outcome, RequestRecord};
+use llamatap_policy::answer::ContinuationResult;
+use llamatap_telemetry::record::{Outcome, RequestRecord};
+use llamatap_wire::llama::StreamFormat;
 
 use super::context::RequestCtx;
 

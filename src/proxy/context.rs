@@ -3,13 +3,13 @@
 
 use std::time::{Instant, SystemTime};
 
-use crate::llama::StreamFormat;
-use crate::observe::{StreamEnd, StreamFacts, StreamObserver};
-use crate::record::{HangupPhase, Outcome, QueueFacts, RequestRecord};
-use crate::request::{RequestFacts, Route};
-use crate::router::{Chain, Decision};
-use crate::telemetry::continuation::Continued;
-use crate::telemetry::spans::RequestSpan;
+use llamatap_policy::router::{Chain, Decision};
+use llamatap_telemetry::continuation::Continued;
+use llamatap_telemetry::observe::{StreamEnd, StreamFacts, StreamObserver};
+use llamatap_telemetry::record::{HangupPhase, Outcome, QueueFacts, RequestRecord};
+use llamatap_telemetry::spans::RequestSpan;
+use llamatap_wire::llama::StreamFormat;
+use llamatap_wire::request::{RequestFacts, Route};
 
 /// State of one proxied request.
 pub struct RequestCtx {
@@ -44,7 +44,7 @@ pub struct RequestCtx {
     pub json_body: Option<Vec<u8>>,
     /// The counts of a JSON answer too large for `json_body`, read as it
     /// passes.
-    pub json_counts: Option<Box<crate::llama::CountScanner>>,
+    pub json_counts: Option<Box<llamatap_wire::llama::CountScanner>>,
     /// Response body bytes forwarded.
     pub response_bytes: u64,
     /// Request body bytes received.
@@ -73,11 +73,11 @@ pub struct RequestCtx {
     /// Upstream attempts made (the first one and each retry).
     pub upstream_attempts: u32,
     /// Who the request is from (set by the key check).
-    pub tenant: crate::tenant::TenantId,
+    pub tenant: llamatap_policy::tenant::TenantId,
     /// The tenant's concurrency slot, while held.
-    pub tenant_slot: Option<crate::tenant::InFlight>,
+    pub tenant_slot: Option<llamatap_policy::tenant::InFlight>,
     /// The tenant's per-minute limits as admitted: the `x-ratelimit-*` headers.
-    pub quota: crate::tenant::window::Quota,
+    pub quota: llamatap_policy::tenant::window::Quota,
     /// The admission queue's state and the slot it granted (queue on).
     pub admission: Option<Box<crate::admission::Held>>,
     /// What a chat stream keeps to be continued elsewhere, and its
@@ -122,7 +122,7 @@ pub struct Routed {
     /// The prompt's prefix chain, when the body was read before routing.
     pub chain: Chain,
     /// The chat prompt's digest, for the cache-break diagnosis in `logging`.
-    pub prompt: Option<crate::cachebreak::PromptDigest>,
+    pub prompt: Option<llamatap_policy::cachebreak::PromptDigest>,
     /// The routing decision of the current attempt.
     pub decision: Option<Decision>,
     /// Members already tried (connect failures).
@@ -163,9 +163,9 @@ impl RequestCtx {
             continue_sent: false,
             terminal_sent: false,
             upstream_attempts: 0,
-            tenant: crate::tenant::TenantId::Anonymous,
+            tenant: llamatap_policy::tenant::TenantId::Anonymous,
             tenant_slot: None,
-            quota: crate::tenant::window::Quota::default(),
+            quota: llamatap_policy::tenant::window::Quota::default(),
             admission: None,
             resume: None,
         }
@@ -259,7 +259,7 @@ impl RequestCtx {
             }),
         };
         if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {
-            let r = crate::llama::parse_response(format, &body);
+            let r = llamatap_wire::llama::parse_response(format, &body);
             rec.finish_reasons = r.finish_reasons;
             rec.timings = r.timings;
             rec.usage = r.usage;

@@ -4,13 +4,13 @@
 //! and the pure plan of what comes next ([`plan_next`], [`can_move`]).
 //!
 //! Deliberately not here: acting on the plan (the forwarding loop's
-//! `resume`), the plan itself ([`crate::continuation`], pure).
+//! `resume`), the plan itself ([`llamatap_wire::continuation`], pure).
 
 use bytes::Bytes;
 
 use super::context::{RequestCtx, Resume};
-use crate::continuation::{self as plan, Heard, Next, Shape};
-use crate::request::Route;
+use llamatap_wire::continuation::{self as plan, Heard, Next, Shape};
+use llamatap_wire::request::Route;
 
 /// The continuation's shape for a route; `None`: not continued.
 pub fn shape_of(route: Route) -> Option<Shape> {

@@ -1,5 +1,5 @@
 //! llama-server's resumable streams kept apart per tenant, once named keys
-//! are configured ([`crate::conversation`] has the id mapping).
+//! are configured ([`llamatap_wire::conversation`] has the id mapping).
 //!
 //! - Every request's `X-Conversation-Id` header and `conv_id` query
 //!   parameter go upstream scoped to the request's tenant
@@ -17,7 +17,7 @@ use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
 use crate::config::Config;
-use crate::conversation::{self, Scope};
+use llamatap_wire::conversation::{self, Scope};
 
 /// The request's tenant's scope, when named keys are configured.
 pub fn scope(ctx: &RequestCtx, config: &Config) -> Option<Scope> {

@@ -7,7 +7,7 @@
 
 use pingora::{Error, ErrorSource, ErrorType};
 
-use crate::record::Outcome;
+use llamatap_telemetry::record::Outcome;
 
 /// How a failed request is reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,7 +296,7 @@ pub fn message_naming(f: &Failure, e: &Error, upstream: Option<&str>) -> String 
 
 /// A request path as a log line shows it: at most 256 bytes.
 pub fn bounded_path(path: &str) -> String {
-    crate::record::bounded(path, 256)
+    llamatap_telemetry::record::bounded(path, 256)
 }
 
 /// The OpenAI-shaped JSON error body.

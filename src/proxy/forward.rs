@@ -12,7 +12,7 @@
 //! - the rest of a cut or moved answer ([`Attempt::Rest`]): the target
 //!   renders the conversation and generates the rest with `/completion`,
 //!   and its events are rewritten into the client's stream
-//!   ([`crate::continuation::Rewriter`]), so the client sees one stream.
+//!   ([`llamatap_wire::continuation::Rewriter`]), so the client sees one stream.
 //!
 //! Pingora accepts and parses the request, runs `request_filter` (guard,
 //! tenant limits, routing, the queue, then this loop) and, after it,
@@ -48,8 +48,8 @@ use pingora::{ErrorSource, ErrorType, Result};
 
 use super::context::RequestCtx;
 use super::{downstream, Steps};
-use crate::continuation::{Rest, Rewriter};
 use attempt::{Attempt, Ending};
+use llamatap_wire::continuation::{Rest, Rewriter};
 
 /// Largest native event read from a continuation.
 const MAX_EVENT_BYTES: usize = 1 << 20;

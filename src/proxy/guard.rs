@@ -1,6 +1,6 @@
 //! Checks made before anything reaches llama-server: request size limits (the
 //! head, request line included, and the declared body), client API keys,
-//! which name the request's tenant ([`crate::tenant::Tenants::identify`]),
+//! which name the request's tenant ([`llamatap_policy::tenant::Tenants::identify`]),
 //! and, once named keys are configured, the administrative routes
 //! ([`AdminRoute`]), which only a key marked `admin = true` may use.
 //! Pure decisions over headers; the hook sends the answer.
@@ -8,8 +8,8 @@
 use pingora::http::RequestHeader;
 
 use crate::config::Config;
-use crate::request::{AdminRoute, Route};
-use crate::tenant::{Identity, TenantId};
+use llamatap_policy::tenant::{Identity, TenantId};
+use llamatap_wire::request::{AdminRoute, Route};
 
 /// Why a request is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

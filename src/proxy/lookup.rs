@@ -27,7 +27,7 @@ use super::guard::Refusal;
 use super::reply::refuse;
 use super::{forward, Steps};
 use crate::config::Config;
-use crate::conversation;
+use llamatap_wire::conversation;
 
 /// Largest lookup body a client may send, bytes.
 pub const MAX_LOOKUP_BODY: usize = 64 * 1024;

@@ -34,8 +34,8 @@ use pingora::services::background::BackgroundService;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use crate::answer::Reason;
 use crate::fleet::Fleet;
+use llamatap_policy::answer::Reason;
 
 /// What tells one answer to move.
 #[derive(Debug, Default)]

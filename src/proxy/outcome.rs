@@ -8,8 +8,8 @@ use pingora::{Error, ErrorSource, ErrorType};
 
 use super::context::RequestCtx;
 use super::errors;
-use crate::record::Outcome;
-use crate::request::Route;
+use llamatap_telemetry::record::Outcome;
+use llamatap_wire::request::Route;
 
 /// Whether an answer shows the upstream itself unwell, so that it is
 /// ejected for a while. llama-server answers many client mistakes with a

@@ -14,8 +14,8 @@ use super::context::RequestCtx;
 use super::errors;
 use super::guard;
 use crate::admission;
-use crate::record::Outcome;
-use crate::telemetry::spans::Tracing;
+use llamatap_telemetry::record::Outcome;
+use llamatap_telemetry::spans::Tracing;
 
 /// Answers a refused request with an OpenAI-shaped error; the upstream never sees it.
 pub async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refusal) {

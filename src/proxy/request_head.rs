@@ -20,7 +20,7 @@ use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
 use crate::config::Config;
-use crate::telemetry::spans::{RequestSpan, Tracing};
+use llamatap_telemetry::spans::{RequestSpan, Tracing};
 
 /// Applies the base path and the header changes above but the trace ones.
 pub fn shape(

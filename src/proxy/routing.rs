@@ -1,5 +1,5 @@
 //! Routing in the proxy hooks: what the hooks do before and after
-//! the router's pure decision ([`crate::router`]).
+//! the router's pure decision ([`llamatap_policy::router`]).
 //!
 //! - [`prepare`] (in `request_filter`, several upstreams only): reads the
 //!   request body before an upstream is chosen, when Pingora can replay it
@@ -30,15 +30,15 @@ use pingora::{Error, ErrorType, Result};
 
 use super::context::RequestCtx;
 use super::errors::{self, Cause};
-use crate::cachebreak::PromptDigest;
 use crate::config::Config;
 use crate::fleet::watch::HEALTH_INTERVAL;
 use crate::fleet::{Fleet, NoRoute};
-use crate::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
 use crate::replay;
-use crate::request;
-use crate::router::{session_key, Chain, Observation};
-use crate::telemetry::spans::Tracing;
+use llamatap_policy::cachebreak::PromptDigest;
+use llamatap_policy::router::{session_key, Chain, Observation};
+use llamatap_telemetry::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
+use llamatap_telemetry::spans::Tracing;
+use llamatap_wire::request;
 
 /// Longest model name echoed in an error message, bytes.
 const MAX_ECHOED_MODEL: usize = 128;

@@ -32,10 +32,10 @@ use super::{attempt, bodies, conversation, request_head, routing, tenant};
 use crate::admission;
 use crate::config::Config;
 use crate::fleet::Fleet;
-use crate::telemetry::spans::Tracing;
-use crate::telemetry::Telemetry;
 use crate::upstream::client::Exchange;
 use crate::upstream::spare::Spares;
+use llamatap_telemetry::spans::Tracing;
+use llamatap_telemetry::Telemetry;
 
 /// What every request's steps use, built once for the process.
 pub struct Steps {
@@ -213,7 +213,7 @@ impl Steps {
         if let Some(span) = &ctx.span {
             resp.insert_header("traceresponse", Tracing::traceresponse(span))?;
         }
-        for (name, value) in crate::tenant::window::quota_headers(&ctx.quota) {
+        for (name, value) in llamatap_policy::tenant::window::quota_headers(&ctx.quota) {
             resp.insert_header(name, value)?;
         }
         Ok(())

@@ -7,7 +7,7 @@
 //! decides the per-minute limits for every replica. The concurrency limit is
 //! always per replica. When the store fails, `on_error = "allow"` lets this
 //! replica's own counts decide; `"deny"` refuses limited tenants with 503.
-//! The arithmetic is [`crate::tenant::window`]'s; this module only gathers
+//! The arithmetic is [`llamatap_policy::tenant::window`]'s; this module only gathers
 //! the counts and applies the decision.
 
 use std::sync::atomic::AtomicU32;
@@ -17,11 +17,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use pingora::proxy::Session;
 
 use crate::config::{Config, OnError};
-use crate::record::{Outcome, RequestRecord};
-use crate::telemetry::tenant::STORE_LIMIT;
-use crate::telemetry::Telemetry;
-use crate::tenant::window::{self, Quota, Refusal, Usage, Window};
-use crate::tenant::{InFlight, TenantId, Tenants};
+use llamatap_policy::tenant::window::{self, Quota, Refusal, Usage, Window};
+use llamatap_policy::tenant::{InFlight, TenantId, Tenants};
+use llamatap_telemetry::record::{Outcome, RequestRecord};
+use llamatap_telemetry::tenant::STORE_LIMIT;
+use llamatap_telemetry::Telemetry;
 
 use super::context::RequestCtx;
 use super::reply::{write_error_with, ErrorReply};

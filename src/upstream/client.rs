@@ -6,7 +6,7 @@
 //! The caller writes the request in as few writes as its body allows (the
 //! head goes out with the first body chunk). The response head is parsed
 //! with `httparse` under the options Pingora's client uses; the body is
-//! decoded in place ([`crate::framing`]) and each piece is handed out as a
+//! decoded in place ([`llamatap_wire::framing`]) and each piece is handed out as a
 //! slice of the read buffer, without a copy. The buffer is taken only when
 //! the socket has bytes to read and let go once they are parsed; it starts
 //! at 4 KiB and grows (to 64 KiB) only while reads fill it. So a stream held
@@ -26,7 +26,7 @@ use pingora::protocols::Stream;
 use pingora::{Error, ErrorType, OrErr, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::framing::{self, Chunked, Framing, Step};
+use llamatap_wire::framing::{self, Chunked, Framing, Step};
 
 /// The most header fields a response head may have (as Pingora).
 const MAX_HEADERS: usize = 256;

@@ -295,9 +295,9 @@ pub fn metric_series(text: &str, name: &str, needles: &[&str]) -> Option<f64> {
 /// is exported at zero: each stage histogram (its `_count`, `_sum` and `+Inf`
 /// bucket), time per output token, the longest token gap, and the counters.
 pub fn assert_model_series_at_zero(text: &str, model: &str) {
-    use llamatap::record::{HangupPhase, Outcome};
-    use llamatap::request::Route;
-    use llamatap::telemetry::metrics::STAGES;
+    use llamatap_telemetry::metrics::STAGES;
+    use llamatap_telemetry::record::{HangupPhase, Outcome};
+    use llamatap_wire::request::Route;
     let m = format!("model=\"{model}\"");
     let mut want: Vec<(String, Vec<String>)> = Vec::new();
     let hist = |want: &mut Vec<(String, Vec<String>)>, name: &str, labels: Vec<String>| {

@@ -89,6 +89,6 @@ fn the_labels_are_the_metrics_reasons() {
         (Refused::Timeout, "queue_timeout"),
     ] {
         assert_eq!(why.as_str(), label);
-        assert!(crate::telemetry::queue::REFUSAL_REASONS.contains(&label));
+        assert!(llamatap_telemetry::queue::REFUSAL_REASONS.contains(&label));
     }
 }

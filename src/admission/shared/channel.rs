@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::Shared;
 use crate::admission::Admission;
-use crate::tenant::Priority;
+use llamatap_policy::tenant::Priority;
 
 // === impl Shared ===
 

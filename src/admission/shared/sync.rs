@@ -22,8 +22,8 @@ use super::lease::own_on;
 use super::store::{Models, SlotView};
 use super::{key_of, Shared};
 use crate::admission::Admission;
-use crate::telemetry::queue::SlotLabels;
-use crate::tenant::Priority;
+use llamatap_policy::tenant::Priority;
+use llamatap_telemetry::queue::SlotLabels;
 
 // === impl Shared ===
 

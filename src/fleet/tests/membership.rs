@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use crate::config::Overrides;
 use crate::fleet::*;
-use crate::request::Route;
+use llamatap_wire::request::Route;
 
 /// A fleet with one discovered name and no member yet.
 fn discovered() -> Fleet {

@@ -1,6 +1,6 @@
 use super::*;
-use crate::cachebreak::Cause;
-use crate::llama::Timings;
+use llamatap_policy::cachebreak::Cause;
+use llamatap_wire::llama::Timings;
 
 fn record(outcome: Outcome, timings: Option<Timings>) -> RequestRecord {
     let mut rec = crate::proxy::context::RequestCtx::new().record(

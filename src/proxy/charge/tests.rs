@@ -1,9 +1,9 @@
 use std::time::Duration;
 
 use super::*;
-use crate::answer::Reason;
-use crate::llama::{Timings, Usage};
-use crate::telemetry::continuation::Continued;
+use llamatap_policy::answer::Reason;
+use llamatap_telemetry::continuation::Continued;
+use llamatap_wire::llama::{Timings, Usage};
 
 /// The example record (20 prompt and 10 generated tokens in its usage, 10
 /// token events) without any count.
@@ -91,7 +91,7 @@ fn an_unreported_prompt_is_charged_by_the_bodys_size() {
         },
         // Tokenizing runs on no slot.
         RequestRecord {
-            route: crate::request::Route::Tokenize,
+            route: llamatap_wire::request::Route::Tokenize,
             ..unreported()
         },
     ] {

@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::{Overrides, RawConfig};
-use crate::tenant::TenantId;
+use llamatap_policy::tenant::TenantId;
 
 fn config(toml: &str) -> Config {
     Config::from_raw(RawConfig::from_toml(toml).unwrap(), &Overrides::default()).unwrap()
@@ -45,7 +45,7 @@ fn a_tenants_header_and_query_go_up_in_its_scope() {
     ctx.tenant = TenantId::Anonymous;
     let mut req = head("/v1/chat/completions", &[" c2 "]);
     scope_head(&mut req, &ctx, &c).unwrap();
-    let anon = Scope::of_tenant(crate::tenant::ANONYMOUS);
+    let anon = Scope::of_tenant(llamatap_policy::tenant::ANONYMOUS);
     assert_eq!(ids(&req), vec![format!("{}c2", anon.prefix())]);
     assert_eq!(req.raw_path(), b"/v1/chat/completions");
     // An empty id is none.

@@ -8,8 +8,8 @@
 use bytes::Bytes;
 use pingora::Error;
 
-use crate::answer::Reason;
-use crate::continuation::Rest;
+use llamatap_policy::answer::Reason;
+use llamatap_wire::continuation::Rest;
 
 /// What one attempt sends.
 #[derive(Debug)]

@@ -3,16 +3,16 @@
 //! noted, and logged once its attempt ends ([`close`]) or fails.
 //!
 //! Deliberately not here: deciding anything (`resume`), the telemetry it
-//! feeds ([`crate::telemetry::continuation`]).
+//! feeds ([`llamatap_telemetry::continuation`]).
 
 use pingora::{Error, ErrorType};
 
 use super::super::context::{Open, RequestCtx};
 use super::super::Steps;
 use super::checks::member_name;
-use crate::answer::ContinuationResult;
-use crate::continuation::TargetCounts;
-use crate::telemetry::continuation::{Continued, MAX_KEPT};
+use llamatap_policy::answer::ContinuationResult;
+use llamatap_telemetry::continuation::{Continued, MAX_KEPT};
+use llamatap_wire::continuation::TargetCounts;
 
 /// The request ends with `error` (or, `None`, its answer whole): the
 /// continuation under way, if any, is recorded. One that had not reached

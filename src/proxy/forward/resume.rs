@@ -2,7 +2,7 @@
 //! attempt through the same loop. A stream whose llama-server dies, resets
 //! or stalls mid-answer, whose member drains, or whose slot a more urgent
 //! request takes, goes on from where its client is ([`next`]): the pure
-//! plan of [`crate::continuation`] says whether it can, ends it where it
+//! plan of [`llamatap_wire::continuation`] says whether it can, ends it where it
 //! is, or asks a target for the rest; an upstream that died before the
 //! answer's head gets the request again, whole, on another member.
 //!
@@ -11,7 +11,7 @@
 //!
 //! Deliberately not here: connecting, sending and streaming (the loop's),
 //! the checks the loop asks as it streams (`checks`), the JSON shapes and
-//! the plan (pure, [`crate::continuation`]), deciding which answer moves
+//! the plan (pure, [`llamatap_wire::continuation`]), deciding which answer moves
 //! ([`super::super::moves`], the queue).
 
 use std::time::{Duration, Instant};
@@ -26,9 +26,9 @@ use super::super::{admission, downstream, Steps};
 use super::attempt::{Attempt, Ending};
 use super::checks::{armed, elsewhere, member_name};
 use super::record::{close, fail, failed, log, take_open};
-use crate::answer::{ContinuationResult, Reason};
-use crate::continuation::Next;
-use crate::telemetry::continuation::Continued;
+use llamatap_policy::answer::{ContinuationResult, Reason};
+use llamatap_telemetry::continuation::Continued;
+use llamatap_wire::continuation::Next;
 
 /// After an attempt ended as `ending`: the next attempt, or `None` when
 /// the client has the whole answer. An error ends the request (the

@@ -19,8 +19,8 @@ use pingora::{Error, ErrorType, Result};
 
 use super::super::context::RequestCtx;
 use super::super::{request_head, Steps};
-use crate::continuation as plan;
 use crate::upstream::client::Exchange;
+use llamatap_wire::continuation as plan;
 
 /// Largest `/apply-template` answer read.
 const MAX_TEMPLATE_ANSWER: usize = 8 << 20;

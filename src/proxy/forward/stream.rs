@@ -27,9 +27,9 @@ use super::super::moves::{Registration, Signal};
 use super::super::{admission, downstream, Steps};
 use super::attempt::Ending;
 use super::{checks, record};
-use crate::answer::Reason;
-use crate::continuation::Rewriter;
 use crate::upstream::client::Exchange;
+use llamatap_policy::answer::Reason;
+use llamatap_wire::continuation::Rewriter;
 
 /// Moves the answer's body from `up` to the client; `rewrite` turns a
 /// continuation's native events into the client's stream. An answer that

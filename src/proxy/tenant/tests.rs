@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::{Overrides, RawConfig};
-use crate::tenant::window::LimitKind;
+use llamatap_policy::tenant::window::LimitKind;
 
 fn limiter(toml: &str) -> Limiter {
     let raw = RawConfig::from_toml(toml).unwrap();

@@ -161,7 +161,7 @@ fn in_band_error_is_recorded() {
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = format!(
-        "{}/../wire/tests/fixtures/sse/{name}",
+        "{}/../llamatap-wire/tests/fixtures/sse/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
