@@ -36,7 +36,7 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
 ];
 
 /// Production files allowed past [`MAX_LINES`] for now.
-const KNOWN_LONG_FILES: &[&str] = &["fleet.rs"];
+const KNOWN_LONG_FILES: &[&str] = &[];
 
 /// Longest production file, lines.
 const MAX_LINES: usize = 400;
