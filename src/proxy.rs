@@ -56,11 +56,6 @@ use llamatap_wire::request::Route;
 use reply::refuse;
 pub use steps::Steps;
 
-/// Routing's choice of an attempt's upstream, asked again by the admission
-/// queue when another replica took the slot a lease was for
-/// ([`crate::admission::secure`]).
-pub(crate) use routing::choose as choose_upstream;
-
 /// The llamatap proxy service: Pingora's hooks over the request's
 /// [`Steps`].
 pub struct LlamaProxy {
@@ -170,7 +165,7 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
-        if let Some(r) = Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
+        if let Some(r) = Box::pin(queue(session, ctx, &self.steps.admission)).await? {
             Box::pin(reply::write_refusal(session, ctx, &r)).await;
             return Ok(true);
         }
@@ -269,4 +264,22 @@ impl ProxyHttp for LlamaProxy {
             .telemetry
             .request_finished(&rec, ctx.span.take().map(|s| *s));
     }
+}
+
+/// The admission queue's wait, for a request that uses a slot
+/// ([`admission::wait`]).
+async fn queue(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    admission: &Arc<admission::Admission>,
+) -> Result<Option<admission::Refusal>> {
+    if !ctx.route.uses_slot() {
+        return Ok(None);
+    }
+    let asking = admission::Asking {
+        tenant: ctx.tenant,
+        received: ctx.received,
+        model: ctx.request.model.as_deref(),
+    };
+    admission::wait(session, asking, &mut ctx.admission, admission).await
 }

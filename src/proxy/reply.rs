@@ -30,9 +30,11 @@ pub async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refus
     write_error(session, ctx, reply).await;
 }
 
-/// Answers a refusal of the admission queue (its facts are in `ctx`
-/// already), with `Retry-After: 1` when it says so.
+/// Records and answers a refusal of the admission queue, with
+/// `Retry-After: 1` when it says so.
 pub async fn write_refusal(session: &mut Session, ctx: &mut RequestCtx, r: &admission::Refusal) {
+    ctx.ended = Some(std::time::Instant::now());
+    ctx.failure = Some((r.outcome, r.code, r.message.clone()));
     let reply = ErrorReply {
         status: r.status,
         kind: r.kind,

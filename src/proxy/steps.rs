@@ -29,7 +29,7 @@ use super::cachebreak::Breaks;
 use super::context::RequestCtx;
 use super::moves::Moves;
 use super::{attempt, bodies, conversation, request_head, routing, tenant};
-use crate::admission;
+use crate::admission::{self, Secured};
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::upstream::client::Exchange;
@@ -93,8 +93,10 @@ impl Steps {
     /// already failed.
     pub async fn peer(&self, ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
         ctx.upstream_attempts += 1;
-        if ctx.upstream_attempts == 1 {
-            admission::wait_for_affine(&self.admission, &self.fleet, ctx).await;
+        let first =
+            ctx.upstream_attempts == 1 && ctx.session.is_none() && ctx.routed.tried.is_empty();
+        if let Some(held) = ctx.admission.as_deref_mut().filter(|_| first) {
+            admission::wait_for_affine(&self.admission, &self.fleet, held, &ctx.routed.chain).await;
         }
         let address = routing::choose(&self.fleet, ctx)?;
         Ok(Box::new(attempt::peer(&self.config, address)))
@@ -102,16 +104,25 @@ impl Steps {
 
     /// With shared slots, the slot of the attempt's upstream is leased
     /// before it connects ([`admission::secure`]): `peer` again, or the
-    /// peer of the upstream it was routed to instead.
+    /// peer of the upstream it was routed to instead when another replica
+    /// took that slot.
     pub async fn lease(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        peer: Box<HttpPeer>,
+        mut peer: Box<HttpPeer>,
     ) -> Result<Box<HttpPeer>> {
-        match admission::secure(session, ctx, &self.admission, &self.fleet).await? {
-            Some(address) => Ok(Box::new(attempt::peer(&self.config, address))),
-            None => Ok(peer),
+        loop {
+            let Some(held) = ctx.admission.as_deref_mut() else {
+                return Ok(peer);
+            };
+            match admission::secure(session, held, &self.admission, &self.fleet).await? {
+                Secured::Kept => return Ok(peer),
+                Secured::Reroute => {
+                    let address = routing::choose(&self.fleet, ctx)?;
+                    peer = Box::new(attempt::peer(&self.config, address));
+                }
+            }
         }
     }
 

@@ -116,9 +116,11 @@ async fn cut(
         if let Some(r) = ctx.resume.as_deref_mut() {
             r.pauses += 1;
         }
-        if let Err(e) = admission::requeue(session, ctx, &steps.admission).await {
-            let _ = fail(ctx, open, ContinuationResult::Failed, "client_left");
-            return Err(e);
+        if let Some(held) = ctx.admission.as_deref_mut() {
+            if let Err(e) = admission::requeue(session, held, &steps.admission).await {
+                let _ = fail(ctx, open, ContinuationResult::Failed, "client_left");
+                return Err(e);
+            }
         }
     }
     let rest = match plan_next(ctx) {

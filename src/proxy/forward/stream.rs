@@ -24,7 +24,7 @@ use tokio::sync::futures::Notified;
 use super::super::context::RequestCtx;
 use super::super::continuable;
 use super::super::moves::{Registration, Signal};
-use super::super::{admission, downstream, Steps};
+use super::super::{downstream, Steps};
 use super::attempt::Ending;
 use super::{checks, record};
 use crate::upstream::client::Exchange;
@@ -99,7 +99,9 @@ pub async fn body(
                             // counted among those pausing: the waiting
                             // request takes it, and no second answer pauses
                             // for it.
-                            admission::give_back(ctx);
+                            if let Some(h) = ctx.admission.as_deref_mut() {
+                                h.give_back();
+                            }
                         }
                         return Ok(Ending::Cut(reason, moved(reason)));
                     }
