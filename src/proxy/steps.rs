@@ -92,11 +92,18 @@ impl Steps {
     /// ([`routing::choose`]), and a retry never goes back to one that
     /// already failed.
     pub async fn peer(&self, ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
-        ctx.upstream_attempts += 1;
-        let first =
-            ctx.upstream_attempts == 1 && ctx.session.is_none() && ctx.routed.tried.is_empty();
+        ctx.attempt.count += 1;
+        let first = ctx.attempt.count == 1
+            && ctx.who.session.is_none()
+            && ctx.attempt.routed.tried.is_empty();
         if let Some(held) = ctx.admission.as_deref_mut().filter(|_| first) {
-            admission::wait_for_affine(&self.admission, &self.fleet, held, &ctx.routed.chain).await;
+            admission::wait_for_affine(
+                &self.admission,
+                &self.fleet,
+                held,
+                &ctx.attempt.routed.chain,
+            )
+            .await;
         }
         let address = routing::choose(&self.fleet, ctx)?;
         Ok(Box::new(attempt::peer(&self.config, address)))
@@ -154,7 +161,7 @@ impl Steps {
     /// or a new one (a second request of the same attempt, such as a
     /// continuation's `/completion` after its `/apply-template`).
     pub async fn reconnect(&self, ctx: &RequestCtx, peer: &HttpPeer) -> Result<Exchange> {
-        let member = ctx.member.unwrap_or(0);
+        let member = ctx.attempt.member.unwrap_or(0);
         if let Some(stream) = self.spares.take(member, peer).await {
             self.spares.refill(member, peer);
             return Ok(Exchange::new(stream));
@@ -178,13 +185,13 @@ impl Steps {
     /// the tenant's conversation ids scoped ([`conversation`]) and the
     /// trace context handed on.
     pub fn upstream_request(&self, req: &mut RequestHeader, ctx: &mut RequestCtx) -> Result<()> {
-        let member = ctx.member.and_then(|i| self.fleet.member(i));
+        let member = ctx.attempt.member.and_then(|i| self.fleet.member(i));
         let base = member
             .as_ref()
             .map_or("", |m| m.upstream.base_path.as_str());
         conversation::scope_head(req, ctx, &self.config)?;
         request_head::shape(req, ctx, base, &self.config)?;
-        if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_deref_mut()) {
+        if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.seen.span.as_deref_mut()) {
             request_head::trace(req, t, span)?;
         }
         Ok(())
@@ -203,9 +210,9 @@ impl Steps {
     /// The upstream's answer head arrived: its moment, what it says of the
     /// upstream, and how its body is watched.
     pub fn upstream_response(&self, resp: &ResponseHeader, ctx: &mut RequestCtx) {
-        ctx.upstream_headers = Some(Instant::now());
+        ctx.seen.upstream_headers = Some(Instant::now());
         let status = resp.status.as_u16();
-        ctx.status = Some(status);
+        ctx.seen.status = Some(status);
         attempt::answered(&self.fleet, ctx, status);
         bodies::watch(ctx, resp, &self.config, &self.telemetry);
     }
@@ -213,7 +220,7 @@ impl Steps {
     /// The head the client gets: event streams kept unbuffered by any hop
     /// in front, the trace id handed back, the tenant's quota headers.
     pub fn downstream_response(&self, resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
-        if ctx.streaming {
+        if ctx.seen.streaming {
             if resp.headers.get("x-accel-buffering").is_none() {
                 resp.insert_header("X-Accel-Buffering", "no")?;
             }
@@ -221,10 +228,10 @@ impl Steps {
                 resp.insert_header("Cache-Control", "no-cache")?;
             }
         }
-        if let Some(span) = &ctx.span {
+        if let Some(span) = &ctx.seen.span {
             resp.insert_header("traceresponse", Tracing::traceresponse(span))?;
         }
-        for (name, value) in llamatap_policy::tenant::window::quota_headers(&ctx.quota) {
+        for (name, value) in llamatap_policy::tenant::window::quota_headers(&ctx.who.quota) {
             resp.insert_header(name, value)?;
         }
         Ok(())
