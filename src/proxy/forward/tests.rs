@@ -15,3 +15,5 @@ fn hop_by_hop_and_nominated_headers_are_removed() {
     let names: Vec<&str> = req.headers.keys().map(|k| k.as_str()).collect();
     assert_eq!(names, ["x-end"]);
 }
+
+mod stages;
