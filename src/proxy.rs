@@ -95,6 +95,37 @@ fn logged_path(req: &RequestHeader) -> String {
     String::from_utf8_lossy(&raw[..end]).into_owned()
 }
 
+impl LlamaProxy {
+    /// Reads the request's conversation and its holder
+    /// ([`crate::conversations`]); `true` when a replay or stop was
+    /// answered with an error because its holder is gone.
+    async fn conversation(&self, session: &mut Session, ctx: &mut RequestCtx) -> bool {
+        let scope = conversation::scope(ctx, &self.steps.config);
+        let claim = self
+            .steps
+            .conversations
+            .claim(session.req_header(), ctx.route, scope.as_ref())
+            .await;
+        let lost = claim
+            .as_deref()
+            .and_then(|c| crate::conversations::lost(&self.steps.fleet, c));
+        ctx.conversation = claim;
+        let Some(message) = lost else {
+            return false;
+        };
+        ctx.ended = Some(std::time::Instant::now());
+        ctx.failure = Some((Outcome::UpstreamError, "conversation_lost", message.clone()));
+        let reply = reply::ErrorReply {
+            status: 502,
+            kind: "upstream_error",
+            code: "conversation_lost",
+            message: &message,
+        };
+        reply::write_error(session, ctx, reply).await;
+        true
+    }
+}
+
 fn header<'a>(h: &'a RequestHeader, name: &str) -> Option<&'a [u8]> {
     h.headers.get(name).map(|v| v.as_bytes())
 }
@@ -159,6 +190,9 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
+        if self.steps.fleet.is_fleet() && Box::pin(self.conversation(session, ctx)).await {
+            return Ok(true);
+        }
         if self.steps.fleet.is_fleet()
             && Box::pin(routing::prepare(
                 session,
@@ -174,7 +208,7 @@ impl ProxyHttp for LlamaProxy {
             Box::pin(reply::write_refusal(session, ctx, &r)).await;
             return Ok(true);
         }
-        if lookup::answers(session, &self.steps.config) {
+        if lookup::answers(session, &self.steps.config, &self.steps.fleet) {
             // A tenant's stream lookup: its ids scoped, the answer filtered.
             Box::pin(lookup::lookup(&self.steps, session, ctx)).await?;
             return Ok(true);
@@ -238,6 +272,10 @@ impl ProxyHttp for LlamaProxy {
         if ctx.stream_counted {
             ctx.stream_counted = false;
             self.steps.telemetry.stream_active(false);
+        }
+        if let Some(c) = ctx.conversation.as_deref() {
+            let member = ctx.member.and_then(|i| self.steps.fleet.member(i));
+            self.steps.conversations.finish(c, member.as_deref());
         }
         let ending = outcome::outcome(e, ctx);
         let req = session.req_header();

@@ -83,6 +83,9 @@ pub struct RequestCtx {
     /// What a chat stream keeps to be continued elsewhere, and its
     /// continuations (`[continuation]` on).
     pub resume: Option<Box<Resume>>,
+    /// The resumable stream the request names, and its holder (fleets
+    /// only; [`crate::conversations`]).
+    pub conversation: Option<Box<llamatap_policy::conversation::Claim>>,
 }
 
 /// What a continuable request keeps while its answer streams: its body,
@@ -168,6 +171,7 @@ impl RequestCtx {
             quota: llamatap_policy::tenant::window::Quota::default(),
             admission: None,
             resume: None,
+            conversation: None,
         }
     }
 

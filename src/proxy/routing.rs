@@ -138,9 +138,14 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         fleet.release(previous);
     }
     ctx.routed.ejected = false;
+    let held = crate::conversations::pinned(fleet, ctx.conversation.as_deref(), &ctx.routed.tried)?;
     let model = ctx.request.model.as_deref();
     let (chain, session, tried) = (&ctx.routed.chain, ctx.session, &ctx.routed.tried);
     let choose = |full: &[usize]| {
+        // The member holding the request's conversation, whatever its load.
+        if let Some(i) = held {
+            return fleet.pin(i).ok_or(NoRoute::Exhausted);
+        }
         // The admission queue leaves out upstreams without a free slot.
         let exclude: Vec<usize> = tried.iter().chain(full).copied().collect();
         fleet.choose(model, chain, session, &exclude)

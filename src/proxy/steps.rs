@@ -31,6 +31,7 @@ use super::moves::Moves;
 use super::{attempt, bodies, conversation, request_head, routing, tenant};
 use crate::admission;
 use crate::config::Config;
+use crate::conversations::Conversations;
 use crate::fleet::Fleet;
 use crate::upstream::client::Exchange;
 use crate::upstream::spare::Spares;
@@ -53,6 +54,8 @@ pub struct Steps {
     pub(super) admission: Arc<admission::Admission>,
     /// The answers that can be told to move (drain, pre-emption).
     pub(super) moves: Arc<Moves>,
+    /// Which member holds which resumable stream.
+    pub(super) conversations: Arc<Conversations>,
 }
 
 impl Steps {
@@ -75,7 +78,10 @@ impl Steps {
             Arc::clone(&moves),
             limiter.store(),
         );
+        let shared = config.queue.shared.then(|| limiter.store()).flatten();
+        let conversations = Arc::new(Conversations::new(shared));
         Steps {
+            conversations,
             config,
             telemetry,
             fleet,
@@ -197,6 +203,11 @@ impl Steps {
         ctx.status = Some(status);
         attempt::answered(&self.fleet, ctx, status);
         bodies::watch(ctx, resp, &self.config, &self.telemetry);
+        if let Some(c) = ctx.conversation.as_deref() {
+            let member = ctx.member.and_then(|i| self.fleet.member(i));
+            self.conversations
+                .answered(c, member.as_deref(), status, ctx.streaming);
+        }
     }
 
     /// The head the client gets: event streams kept unbuffered by any hop

@@ -1,0 +1,227 @@
+//! Resumable streams through a fleet: which member holds which
+//! conversation, so that a replay (`GET /v1/stream`), a stop
+//! (`DELETE /v1/stream`) and a follow-up generation with the same
+//! `X-Conversation-Id` reach the llama-server whose buffer holds it.
+//!
+//! - [`Conversations::claim`] (in `request_filter`, fleets only) reads what
+//!   the request says about a conversation (the header on a generation, the
+//!   `conv_id` parameter on `/v1/stream`), scoped to the tenant as it goes
+//!   upstream, and finds its holder: the local book
+//!   ([`llamatap_policy::conversation::Book`]), then the shared store when
+//!   `queue.shared` is on ([`shared`]).
+//! - [`lost`]: a replay or stop whose holder left the fleet or is down
+//!   gets a clear error instead of another member's 404.
+//! - [`pinned`] (in routing's choice) sends the request to the holder.
+//! - [`Conversations::answered`] and [`Conversations::finish`] write the
+//!   book: a generation's answer head starts an entry, its end keeps it
+//!   [`KEEP_AFTER_END`]; a stop forgets it.
+//!
+//! Deliberately not here: scoping ids per tenant
+//! ([`llamatap_wire::conversation`]), the lookup's exchange (the proxy's
+//! `lookup`), choosing among members when no conversation binds the
+//! request (the router).
+
+pub mod shared;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use pingora::http::RequestHeader;
+use pingora::{Error, ErrorType};
+
+use crate::fleet::{Fleet, Health, Member};
+use crate::store::Store;
+use llamatap_policy::conversation::{Book, Claim, Use, DEFAULT_CAPACITY, KEEP_AFTER_END, MAX_OPEN};
+use llamatap_wire::conversation::{self, Scope};
+use llamatap_wire::request::Route;
+
+/// The book of one replica, and the store it shares it through.
+pub struct Conversations {
+    book: Mutex<Book>,
+    store: Option<Arc<Store>>,
+}
+
+impl Conversations {
+    /// A book of [`DEFAULT_CAPACITY`] ids, shared through `store` when one
+    /// is given (`queue.shared`).
+    pub fn new(store: Option<Arc<Store>>) -> Self {
+        Conversations {
+            book: Mutex::new(Book::new(DEFAULT_CAPACITY)),
+            store,
+        }
+    }
+
+    /// What the request says about a conversation (`None`: nothing), with
+    /// its holder when the book or the store knows it.
+    pub async fn claim(
+        &self,
+        req: &RequestHeader,
+        route: Route,
+        scope: Option<&Scope>,
+    ) -> Option<Box<Claim>> {
+        let (usage, raw) = read(req, route)?;
+        let id = match scope {
+            Some(s) => s.scope(&raw),
+            None => raw,
+        };
+        let id = String::from_utf8(id).ok()?;
+        let holder = self.holder(&id).await;
+        Some(Box::new(Claim { usage, id, holder }))
+    }
+
+    /// The member holding `id`: the book's, else the store's (learnt).
+    async fn holder(&self, id: &str) -> Option<String> {
+        let now = Instant::now();
+        if let Some(m) = self
+            .book
+            .lock()
+            .ok()
+            .and_then(|mut b| b.holder(id, now).map(str::to_string))
+        {
+            return Some(m);
+        }
+        let store = self.store.as_ref()?;
+        let (member, left) = shared::get(store, id).await?;
+        if let Ok(mut b) = self.book.lock() {
+            b.learn(id, &member, now + left);
+        }
+        Some(member)
+    }
+
+    /// The answer head of the request's attempt on `member` arrived with
+    /// `status`: a generation's buffer starts there; a stop forgot it.
+    pub fn answered(&self, claim: &Claim, member: Option<&Member>, status: u16, streaming: bool) {
+        let Some(member) = member else {
+            return;
+        };
+        let name = member.upstream.name.as_str();
+        match claim.usage {
+            Use::Generate if status == 200 && streaming => {
+                if let Ok(mut b) = self.book.lock() {
+                    b.started(&claim.id, name, Instant::now());
+                }
+                self.share(&claim.id, name, MAX_OPEN.as_secs());
+            }
+            Use::Stop if (200..300).contains(&status) => {
+                if let Ok(mut b) = self.book.lock() {
+                    b.forget(&claim.id, name);
+                }
+                if let Some(store) = self.store.clone() {
+                    let id = claim.id.clone();
+                    tokio::spawn(async move { shared::forget(&store, &id).await });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The request is over (`logging`): a generation's answer ended on
+    /// `member`, and llama-server keeps it [`KEEP_AFTER_END`] from now.
+    pub fn finish(&self, claim: &Claim, member: Option<&Member>) {
+        let Some(member) = member else {
+            return;
+        };
+        if claim.usage != Use::Generate {
+            return;
+        }
+        let name = member.upstream.name.as_str();
+        let held = self.book.lock().ok().is_some_and(|mut b| {
+            let ours = b.holder(&claim.id, Instant::now()) == Some(name);
+            if ours {
+                b.ended(&claim.id, name, Instant::now());
+            }
+            ours
+        });
+        if held {
+            self.share(&claim.id, name, KEEP_AFTER_END.as_secs());
+        }
+    }
+
+    /// Writes `id`'s holder to the store, off the request's path.
+    fn share(&self, id: &str, member: &str, seconds: u64) {
+        if let Some(store) = self.store.clone() {
+            let (id, member) = (id.to_string(), member.to_string());
+            tokio::spawn(async move { shared::put(&store, &id, &member, seconds).await });
+        }
+    }
+}
+
+/// What the request does with a conversation, and the id it names (as the
+/// client sent it).
+fn read(req: &RequestHeader, route: Route) -> Option<(Use, Vec<u8>)> {
+    let target = req.raw_path();
+    if let Some(id) = conversation::stream_id(target) {
+        return match req.method.as_str() {
+            "GET" => Some((Use::Replay, id)),
+            "DELETE" => Some((Use::Stop, id)),
+            _ => None,
+        };
+    }
+    if req.method != http::Method::POST || route.stream_format().is_none() {
+        return None;
+    }
+    let id = req
+        .headers
+        .get(conversation::HEADER)?
+        .as_bytes()
+        .trim_ascii();
+    (!id.is_empty()).then(|| (Use::Generate, id.to_vec()))
+}
+
+/// The member called `name`, if it is in the fleet now.
+fn member_named(fleet: &Fleet, name: &str) -> Option<Arc<Member>> {
+    fleet
+        .members()
+        .into_iter()
+        .find(|m| m.upstream.name == name && !m.gone())
+}
+
+/// Why a replay or stop cannot reach the conversation's holder (the
+/// client's message), or `None` when it can be tried.
+pub fn lost(fleet: &Fleet, claim: &Claim) -> Option<String> {
+    if !matches!(claim.usage, Use::Replay | Use::Stop) {
+        return None;
+    }
+    let name = claim.holder.as_deref()?;
+    match member_named(fleet, name) {
+        None => Some(format!(
+            "the conversation's answer is buffered on upstream {name}, which left the fleet (drained or removed); it cannot be resumed"
+        )),
+        Some(m) => match (m.address(), m.health()) {
+            (None, _) => Some(format!(
+                "the conversation's answer is buffered on upstream {name}, whose address is unknown now"
+            )),
+            (Some(_), Health::Down(why)) => Some(format!(
+                "the conversation's answer is buffered on upstream {name}, which is down ({why}); it cannot be resumed"
+            )),
+            _ => None,
+        },
+    }
+}
+
+/// The member the request must go to, when a conversation binds it: a
+/// replay, stop or lookup goes to its holder or fails (another member
+/// would answer 404); a follow-up generation goes to the holder while it
+/// serves, else wherever the router sends it (a new answer).
+pub fn pinned(
+    fleet: &Fleet,
+    claim: Option<&Claim>,
+    tried: &[usize],
+) -> Result<Option<usize>, Box<Error>> {
+    let Some(claim) = claim else {
+        return Ok(None);
+    };
+    let Some(name) = claim.holder.as_deref() else {
+        return Ok(None);
+    };
+    let member = member_named(fleet, name).filter(|m| !tried.contains(&m.id));
+    match (claim.usage, member) {
+        (Use::Generate, Some(m)) if !m.draining() && m.healthy() => Ok(Some(m.id)),
+        (Use::Generate, _) => Ok(None),
+        (_, Some(m)) => Ok(Some(m.id)),
+        (_, None) => Err(Error::explain(
+            ErrorType::ConnectNoRoute,
+            format!("upstream {name}, which holds the conversation, cannot be reached"),
+        )),
+    }
+}

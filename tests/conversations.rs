@@ -1,0 +1,335 @@
+//! Resumable streams through a fleet of two real llama-servers: a replay,
+//! a stop and a follow-up reach the member that holds the conversation,
+//! the lookup is answered across the fleet, a member that left gives a
+//! clear error, and replicas share the book through the store.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::fleet::{self, serial, start_servers, upstream_up};
+use common::http;
+use common::llama::LlamaServer;
+use common::proxy::Llamatap;
+use common::temp_config;
+
+const ALICE: &str = "alice-secret-key-7f3a9c";
+const BOB: &str = "bob-secret-key-5e1d20";
+
+fn named_keys() -> String {
+    format!(
+        "[[auth.keys]]\nname = \"alice\"\nkey = \"{ALICE}\"\n\
+         [[auth.keys]]\nname = \"bob\"\nkey = \"{BOB}\"\n"
+    )
+}
+
+/// One request: status and body.
+fn call(addr: &str, method: &str, target: &str, key: Option<&str>, body: &str) -> (u16, Vec<u8>) {
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let mut h: Vec<(&str, &str)> = vec![("Connection", "close")];
+    if let Some(a) = &auth {
+        h.push(("Authorization", a));
+    }
+    let mut r = http::send(addr, method, target, &h, body.as_bytes()).unwrap();
+    let b = r.read_all().unwrap();
+    (r.head.status, b)
+}
+
+/// A streamed chat whose prompt differs per conversation `n`, so that the
+/// router places them on both members.
+fn stream_chat(n: usize) -> String {
+    serde_json::json!({
+        "messages": [{"role": "user", "content": format!("Conversation {n}: count from one to forty in words, {}.", "slowly ".repeat(n))}],
+        "stream": true, "max_tokens": 48, "temperature": 0.0, "seed": 7,
+    })
+    .to_string()
+}
+
+/// Starts a streamed chat under `conv` and hangs up after `events` whole
+/// events: those events' bytes.
+fn start_and_hang_up(
+    addr: &str,
+    key: Option<&str>,
+    conv: &str,
+    n: usize,
+    events: usize,
+) -> Vec<u8> {
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let mut h: Vec<(&str, &str)> = vec![("X-Conversation-Id", conv)];
+    if let Some(a) = &auth {
+        h.push(("Authorization", a));
+    }
+    let body = stream_chat(n);
+    let mut r = http::send(addr, "POST", "/v1/chat/completions", &h, body.as_bytes()).unwrap();
+    assert_eq!(r.head.status, 200);
+    let mut got = Vec::new();
+    let ends = |b: &[u8]| -> Vec<usize> {
+        (0..b.len().saturating_sub(1))
+            .filter(|&i| &b[i..i + 2] == b"\n\n")
+            .collect()
+    };
+    while ends(&got).len() < events {
+        got.extend_from_slice(&r.next_piece().unwrap().expect("the stream ended early"));
+    }
+    drop(r);
+    got.truncate(ends(&got)[events - 1] + 2);
+    got
+}
+
+/// The lookup's entries through `addr`.
+fn lookup(addr: &str, key: Option<&str>, ids: &[&str]) -> (u16, Vec<serde_json::Value>) {
+    let body = serde_json::json!({ "conversation_ids": ids }).to_string();
+    let (s, b) = call(addr, "POST", "/v1/streams/lookup", key, &body);
+    let v: serde_json::Value = serde_json::from_slice(&b)
+        .unwrap_or_else(|_| panic!("{s}: {}", String::from_utf8_lossy(&b)));
+    match v {
+        serde_json::Value::Array(a) => (s, a),
+        other => (s, vec![other]),
+    }
+}
+
+/// The lookup's entries at one llama-server directly.
+fn direct_lookup(llama: &LlamaServer, ids: &[&str]) -> Vec<serde_json::Value> {
+    let body = serde_json::json!({ "conversation_ids": ids }).to_string();
+    match llama.json("POST", "/v1/streams/lookup", Some(&body)) {
+        serde_json::Value::Array(a) => a,
+        other => panic!("{other}"),
+    }
+}
+
+fn replay(addr: &str, key: Option<&str>, conv: &str) -> (u16, Vec<u8>) {
+    call(
+        addr,
+        "GET",
+        &format!("/v1/stream?conv_id={conv}&from=0"),
+        key,
+        "",
+    )
+}
+
+/// A whole answer: its events end with `[DONE]`.
+fn whole(body: &[u8]) -> bool {
+    http::sse_data(body).last().is_some_and(|d| d == "[DONE]")
+}
+
+fn fleet_of_two(extra: &[&str]) -> (Vec<LlamaServer>, Llamatap) {
+    let servers = start_servers(2, "tiny", &[]);
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let proxy = Llamatap::start_fleet(&urls, extra);
+    wait_all_up(&proxy, &servers);
+    (servers, proxy)
+}
+
+fn wait_all_up(proxy: &Llamatap, servers: &[LlamaServer]) {
+    let ok = fleet::wait_for(Duration::from_secs(20), || {
+        let m = proxy.metrics();
+        servers.iter().all(|s| upstream_up(&m, s) == Some(1.0))
+    });
+    assert!(ok.is_some(), "{}", proxy.stderr());
+}
+
+/// Which of `servers` holds `conv` (asked directly).
+fn holder(servers: &[LlamaServer], conv: &str) -> Option<usize> {
+    servers
+        .iter()
+        .position(|s| !direct_lookup(s, &[conv]).is_empty())
+}
+
+// === route by conversation ===
+
+#[test]
+fn replays_stops_and_lookups_reach_the_member_holding_the_conversation() {
+    let _serial = serial();
+    let (servers, proxy) = fleet_of_two(&[]);
+    let addr = proxy.addr();
+    let ids: Vec<String> = (0..8).map(|i| format!("conv-{i}")).collect();
+    let mut seen = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        seen.push(start_and_hang_up(&addr, None, id, i, 5));
+    }
+    let placed: Vec<Option<usize>> = ids.iter().map(|id| holder(&servers, id)).collect();
+    eprintln!("conversations per member: {placed:?}");
+    assert!(placed.iter().all(Option::is_some), "{placed:?}");
+    let mut found = 0;
+    for (id, first) in ids.iter().zip(&seen) {
+        let (s, all) = replay(&addr, None, id);
+        if s == 200 && whole(&all) && all.starts_with(first) {
+            found += 1;
+        }
+    }
+    eprintln!("replays that found their answer: {found} of {}", ids.len());
+    assert_eq!(found, ids.len());
+
+    // The lookup lists every conversation, wherever it is.
+    let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (s, entries) = lookup(&addr, None, &names);
+    assert_eq!(s, 200);
+    assert_eq!(entries.len(), ids.len(), "{entries:?}");
+
+    // A stop reaches the member holding the conversation.
+    for id in &ids {
+        let (s, b) = call(
+            &addr,
+            "DELETE",
+            &format!("/v1/stream?conv_id={id}"),
+            None,
+            "",
+        );
+        assert_eq!(s, 204, "{}", String::from_utf8_lossy(&b));
+        assert_eq!(holder(&servers, id), None, "{id} is still buffered");
+    }
+}
+
+#[test]
+fn with_named_keys_the_fleets_lookup_is_merged_and_each_tenant_sees_its_own() {
+    let _serial = serial();
+    let config = temp_config("conv-fleet-keys", &named_keys());
+    let (servers, proxy) = fleet_of_two(&["--config", config.to_str().unwrap()]);
+    let addr = proxy.addr();
+    let ids: Vec<String> = (0..6).map(|i| format!("k-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        start_and_hang_up(&addr, Some(ALICE), id, i, 2);
+    }
+    start_and_hang_up(&addr, Some(BOB), "bob-1", 9, 2);
+    // Alice's conversations sit on both members (scoped: asked directly by
+    // her id, no member knows it).
+    let prefix = llamatap_wire::conversation::Scope::of_tenant("alice")
+        .prefix()
+        .to_string();
+    let scoped: Vec<String> = ids.iter().map(|id| format!("{prefix}{id}")).collect();
+    let per_member: Vec<usize> = servers
+        .iter()
+        .map(|s| {
+            let names: Vec<&str> = scoped.iter().map(String::as_str).collect();
+            direct_lookup(s, &names).len()
+        })
+        .collect();
+    eprintln!("alice's conversations per member: {per_member:?}");
+    assert!(per_member.iter().all(|n| *n > 0), "{per_member:?}");
+    let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut with_bob = names.clone();
+    with_bob.push("bob-1");
+    let (s, entries) = lookup(&addr, Some(ALICE), &with_bob);
+    assert_eq!(s, 200);
+    let mut listed: Vec<String> = entries
+        .iter()
+        .map(|e| e["conversation_id"].as_str().unwrap().to_string())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ids);
+    let (_, bobs) = lookup(&addr, Some(BOB), &with_bob);
+    assert_eq!(bobs.len(), 1, "{bobs:?}");
+    assert_eq!(bobs[0]["conversation_id"], "bob-1");
+    // Each replay finds its member; Bob's replay of Alice's id does not.
+    for id in &ids {
+        let (s, all) = replay(&addr, Some(ALICE), id);
+        assert_eq!(s, 200, "{id}: {}", String::from_utf8_lossy(&all));
+        assert!(whole(&all), "{id}");
+        assert_eq!(replay(&addr, Some(BOB), id).0, 404, "{id}");
+    }
+}
+
+#[test]
+fn a_follow_up_with_the_same_id_goes_to_the_member_holding_it() {
+    let _serial = serial();
+    let (servers, proxy) = fleet_of_two(&[]);
+    let addr = proxy.addr();
+    let mut moved = 0;
+    for i in 0..4 {
+        let id = format!("follow-{i}");
+        start_and_hang_up(&addr, None, &id, i, 2);
+        let first = holder(&servers, &id).unwrap();
+        // Another prompt, which the router alone may place elsewhere.
+        start_and_hang_up(&addr, None, &id, 20 + i * 3, 2);
+        let now = holder(&servers, &id).unwrap();
+        if now != first {
+            moved += 1;
+        }
+        // llama-server replaced the buffer in place: one member has it.
+        let holders = servers
+            .iter()
+            .filter(|s| !direct_lookup(s, &[&id]).is_empty())
+            .count();
+        assert_eq!(holders, 1, "{id}");
+    }
+    assert_eq!(moved, 0);
+}
+
+#[test]
+fn a_replay_whose_member_died_gets_a_clear_error() {
+    let _serial = serial();
+    let (mut servers, proxy) = fleet_of_two(&[]);
+    let addr = proxy.addr();
+    let ids: Vec<String> = (0..6).map(|i| format!("gone-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        start_and_hang_up(&addr, None, id, i, 2);
+    }
+    let placed: Vec<usize> = ids.iter().map(|id| holder(&servers, id).unwrap()).collect();
+    let victim = placed[0];
+    let name = fleet::upstream_name(&servers[victim]);
+    servers[victim].kill();
+    let down = fleet::wait_for(Duration::from_secs(20), || {
+        upstream_up(&proxy.metrics(), &servers[victim]) == Some(0.0)
+    });
+    assert!(down.is_some());
+    for (id, at) in ids.iter().zip(&placed) {
+        let (s, b) = replay(&addr, None, id);
+        if *at == victim {
+            assert_eq!(s, 502, "{}", String::from_utf8_lossy(&b));
+            let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+            assert_eq!(v["error"]["code"], "conversation_lost");
+            let msg = v["error"]["message"].as_str().unwrap();
+            assert!(msg.contains(&name) && msg.contains("down"), "{msg}");
+        } else {
+            assert_eq!(s, 200, "{id}");
+            assert!(whole(&b));
+        }
+    }
+    // The lookup still answers, from the member left.
+    let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (s, entries) = lookup(&addr, None, &names);
+    assert_eq!(s, 200);
+    let alive = placed.iter().filter(|p| **p != victim).count();
+    assert_eq!(entries.len(), alive, "{entries:?}");
+}
+
+#[test]
+fn replicas_share_the_book_through_the_store() {
+    let _serial = serial();
+    let redis = common::redis::Redis::start();
+    let toml = format!(
+        "[auth.store]\nurl = \"{}\"\ntimeout_ms = 2000\n\
+         [queue]\nenabled = true\nshared = true\n",
+        redis.url()
+    );
+    let config = temp_config("conv-shared", &toml);
+    let args = ["--config", config.to_str().unwrap()];
+    let (servers, a) = fleet_of_two(&args);
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let b = Llamatap::start_fleet(&urls, &args);
+    wait_all_up(&b, &servers);
+    let ids: Vec<String> = (0..8).map(|i| format!("shared-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        start_and_hang_up(&a.addr(), None, id, i, 5);
+    }
+    // The store holds every id (written off the request's path).
+    let stored = fleet::wait_for(Duration::from_secs(10), || {
+        ids.iter().all(|id| {
+            redis
+                .command(&["GET", &format!("llamatap:conv:{id}")])
+                .is_some_and(|v| v.contains("127.0.0.1"))
+        })
+    });
+    assert!(stored.is_some());
+    let mut found = 0;
+    for id in &ids {
+        let (s, all) = replay(&b.addr(), None, id);
+        if s == 200 && whole(&all) {
+            found += 1;
+        }
+    }
+    eprintln!("replays through the other replica that found their answer: {found} of 8");
+    assert_eq!(found, ids.len());
+}
