@@ -66,7 +66,12 @@ impl Conversations {
         };
         let id = String::from_utf8(id).ok()?;
         let holder = self.holder(&id).await;
-        Some(Box::new(Claim { usage, id, holder }))
+        Some(Box::new(Claim {
+            usage,
+            id,
+            holder,
+            unsent_bytes: 0,
+        }))
     }
 
     /// The member holding `id`: the book's, else the store's (learnt).

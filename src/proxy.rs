@@ -190,7 +190,7 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
-        if self.steps.fleet.is_fleet() && Box::pin(self.conversation(session, ctx)).await {
+        if Box::pin(self.conversation(session, ctx)).await {
             return Ok(true);
         }
         if self.steps.fleet.is_fleet()

@@ -333,3 +333,88 @@ fn replicas_share_the_book_through_the_store() {
     eprintln!("replays through the other replica that found their answer: {found} of 8");
     assert_eq!(found, ids.len());
 }
+
+// === one account of a resumed answer ===
+
+/// The access log's lines so far, parsed.
+fn access_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// llama-server's count of generated tokens, from a chat stream's last
+/// event with `timings`.
+fn predicted_n(body: &[u8]) -> Option<u64> {
+    http::sse_data(body)
+        .iter()
+        .rev()
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .find_map(|v| v["timings"]["predicted_n"].as_u64())
+}
+
+#[test]
+fn a_hung_up_generation_is_observed_to_its_end_and_its_replay_is_recorded_as_a_replay() {
+    let llama = LlamaServer::start("tiny", &["-np", "1"]);
+    let log = std::env::temp_dir().join(format!("llamatap-conv-{}.jsonl", llama.port));
+    let _ = std::fs::remove_file(&log);
+    let proxy = Llamatap::start(&llama.base_url, &["--access-log", log.to_str().unwrap()]);
+    let addr = proxy.addr();
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": "Tell a long story."}],
+        "stream": true, "max_tokens": 400, "temperature": 0.0, "seed": 7,
+        "ignore_eos": true,
+    })
+    .to_string();
+    let h = [("X-Conversation-Id", "long-1")];
+    let mut r = http::send(&addr, "POST", "/v1/chat/completions", &h, body.as_bytes()).unwrap();
+    assert_eq!(r.head.status, 200);
+    r.next_piece().unwrap().unwrap();
+    drop(r);
+    let lines = || access_lines(&log);
+    let logged = common::wait_until(Duration::from_secs(60), || {
+        lines()
+            .iter()
+            .any(|l| l["conversation"]["use"] == "generate")
+    });
+    assert!(logged, "{}", proxy.stderr());
+    let (s, all) = replay(&addr, None, "long-1");
+    assert_eq!(s, 200);
+    assert!(whole(&all));
+    let generated = predicted_n(&all).expect("the replay's last event has timings");
+    assert_eq!(generated, 400);
+    let replayed = common::wait_until(Duration::from_secs(30), || {
+        lines().iter().any(|l| l["conversation"]["use"] == "replay")
+    });
+    assert!(replayed);
+    let lines = lines();
+    let gen = lines
+        .iter()
+        .find(|l| l["conversation"]["use"] == "generate")
+        .unwrap();
+    eprintln!("generation: {gen}");
+    assert_eq!(gen["outcome"], "client_hangup");
+    // The whole answer, counted once: llama-server's own count.
+    assert_eq!(gen["completion_tokens"], generated, "{gen}");
+    let unsent = gen["conversation"]["unsent_bytes"].as_u64().unwrap();
+    assert!(unsent > 0, "{gen}");
+    let rep = lines
+        .iter()
+        .find(|l| l["conversation"]["use"] == "replay")
+        .unwrap();
+    eprintln!("replay: {rep}");
+    assert_eq!(rep["conversation"]["replayed_bytes"], all.len() as u64);
+    assert_eq!(rep["conversation"]["unsent_bytes"], 0);
+    let m = proxy.metrics();
+    let unsent_total = common::proxy::metric_value(&m, "llamatap_conversation_unsent_bytes_total");
+    assert_eq!(unsent_total, Some(unsent as f64), "{m}");
+    let replayed_total =
+        common::proxy::metric_value(&m, "llamatap_conversation_replayed_bytes_total");
+    assert_eq!(replayed_total, Some(all.len() as f64));
+    assert!(
+        m.contains("llamatap_conversation_requests_total{use=\"replay\"} 1"),
+        "{m}"
+    );
+}

@@ -3,10 +3,13 @@
 
 use std::time::{Instant, SystemTime};
 
+use llamatap_policy::conversation::Use;
 use llamatap_policy::router::{Chain, Decision};
 use llamatap_telemetry::continuation::Continued;
 use llamatap_telemetry::observe::{StreamEnd, StreamFacts, StreamObserver};
-use llamatap_telemetry::record::{HangupPhase, Outcome, QueueFacts, RequestRecord};
+use llamatap_telemetry::record::{
+    ConversationFacts, HangupPhase, Outcome, QueueFacts, RequestRecord,
+};
 use llamatap_telemetry::spans::RequestSpan;
 use llamatap_wire::llama::StreamFormat;
 use llamatap_wire::request::{RequestFacts, Route};
@@ -254,6 +257,14 @@ impl RequestCtx {
                 .as_deref_mut()
                 .map(|r| std::mem::take(&mut r.log))
                 .unwrap_or_default(),
+            conversation: self.conversation.as_deref().map(|c| ConversationFacts {
+                usage: c.usage,
+                replayed_bytes: match c.usage {
+                    Use::Replay => self.response_bytes,
+                    _ => 0,
+                },
+                unsent_bytes: c.unsent_bytes,
+            }),
             queue: self.admission.as_deref().map(|a| QueueFacts {
                 class: a.class.as_str(),
                 wait: a

@@ -142,6 +142,7 @@ async fn ask_all(
             usage: Use::Lookup,
             id: String::new(),
             holder: Some(member.upstream.name.clone()),
+            unsent_bytes: 0,
         }));
         let answer = Box::pin(exchange(steps, session, ctx, body.clone())).await;
         match answer {

@@ -62,6 +62,9 @@ pub struct Claim {
     pub id: String,
     /// The member that holds it (its name), when known.
     pub holder: Option<String>,
+    /// Bytes of a generation read after its client hung up (observed,
+    /// sent to nobody).
+    pub unsent_bytes: u64,
 }
 
 /// The bounded map from conversation id to the member holding it.
