@@ -418,3 +418,114 @@ fn a_hung_up_generation_is_observed_to_its_end_and_its_replay_is_recorded_as_a_r
         "{m}"
     );
 }
+
+// === pings ===
+
+/// A streamed chat whose prompt takes the slow model seconds to prefill,
+/// through llamatap with a 3 s upstream read timeout: the body's pieces
+/// with their arrival times (from the request), and the access line.
+fn slow_prefill_through(ping: &str) -> (Vec<(Duration, Vec<u8>)>, serde_json::Value, i64) {
+    let llama = LlamaServer::start("slow", &["-np", "1", "--sse-ping-interval", ping]);
+    let log = std::env::temp_dir().join(format!("llamatap-ping-{}.jsonl", llama.port));
+    let _ = std::fs::remove_file(&log);
+    let config = temp_config(
+        &format!("ping-{}", llama.port),
+        "[upstream_timeouts]\nread_seconds = 3\n",
+    );
+    let (otlp_url, spans) = common::otlp::http_receiver();
+    let proxy = Llamatap::start(
+        &llama.base_url,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--access-log",
+            log.to_str().unwrap(),
+            "--otlp-endpoint",
+            &otlp_url,
+            "--otlp-protocol",
+            "http",
+        ],
+    );
+    let prompt = llama.prompt_of_tokens(1600);
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": prompt}],
+        "stream": true, "max_tokens": 8, "temperature": 0.0, "seed": 42,
+    })
+    .to_string();
+    let sent = std::time::Instant::now();
+    let mut r = http::send(
+        &proxy.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.head.status, 200);
+    let pieces: Vec<(Duration, Vec<u8>)> = r
+        .pieces_timed()
+        .unwrap()
+        .into_iter()
+        .map(|(t, p)| (t.duration_since(sent), p))
+        .collect();
+    let logged = common::wait_until(Duration::from_secs(30), || !access_lines(&log).is_empty());
+    assert!(logged);
+    let line = access_lines(&log).remove(0);
+    let server = spans
+        .wait(1, Duration::from_secs(30))
+        .into_iter()
+        .find(|s| common::otlp::attr_int(s, "llamatap.token_events").is_some())
+        .expect("the request's span");
+    let events = common::otlp::attr_int(&server, "llamatap.token_events").unwrap();
+    (pieces, line, events)
+}
+
+#[test]
+fn pings_pass_through_byte_exact_outside_ttft_and_the_counts_and_keep_the_upstream_alive() {
+    let (pieces, line, token_events) = slow_prefill_through("1");
+    let all: Vec<u8> = pieces.iter().flat_map(|(_, p)| p.clone()).collect();
+    let first_ping = pieces
+        .iter()
+        .find(|(_, p)| p.as_slice() == b":\n\n")
+        .map(|(t, _)| *t)
+        .expect("no ping reached the client");
+    let pings = pieces
+        .iter()
+        .filter(|(_, p)| p.as_slice() == b":\n\n")
+        .count();
+    let first_content = pieces
+        .iter()
+        .find(|(_, p)| !http::chat_content(p).is_empty())
+        .map(|(t, _)| *t)
+        .expect("no content");
+    eprintln!(
+        "pings: {pings}, first at {first_ping:?}, first content at {first_content:?}; access line: {line}; token_events {token_events}"
+    );
+    // The 3 s read timeout did not cut the seconds-long prefill: each ping
+    // proved the upstream alive.
+    assert!(pings >= 2, "{pings}");
+    assert!(whole(&all), "{}", String::from_utf8_lossy(&all));
+    assert_eq!(line["outcome"], "ok", "{line}");
+    // Pings are not the first token, nor the first sentence.
+    let ttft = line["ttft_ms"].as_f64().unwrap();
+    let ping_ms = first_ping.as_secs_f64() * 1000.0;
+    assert!(
+        ttft > ping_ms + 500.0,
+        "ttft {ttft} ms, first ping {ping_ms} ms"
+    );
+    if let Some(s) = line["first_sentence_ms"].as_f64() {
+        assert!(s >= ttft, "{line}");
+    }
+    // Nor token events: at most one per generated token.
+    let generated = line["completion_tokens"].as_i64().unwrap();
+    assert!(token_events <= generated, "{token_events} > {generated}");
+}
+
+#[test]
+fn without_pings_the_same_silent_prefill_hits_the_read_timeout() {
+    let (pieces, line, _) = slow_prefill_through("-1");
+    let all: Vec<u8> = pieces.iter().flat_map(|(_, p)| p.clone()).collect();
+    assert!(!pieces.iter().any(|(_, p)| p.as_slice() == b":\n\n"));
+    assert!(!whole(&all), "{}", String::from_utf8_lossy(&all));
+    assert_eq!(line["outcome"], "upstream_error", "{line}");
+}
