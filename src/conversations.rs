@@ -9,6 +9,8 @@
 //!   upstream, and finds its holder: the local book
 //!   ([`llamatap_policy::conversation::Book`]), then the shared store when
 //!   `queue.shared` is on ([`shared`]).
+//! - [`Conversations::discover`]: a replay or stop whose id neither knows
+//!   asks the members ([`find`]).
 //! - [`lost`]: a replay or stop whose holder left the fleet or is down
 //!   gets a clear error instead of another member's 404.
 //! - [`pinned`] (in routing's choice) sends the request to the holder.
@@ -21,6 +23,7 @@
 //! `lookup`), choosing among members when no conversation binds the
 //! request (the router).
 
+pub mod find;
 pub mod shared;
 
 use std::sync::{Arc, Mutex};
@@ -29,8 +32,10 @@ use std::time::Instant;
 use pingora::http::RequestHeader;
 use pingora::{Error, ErrorType};
 
+use crate::config::Config;
 use crate::fleet::{Fleet, Health, Member};
 use crate::store::Store;
+use crate::upstream::spare::Spares;
 use llamatap_policy::conversation::{Book, Claim, Use, DEFAULT_CAPACITY, KEEP_AFTER_END, MAX_OPEN};
 use llamatap_wire::conversation::{self, Scope};
 use llamatap_wire::request::Route;
@@ -72,6 +77,29 @@ impl Conversations {
             holder,
             unsent_bytes: 0,
         }))
+    }
+
+    /// A replay or stop in a fleet whose id neither the book nor the store
+    /// knows: the members are asked ([`find`]), and the one that lists the
+    /// id is its holder (learnt for [`KEEP_AFTER_END`]).
+    pub async fn discover(
+        &self,
+        claim: &mut Claim,
+        fleet: &Fleet,
+        spares: &Spares,
+        config: &Config,
+        authorization: Option<&str>,
+    ) {
+        if claim.holder.is_some()
+            || !matches!(claim.usage, Use::Replay | Use::Stop)
+            || !fleet.is_fleet()
+        {
+            return;
+        }
+        claim.holder = find::holder(fleet, spares, config, &claim.id, authorization).await;
+        if let (Some(m), Ok(mut b)) = (&claim.holder, self.book.lock()) {
+            b.learn(&claim.id, m, Instant::now() + KEEP_AFTER_END);
+        }
     }
 
     /// The member holding `id`: the book's, else the store's (learnt).

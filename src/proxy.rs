@@ -101,11 +101,29 @@ impl LlamaProxy {
     /// answered with an error because its holder is gone.
     async fn conversation(&self, session: &mut Session, ctx: &mut RequestCtx) -> bool {
         let scope = conversation::scope(ctx, &self.steps.config);
-        let claim = self
-            .steps
+        let steps = &self.steps;
+        let req = session.req_header();
+        let mut claim = steps
             .conversations
-            .claim(session.req_header(), ctx.route, scope.as_ref())
+            .claim(req, ctx.route, scope.as_ref())
             .await;
+        if let Some(c) = claim.as_deref_mut() {
+            let key = steps.config.upstream_api_key.as_ref();
+            let auth = match key {
+                Some(k) => Some(format!("Bearer {}", k.expose())),
+                None if !steps.config.tenants.auth_required() => req
+                    .headers
+                    .get(http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
+                None => None,
+            };
+            let (fleet, spares, config) = (&steps.fleet, &steps.spares, &steps.config);
+            let find = steps
+                .conversations
+                .discover(c, fleet, spares, config, auth.as_deref());
+            Box::pin(find).await;
+        }
         let lost = claim
             .as_deref()
             .and_then(|c| crate::conversations::lost(&self.steps.fleet, c));

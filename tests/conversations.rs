@@ -529,3 +529,39 @@ fn without_pings_the_same_silent_prefill_hits_the_read_timeout() {
     assert!(!whole(&all), "{}", String::from_utf8_lossy(&all));
     assert_eq!(line["outcome"], "upstream_error", "{line}");
 }
+
+#[test]
+fn a_replica_without_the_store_finds_the_holder_by_asking_the_members() {
+    let _serial = serial();
+    let (servers, a) = fleet_of_two(&[]);
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let b = Llamatap::start_fleet(&urls, &[]);
+    wait_all_up(&b, &servers);
+    let ids: Vec<String> = (0..8).map(|i| format!("asked-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        start_and_hang_up(&a.addr(), None, id, i, 5);
+    }
+    let mut found = 0;
+    for id in &ids {
+        let (s, all) = replay(&b.addr(), None, id);
+        if s == 200 && whole(&all) {
+            found += 1;
+        }
+    }
+    eprintln!("replays through a replica that never saw them: {found} of 8");
+    assert_eq!(found, ids.len());
+    // A stop through it reaches the holder too.
+    for id in &ids[..4] {
+        let (s, _) = call(
+            &b.addr(),
+            "DELETE",
+            &format!("/v1/stream?conv_id={id}"),
+            None,
+            "",
+        );
+        assert_eq!(s, 204);
+        assert_eq!(holder(&servers, id), None, "{id}");
+    }
+    // An id no member holds: llama-server's own 404.
+    assert_eq!(replay(&b.addr(), None, "nobody-has-it").0, 404);
+}
