@@ -36,6 +36,7 @@ use crate::config::Config;
 use crate::fleet::{Fleet, Health, Member};
 use crate::store::Store;
 use crate::upstream::spare::Spares;
+use llamatap_policy::conversation::copies::{self, Copies, Copy};
 use llamatap_policy::conversation::{Book, Claim, Use, DEFAULT_CAPACITY, KEEP_AFTER_END, MAX_OPEN};
 use llamatap_wire::conversation::{self, Scope};
 use llamatap_wire::request::Route;
@@ -43,6 +44,7 @@ use llamatap_wire::request::Route;
 /// The book of one replica, and the store it shares it through.
 pub struct Conversations {
     book: Mutex<Book>,
+    copies: Mutex<Copies>,
     store: Option<Arc<Store>>,
 }
 
@@ -52,6 +54,7 @@ impl Conversations {
     pub fn new(store: Option<Arc<Store>>) -> Self {
         Conversations {
             book: Mutex::new(Book::new(DEFAULT_CAPACITY)),
+            copies: Mutex::new(Copies::new(copies::DEFAULT_BUDGET)),
             store,
         }
     }
@@ -71,12 +74,7 @@ impl Conversations {
         };
         let id = String::from_utf8(id).ok()?;
         let holder = self.holder(&id).await;
-        Some(Box::new(Claim {
-            usage,
-            id,
-            holder,
-            unsent_bytes: 0,
-        }))
+        Some(Box::new(Claim::new(usage, id, holder)))
     }
 
     /// A replay or stop in a fleet whose id neither the book nor the store
@@ -139,6 +137,9 @@ impl Conversations {
                 if let Ok(mut b) = self.book.lock() {
                     b.forget(&claim.id, name);
                 }
+                if let Ok(mut c) = self.copies.lock() {
+                    c.forget(&claim.id);
+                }
                 if let Some(store) = self.store.clone() {
                     let id = claim.id.clone();
                     tokio::spawn(async move { shared::forget(&store, &id).await });
@@ -149,8 +150,16 @@ impl Conversations {
     }
 
     /// The request is over (`logging`): a generation's answer ended on
-    /// `member`, and llama-server keeps it [`KEEP_AFTER_END`] from now.
-    pub fn finish(&self, claim: &Claim, member: Option<&Member>) {
+    /// `member`, and llama-server keeps it [`KEEP_AFTER_END`] from now;
+    /// what llamatap saw of it is kept as its copy (`complete`: its
+    /// terminal event was seen; `answered`: it was a streamed `200`).
+    pub fn finish(
+        &self,
+        claim: &mut Claim,
+        member: Option<&Member>,
+        answered: bool,
+        complete: bool,
+    ) {
         let Some(member) = member else {
             return;
         };
@@ -158,6 +167,12 @@ impl Conversations {
             return;
         }
         let name = member.upstream.name.as_str();
+        let seen = std::mem::take(&mut claim.seen);
+        if answered && !claim.overflow {
+            if let Ok(mut c) = self.copies.lock() {
+                c.keep(&claim.id, name, seen, complete, Instant::now());
+            }
+        }
         let held = self.book.lock().ok().is_some_and(|mut b| {
             let ours = b.holder(&claim.id, Instant::now()) == Some(name);
             if ours {
@@ -167,6 +182,18 @@ impl Conversations {
         });
         if held {
             self.share(&claim.id, name, KEEP_AFTER_END.as_secs());
+        }
+    }
+
+    /// llamatap's copy of `id`'s answer, if one is kept.
+    pub fn copy(&self, id: &str) -> Option<Copy> {
+        self.copies.lock().ok()?.get(id, Instant::now())
+    }
+
+    /// Forgets llamatap's copy of `id` (a stop whose member is gone).
+    pub fn forget_copy(&self, id: &str) {
+        if let Ok(mut c) = self.copies.lock() {
+            c.forget(id);
         }
     }
 

@@ -22,6 +22,7 @@ mod charge;
 pub mod context;
 mod continuable;
 mod conversation;
+mod copied;
 mod downstream;
 pub mod errors;
 mod forward;
@@ -131,6 +132,9 @@ impl LlamaProxy {
         let Some(message) = lost else {
             return false;
         };
+        if Box::pin(copied::serve(&self.steps, session, ctx, &message)).await {
+            return true;
+        }
         ctx.ended = Some(std::time::Instant::now());
         ctx.failure = Some((Outcome::UpstreamError, "conversation_lost", message.clone()));
         let reply = reply::ErrorReply {
@@ -291,9 +295,15 @@ impl ProxyHttp for LlamaProxy {
             ctx.stream_counted = false;
             self.steps.telemetry.stream_active(false);
         }
-        if let Some(c) = ctx.conversation.as_deref() {
+        if let Some(mut c) = ctx.conversation.take() {
             let member = ctx.member.and_then(|i| self.steps.fleet.member(i));
-            self.steps.conversations.finish(c, member.as_deref());
+            let answered = ctx.streaming && ctx.status == Some(200);
+            let facts = ctx.stream_facts.as_deref();
+            let facts = facts.or_else(|| ctx.observer.as_ref().map(|o| o.facts()));
+            let complete = facts.is_some_and(|f| f.done);
+            let conversations = &self.steps.conversations;
+            conversations.finish(&mut c, member.as_deref(), answered, complete);
+            ctx.conversation = Some(c);
         }
         let ending = outcome::outcome(e, ctx);
         let req = session.req_header();

@@ -258,41 +258,95 @@ fn a_follow_up_with_the_same_id_goes_to_the_member_holding_it() {
 }
 
 #[test]
-fn a_replay_whose_member_died_gets_a_clear_error() {
+fn a_replay_whose_member_died_is_served_from_the_copy_or_gets_a_clear_error() {
     let _serial = serial();
-    let (mut servers, proxy) = fleet_of_two(&[]);
-    let addr = proxy.addr();
+    let redis = common::redis::Redis::start();
+    let toml = format!(
+        "[auth.store]\nurl = \"{}\"\ntimeout_ms = 2000\n\
+         [queue]\nenabled = true\nshared = true\n",
+        redis.url()
+    );
+    let config = temp_config("conv-died", &toml);
+    let args = ["--config", config.to_str().unwrap()];
+    let (mut servers, a) = fleet_of_two(&args);
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let b = Llamatap::start_fleet(&urls, &args);
+    wait_all_up(&b, &servers);
     let ids: Vec<String> = (0..6).map(|i| format!("gone-{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
-        start_and_hang_up(&addr, None, id, i, 2);
+        start_and_hang_up(&a.addr(), None, id, i, 2);
     }
     let placed: Vec<usize> = ids.iter().map(|id| holder(&servers, id).unwrap()).collect();
+    // What the members replay while they live.
+    let before: Vec<Vec<u8>> = ids
+        .iter()
+        .map(|id| {
+            let (s, all) = replay(&a.addr(), None, id);
+            assert_eq!(s, 200);
+            all
+        })
+        .collect();
+    let stored = fleet::wait_for(Duration::from_secs(10), || {
+        ids.iter().all(|id| {
+            redis
+                .command(&["GET", &format!("llamatap:conv:{id}")])
+                .is_some_and(|v| v.contains("127.0.0.1"))
+        })
+    });
+    assert!(stored.is_some());
     let victim = placed[0];
     let name = fleet::upstream_name(&servers[victim]);
     servers[victim].kill();
-    let down = fleet::wait_for(Duration::from_secs(20), || {
-        upstream_up(&proxy.metrics(), &servers[victim]) == Some(0.0)
-    });
-    assert!(down.is_some());
-    for (id, at) in ids.iter().zip(&placed) {
-        let (s, b) = replay(&addr, None, id);
+    for proxy in [&a, &b] {
+        let down = fleet::wait_for(Duration::from_secs(20), || {
+            upstream_up(&proxy.metrics(), &servers[victim]) == Some(0.0)
+        });
+        assert!(down.is_some());
+    }
+    let mut from_copy = 0;
+    for ((id, at), first) in ids.iter().zip(&placed).zip(&before) {
+        // The replica that saw the answer serves it, the same bytes.
+        let (s, all) = replay(&a.addr(), None, id);
+        assert_eq!(s, 200, "{id}: {}", String::from_utf8_lossy(&all));
+        assert_eq!(&all, first, "{id}");
+        // From byte 10 on, too.
+        let target = format!("/v1/stream?conv_id={id}&from=10");
+        let (s, tail) = call(&a.addr(), "GET", &target, None, "");
+        assert_eq!(s, 200);
+        assert_eq!(tail, first[10..], "{id}");
+        // The replica that only knows where it was: a clear error.
+        let (s, b_all) = replay(&b.addr(), None, id);
         if *at == victim {
-            assert_eq!(s, 502, "{}", String::from_utf8_lossy(&b));
-            let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+            from_copy += 1;
+            assert_eq!(s, 502, "{}", String::from_utf8_lossy(&b_all));
+            let v: serde_json::Value = serde_json::from_slice(&b_all).unwrap();
             assert_eq!(v["error"]["code"], "conversation_lost");
             let msg = v["error"]["message"].as_str().unwrap();
             assert!(msg.contains(&name) && msg.contains("down"), "{msg}");
         } else {
             assert_eq!(s, 200, "{id}");
-            assert!(whole(&b));
+            assert_eq!(&b_all, first);
         }
     }
+    eprintln!("replays served from the copy after their member died: {from_copy}");
+    assert!(from_copy > 0);
     // The lookup still answers, from the member left.
     let names: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let (s, entries) = lookup(&addr, None, &names);
+    let (s, entries) = lookup(&a.addr(), None, &names);
     assert_eq!(s, 200);
     let alive = placed.iter().filter(|p| **p != victim).count();
     assert_eq!(entries.len(), alive, "{entries:?}");
+    // A stop of a conversation whose member died forgets the copy.
+    let gone = &ids[0];
+    let (s, _) = call(
+        &a.addr(),
+        "DELETE",
+        &format!("/v1/stream?conv_id={gone}"),
+        None,
+        "",
+    );
+    assert_eq!(s, 204);
+    assert_eq!(replay(&a.addr(), None, gone).0, 502);
 }
 
 #[test]
@@ -564,4 +618,45 @@ fn a_replica_without_the_store_finds_the_holder_by_asking_the_members() {
     }
     // An id no member holds: llama-server's own 404.
     assert_eq!(replay(&b.addr(), None, "nobody-has-it").0, 404);
+}
+
+#[test]
+fn a_copy_of_an_answer_cut_by_its_members_death_ends_with_an_error_event() {
+    let _serial = serial();
+    let (mut servers, proxy) = fleet_of_two(&[]);
+    let addr = proxy.addr();
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": "Tell an endless story."}],
+        "stream": true, "max_tokens": 1800, "temperature": 0.0, "seed": 7,
+        "ignore_eos": true,
+    })
+    .to_string();
+    let h = [("X-Conversation-Id", "cut-1")];
+    let mut r = http::send(&addr, "POST", "/v1/chat/completions", &h, body.as_bytes()).unwrap();
+    assert_eq!(r.head.status, 200);
+    r.next_piece().unwrap().unwrap();
+    drop(r);
+    let at = holder(&servers, "cut-1").unwrap();
+    // Killed while it still generates, with some of it buffered.
+    let midway = fleet::wait_for(Duration::from_secs(30), || {
+        direct_lookup(&servers[at], &["cut-1"])
+            .first()
+            .is_some_and(|e| e["total_bytes"].as_u64().unwrap_or(0) > 20_000)
+    });
+    assert!(midway.is_some());
+    let done = direct_lookup(&servers[at], &["cut-1"])[0]["is_done"] == true;
+    servers[at].kill();
+    assert!(!done, "the answer ended before the kill: make it longer");
+    let down = fleet::wait_for(Duration::from_secs(20), || {
+        upstream_up(&proxy.metrics(), &servers[at]) == Some(0.0)
+    });
+    assert!(down.is_some());
+    let (s, all) = replay(&addr, None, "cut-1");
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
+    let events = http::sse_data(&all);
+    eprintln!("events kept of the cut answer: {}", events.len());
+    assert!(events.len() > 20, "{}", events.len());
+    assert!(!events.iter().any(|e| e == "[DONE]"));
+    let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "conversation_cut", "{last}");
 }

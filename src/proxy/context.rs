@@ -264,6 +264,7 @@ impl RequestCtx {
                     _ => 0,
                 },
                 unsent_bytes: c.unsent_bytes,
+                from_copy: c.from_copy,
             }),
             queue: self.admission.as_deref().map(|a| QueueFacts {
                 class: a.class.as_str(),

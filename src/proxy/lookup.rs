@@ -138,12 +138,8 @@ async fn ask_all(
             continue;
         }
         ctx.routed.tried.clear();
-        ctx.conversation = Some(Box::new(Claim {
-            usage: Use::Lookup,
-            id: String::new(),
-            holder: Some(member.upstream.name.clone()),
-            unsent_bytes: 0,
-        }));
+        let holder = Some(member.upstream.name.clone());
+        ctx.conversation = Some(Box::new(Claim::new(Use::Lookup, String::new(), holder)));
         let answer = Box::pin(exchange(steps, session, ctx, body.clone())).await;
         match answer {
             Ok((head, a)) if head.status.as_u16() == 200 => {

@@ -232,6 +232,9 @@ impl Steps {
 
     /// An answer body chunk, passed unchanged ([`bodies::response_chunk`]).
     pub fn response_chunk(&self, ctx: &mut RequestCtx, body: Option<&Bytes>, end_of_stream: bool) {
+        if let (Some(c), Some(b), Some(200)) = (ctx.conversation.as_deref_mut(), body, ctx.status) {
+            c.see(b);
+        }
         bodies::response_chunk(ctx, body, end_of_stream, &self.config);
     }
 }

@@ -14,6 +14,8 @@
 //! requests, the shared store and the routing itself (the binary's
 //! `conversations` module).
 
+pub mod copies;
+
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -65,6 +67,42 @@ pub struct Claim {
     /// Bytes of a generation read after its client hung up (observed,
     /// sent to nobody).
     pub unsent_bytes: u64,
+    /// A generation's bytes so far, for its copy
+    /// ([`copies`]); emptied once past [`copies::MAX_COPY`].
+    pub seen: Vec<u8>,
+    /// The generation outgrew [`copies::MAX_COPY`]: no copy is kept.
+    pub overflow: bool,
+    /// A replay served from llamatap's copy (its member was gone).
+    pub from_copy: bool,
+}
+
+impl Claim {
+    /// A claim of `usage` on `id`, held by `holder`.
+    pub fn new(usage: Use, id: String, holder: Option<String>) -> Claim {
+        Claim {
+            usage,
+            id,
+            holder,
+            unsent_bytes: 0,
+            seen: Vec::new(),
+            overflow: false,
+            from_copy: false,
+        }
+    }
+
+    /// Keeps a generation's `chunk` for its copy, within
+    /// [`copies::MAX_COPY`].
+    pub fn see(&mut self, chunk: &[u8]) {
+        if self.usage != Use::Generate || self.overflow {
+            return;
+        }
+        if self.seen.len() + chunk.len() > copies::MAX_COPY {
+            self.overflow = true;
+            self.seen = Vec::new();
+            return;
+        }
+        self.seen.extend_from_slice(chunk);
+    }
 }
 
 /// The bounded map from conversation id to the member holding it.

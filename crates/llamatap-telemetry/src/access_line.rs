@@ -67,6 +67,7 @@ struct Conversation {
     usage: &'static str,
     replayed_bytes: u64,
     unsent_bytes: u64,
+    from_copy: bool,
 }
 
 /// One cut of the answer by its upstream (never its text).
@@ -127,6 +128,7 @@ pub fn line(rec: &RequestRecord, model: &str, ids: Option<&SpanIds>) -> String {
             usage: c.usage.as_str(),
             replayed_bytes: c.replayed_bytes,
             unsent_bytes: c.unsent_bytes,
+            from_copy: c.from_copy,
         }),
         continuations: rec
             .continuations

@@ -116,6 +116,9 @@ pub struct ConversationFacts {
     /// generating that llamatap read and sent to nobody (they are in the
     /// record's counts and the tenant's charge).
     pub unsent_bytes: u64,
+    /// A replay served from llamatap's copy of the answer (its member was
+    /// gone).
+    pub from_copy: bool,
 }
 
 /// Everything known about one finished request.

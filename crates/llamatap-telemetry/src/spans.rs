@@ -223,6 +223,9 @@ impl Tracing {
                 sc::LLAMATAP_CONVERSATION_UNSENT_BYTES,
                 unsent,
             ));
+            if c.from_copy {
+                s.set_attribute(KeyValue::new(sc::LLAMATAP_CONVERSATION_FROM_COPY, true));
+            }
         }
         if let Some(q) = &rec.queue {
             s.set_attribute(KeyValue::new(sc::LLAMATAP_PRIORITY, q.class));

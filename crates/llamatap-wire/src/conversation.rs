@@ -56,6 +56,17 @@ pub fn stream_id(target: &[u8]) -> Option<Vec<u8>> {
         .filter(|id| !id.is_empty())
 }
 
+/// A replay's `from` offset as llama-server reads it: `0` when absent,
+/// `None` when it is not a number.
+pub fn stream_from(target: &[u8]) -> Option<usize> {
+    match query::pairs(target).find(|(k, _)| query::decode(k) == b"from") {
+        None => Some(0),
+        Some((_, v)) => std::str::from_utf8(&query::decode(v.unwrap_or(&[])))
+            .ok()
+            .and_then(|s| s.parse().ok()),
+    }
+}
+
 /// Whether a request is the stream lookup (`POST /v1/streams/lookup`, the
 /// path as llama-server decodes it).
 pub fn is_lookup(method: &str, target: &[u8]) -> bool {

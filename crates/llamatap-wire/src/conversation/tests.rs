@@ -212,3 +212,10 @@ fn the_open_scope_keeps_ids_and_every_lookup_entry() {
     let v: Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(v[0]["conversation_id"], "c1");
 }
+
+#[test]
+fn the_replay_offset_is_read_as_llama_server_reads_it() {
+    assert_eq!(stream_from(b"/v1/stream?conv_id=a"), Some(0));
+    assert_eq!(stream_from(b"/v1/stream?conv_id=a&from=12"), Some(12));
+    assert_eq!(stream_from(b"/v1/stream?from=x&conv_id=a"), None);
+}
