@@ -259,15 +259,28 @@ pub fn lost(fleet: &Fleet, claim: &Claim) -> Option<String> {
     }
 }
 
+/// Where a conversation binds a request ([`pinned`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pin {
+    /// The member holding the conversation.
+    pub member: usize,
+    /// Only that member will do (a replay, stop or lookup); otherwise (a
+    /// follow-up) it is preferred while the admission queue has a slot
+    /// there.
+    pub strict: bool,
+}
+
 /// The member the request must go to, when a conversation binds it: a
 /// replay, stop or lookup goes to its holder or fails (another member
-/// would answer 404); a follow-up generation goes to the holder while it
-/// serves, else wherever the router sends it (a new answer).
+/// would answer 404); a follow-up generation (naming `model`) goes to the
+/// holder while it serves that model, else wherever the router sends it
+/// (a new answer).
 pub fn pinned(
     fleet: &Fleet,
     claim: Option<&Claim>,
+    model: Option<&str>,
     tried: &[usize],
-) -> Result<Option<usize>, Box<Error>> {
+) -> Result<Option<Pin>, Box<Error>> {
     let Some(claim) = claim else {
         return Ok(None);
     };
@@ -275,10 +288,20 @@ pub fn pinned(
         return Ok(None);
     };
     let member = member_named(fleet, name).filter(|m| !tried.contains(&m.id));
+    let serves = |m: &Member| {
+        !fleet.serves_several_models()
+            || model.is_none_or(|name| m.models().iter().any(|x| x == name))
+    };
     match (claim.usage, member) {
-        (Use::Generate, Some(m)) if !m.draining() && m.healthy() => Ok(Some(m.id)),
+        (Use::Generate, Some(m)) if !m.draining() && m.healthy() && serves(&m) => Ok(Some(Pin {
+            member: m.id,
+            strict: false,
+        })),
         (Use::Generate, _) => Ok(None),
-        (_, Some(m)) => Ok(Some(m.id)),
+        (_, Some(m)) => Ok(Some(Pin {
+            member: m.id,
+            strict: true,
+        })),
         (_, None) => Err(Error::explain(
             ErrorType::ConnectNoRoute,
             format!("upstream {name}, which holds the conversation, cannot be reached"),

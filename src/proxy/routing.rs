@@ -138,13 +138,15 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         fleet.release(previous);
     }
     ctx.routed.ejected = false;
-    let held = crate::conversations::pinned(fleet, ctx.conversation.as_deref(), &ctx.routed.tried)?;
     let model = ctx.request.model.as_deref();
+    let held =
+        crate::conversations::pinned(fleet, ctx.conversation.as_deref(), model, &ctx.routed.tried)?;
     let (chain, session, tried) = (&ctx.routed.chain, ctx.session, &ctx.routed.tried);
     let choose = |full: &[usize]| {
-        // The member holding the request's conversation, whatever its load.
-        if let Some(i) = held {
-            return fleet.pin(i).ok_or(NoRoute::Exhausted);
+        // The member holding the request's conversation: a replay's
+        // whatever its load, a follow-up's while it has a slot.
+        if let Some(p) = held.filter(|p| p.strict || !full.contains(&p.member)) {
+            return fleet.pin(p.member).ok_or(NoRoute::Exhausted);
         }
         // The admission queue leaves out upstreams without a free slot.
         let exclude: Vec<usize> = tried.iter().chain(full).copied().collect();
