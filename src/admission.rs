@@ -39,14 +39,14 @@
 //! announcement round at a time), and [`shared`] (the slots shared with
 //! other replicas, with their store scripts).
 //!
-//! What the rest of llamatap sees: the proxy's calls ([`wait`],
-//! [`wait_for_affine`], [`secure`], [`requeue`], [`give_back`], [`Held`],
-//! [`Ticket::route`]), the server's ([`Admission::new`],
-//! [`Admission::slot_sync`]) and the admin page's ([`SharedSlots`], a
-//! read-only [`SlotStatus`]). The proxy's request context and its routing
-//! choice are still used here: the calls above take the context
-//! (`RequestCtx`), and a lease refused elsewhere asks the proxy's routing
-//! again (the proxy's `choose_upstream`).
+//! What the rest of llamatap sees, a narrow interface of plain data: the
+//! proxy's calls ([`wait`] with who asks, [`Asking`]; [`wait_for_affine`],
+//! [`secure`], [`requeue`] and [`Held::give_back`] on the request's
+//! [`Held`]; [`Ticket::route`] from its routing), the server's
+//! ([`Admission::new`], [`Admission::slot_sync`]) and the admin page's
+//! ([`SharedSlots`], a read-only [`SlotStatus`]). Nothing here reads the
+//! proxy's request context or calls its routing: a lease refused elsewhere
+//! answers [`Secured::Reroute`], and the proxy routes again.
 //!
 //! Deliberately not here: the arithmetic (pure, in [`llamatap_policy::queue`]),
 //! which answer pauses (the proxy's registry of running answers), writing
@@ -54,7 +54,7 @@
 //! ([`crate::store`]).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pingora::http::RequestHeader;
 use tokio::sync::{oneshot, Notify};
@@ -65,6 +65,7 @@ mod preempt;
 mod refusal;
 mod requeue;
 mod scheduler;
+mod secure;
 pub mod shared;
 #[cfg(test)]
 mod tests;
@@ -75,8 +76,9 @@ mod wanted;
 pub use affinity::wait_for_affine;
 pub use preempt::Pauses;
 pub use refusal::Refusal;
-pub use requeue::{give_back, requeue};
-pub use shared::{secure, SharedSlots, SlotStatus, SlotSync};
+pub use requeue::requeue;
+pub use secure::{secure, Secured};
+pub use shared::{SharedSlots, SlotStatus, SlotSync};
 pub use ticket::Ticket;
 pub use wait::wait;
 
@@ -126,7 +128,20 @@ pub struct Admission {
     announcing: [coalesce::Coalesce; 3],
 }
 
-/// A request's passage through the queue, kept in its context.
+/// Who asks the queue for a slot: plain data the proxy reads off the
+/// request.
+#[derive(Clone, Copy, Debug)]
+pub struct Asking<'a> {
+    /// The request's tenant.
+    pub tenant: TenantId,
+    /// Its arrival (the queue's order and its deadline count from it).
+    pub received: Instant,
+    /// The model it names.
+    pub model: Option<&'a str>,
+}
+
+/// A request's passage through the queue, kept in its context: data, and
+/// the slot ([`Ticket`]) whose drop gives it back.
 pub struct Held {
     /// Its class.
     pub class: Priority,
@@ -138,6 +153,38 @@ pub struct Held {
     pub queued_now: bool,
     /// Its slot, once granted.
     pub ticket: Option<Ticket>,
+    /// Its tenant's key and weight in the scheduler.
+    who: (usize, u32),
+    /// Its arrival.
+    received: Instant,
+    /// The model it named, for a second wait.
+    model: Option<Box<str>>,
+}
+
+impl Held {
+    /// A request of `class` asking as `asking` (`weight`: its tenant's).
+    fn new(class: Priority, asking: &Asking<'_>, weight: u32) -> Self {
+        Held {
+            class,
+            wait: None,
+            waited: false,
+            queued_now: false,
+            ticket: None,
+            who: (tenant_key(asking.tenant), weight),
+            received: asking.received,
+            model: asking.model.map(Box::from),
+        }
+    }
+
+    /// Gives its slot back (a paused answer, before it waits again).
+    pub fn give_back(&mut self) {
+        drop(self.ticket.take());
+    }
+
+    /// The request left the queue without a slot: its wait ends now.
+    fn left(&mut self) {
+        self.wait = Some(self.received.elapsed());
+    }
 }
 
 impl Admission {

@@ -15,6 +15,7 @@
 //! hang-up drops the upstream connection (never pooled) the moment it is
 //! seen.
 
+mod answer;
 mod attempt;
 mod bodies;
 mod cachebreak;
@@ -56,11 +57,6 @@ use llamatap_telemetry::Telemetry;
 use llamatap_wire::request::Route;
 use reply::refuse;
 pub use steps::Steps;
-
-/// Routing's choice of an attempt's upstream, asked again by the admission
-/// queue when another replica took the slot a lease was for
-/// ([`crate::admission::secure`]).
-pub(crate) use routing::choose as choose_upstream;
 
 /// The llamatap proxy service: Pingora's hooks over the request's
 /// [`Steps`].
@@ -106,7 +102,7 @@ impl LlamaProxy {
         let req = session.req_header();
         let mut claim = steps
             .conversations
-            .claim(req, ctx.route, scope.as_ref())
+            .claim(req, ctx.asked.route, scope.as_ref())
             .await;
         if let Some(c) = claim.as_deref_mut() {
             let key = steps.config.upstream_api_key.as_ref();
@@ -135,8 +131,8 @@ impl LlamaProxy {
         if Box::pin(copied::serve(&self.steps, session, ctx, &message)).await {
             return true;
         }
-        ctx.ended = Some(std::time::Instant::now());
-        ctx.failure = Some((Outcome::UpstreamError, "conversation_lost", message.clone()));
+        ctx.seen.ended = Some(std::time::Instant::now());
+        ctx.seen.failure = Some((Outcome::UpstreamError, "conversation_lost", message.clone()));
         let reply = reply::ErrorReply {
             status: 502,
             kind: "upstream_error",
@@ -173,35 +169,35 @@ impl ProxyHttp for LlamaProxy {
         // The target as it goes upstream, not `uri.path()`: a target that
         // is not origin-form is rooted at `/` in the URI but forwarded, and
         // routed by llama-server, as it came.
-        ctx.route = Route::from_target(req.raw_path());
+        ctx.asked.route = Route::from_target(req.raw_path());
         if self.steps.fleet.is_fleet() || self.steps.admission.enabled() {
             // Keep (up to Pingora's 64 KiB) what is read of the body before
             // routing, so that it is forwarded whole.
             session.enable_retry_buffering();
         }
         let req = session.req_header();
-        ctx.started = true;
+        ctx.asked.started = true;
         self.steps.telemetry.request_started();
         if let Some(t) = &self.steps.telemetry.tracing {
             let span = t.start_request(
                 header(req, "traceparent"),
                 header(req, "tracestate"),
-                ctx.received_wall,
+                ctx.asked.received_wall,
             );
-            ctx.log_span = logs::request_span(&span);
-            ctx.span = Some(Box::new(span));
+            ctx.seen.log_span = logs::request_span(&span);
+            ctx.seen.span = Some(Box::new(span));
         }
         // The steps before forwarding are boxed, so that the hook's own
         // future, which a held stream keeps, is the size of the forwarding
         // loop, not of the largest step.
-        match guard::check(req, ctx.route, &self.steps.config) {
-            Ok(id) => ctx.tenant = id,
+        match guard::check(req, ctx.asked.route, &self.steps.config) {
+            Ok(id) => ctx.who.tenant = id,
             Err(r) => {
                 Box::pin(refuse(session, ctx, r)).await;
                 return Ok(true);
             }
         }
-        if !guard::public(ctx.route, req)
+        if !guard::public(ctx.asked.route, req)
             && Box::pin(tenant::admit(
                 session,
                 ctx,
@@ -226,7 +222,7 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
-        if let Some(r) = Box::pin(admission::wait(session, ctx, &self.steps.admission)).await? {
+        if let Some(r) = Box::pin(queue(session, ctx, &self.steps.admission)).await? {
             Box::pin(reply::write_refusal(session, ctx, &r)).await;
             return Ok(true);
         }
@@ -263,6 +259,7 @@ impl ProxyHttp for LlamaProxy {
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
         let upstream = ctx
+            .attempt
             .member
             .and_then(|i| self.steps.fleet.member(i))
             .map(|m| m.upstream.name.clone());
@@ -273,7 +270,7 @@ impl ProxyHttp for LlamaProxy {
     /// with this: its summary, and the trace id when tracing is on.
     fn request_summary(&self, session: &Session, ctx: &RequestCtx) -> String {
         let summary = session.as_ref().request_summary();
-        match &ctx.span {
+        match &ctx.seen.span {
             Some(span) => format!("{summary}, trace_id={}", Tracing::trace_id(span)),
             None => summary,
         }
@@ -288,41 +285,44 @@ impl ProxyHttp for LlamaProxy {
 
     /// The request is over: one record for metrics, spans and the latency page.
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
-        if !ctx.started {
+        if !ctx.asked.started {
             return;
         }
-        if ctx.stream_counted {
-            ctx.stream_counted = false;
+        if ctx.seen.stream_counted {
+            ctx.seen.stream_counted = false;
             self.steps.telemetry.stream_active(false);
         }
         if let Some(mut c) = ctx.conversation.take() {
-            let member = ctx.member.and_then(|i| self.steps.fleet.member(i));
-            let answered = ctx.streaming && ctx.status == Some(200);
-            let facts = ctx.stream_facts.as_deref();
-            let facts = facts.or_else(|| ctx.observer.as_ref().map(|o| o.facts()));
+            let member = ctx.attempt.member.and_then(|i| self.steps.fleet.member(i));
+            let answered = ctx.seen.streaming && ctx.seen.status == Some(200);
+            let facts = ctx.seen.stream_facts.as_deref();
+            let facts = facts.or_else(|| ctx.seen.observer.as_ref().map(|o| o.facts()));
             let complete = facts.is_some_and(|f| f.done);
             let conversations = &self.steps.conversations;
             conversations.finish(&mut c, member.as_deref(), answered, complete);
             ctx.conversation = Some(c);
         }
-        let ending = outcome::outcome(e, ctx);
+        // How it ended decides the record, ejection and the charge.
+        let end = answer::settle(e, ctx);
         let req = session.req_header();
         let method = req.method.as_str().to_string();
         let path = logged_path(req);
         let client = session.client_addr().map(|a| a.to_string());
-        let mut rec = ctx.record(method, path, ending.outcome, ending.error, client);
-        rec.upstream = routing::finish(&self.steps.fleet, ctx, &rec, ending.cause);
-        rec.cache_break =
-            self.steps
-                .breaks
-                .finish(ctx.routed.prompt.take(), ctx.session, ctx.tenant, &rec);
-        tenant::finish(&self.steps.limiter, ctx, &mut rec);
+        let mut rec = ctx.record(method, path, end.outcome(), end.error(), client);
+        rec.upstream = routing::finish(&self.steps.fleet, ctx, &rec, &end);
+        rec.cache_break = self.steps.breaks.finish(
+            ctx.attempt.routed.prompt.take(),
+            ctx.who.session,
+            ctx.who.tenant,
+            &rec,
+        );
+        tenant::finish(&self.steps.limiter, ctx, &mut rec, &end);
         // The queue's slot is free: the next request is dispatched.
         ctx.admission = None;
         if e.is_none() && rec.outcome == Outcome::UpstreamError {
             // Pingora logged nothing (the HTTP exchange itself went well):
             // an upstream 5xx, an error event in the stream, a cut stream.
-            let _in = ctx.log_span.enter();
+            let _in = ctx.seen.log_span.enter();
             tracing::warn!(
                 error.type = rec.error_type.unwrap_or(""),
                 "{} {}: {}",
@@ -333,6 +333,24 @@ impl ProxyHttp for LlamaProxy {
         }
         self.steps
             .telemetry
-            .request_finished(&rec, ctx.span.take().map(|s| *s));
+            .request_finished(&rec, ctx.seen.span.take().map(|s| *s));
     }
+}
+
+/// The admission queue's wait, for a request that uses a slot
+/// ([`admission::wait`]).
+async fn queue(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    admission: &Arc<admission::Admission>,
+) -> Result<Option<admission::Refusal>> {
+    if !ctx.asked.route.uses_slot() {
+        return Ok(None);
+    }
+    let asking = admission::Asking {
+        tenant: ctx.who.tenant,
+        received: ctx.asked.received,
+        model: ctx.asked.request.model.as_deref(),
+    };
+    admission::wait(session, asking, &mut ctx.admission, admission).await
 }

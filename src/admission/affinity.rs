@@ -5,30 +5,30 @@
 //! Deliberately not here: finding that upstream (the fleet's prefix index,
 //! [`Fleet::affine`]) and the routing that follows (the proxy's).
 
-use super::{Admission, Fleet};
-use crate::proxy::context::RequestCtx;
+use super::{Admission, Fleet, Held};
+use llamatap_policy::router::Chain;
 use llamatap_telemetry::queue::AffinityLabels;
 
 /// Before a dispatched request is routed: when `queue.affinity_wait_ms` is
 /// set and the upstream holding the longest prefix of its prompt is full,
 /// waits (at most that long) for a slot there, so that its prefill is
 /// reused rather than recomputed elsewhere. Only the first routing of a
-/// request waits, and only under `prefix_affinity` without a session key.
-/// The wait counts in the request's `queued` moment; while it lasts, the
-/// request's grant keeps one slot of the fleet unused (the cost).
-pub async fn wait_for_affine(admission: &Admission, fleet: &Fleet, ctx: &mut RequestCtx) {
+/// request waits (the caller's to know), and only under `prefix_affinity`
+/// without a session key. The wait counts in the request's `queued`
+/// moment; while it lasts, the request's grant keeps one slot of the fleet
+/// unused (the cost). `chain`: the prompt's prefix chain.
+pub async fn wait_for_affine(admission: &Admission, fleet: &Fleet, held: &mut Held, chain: &Chain) {
     let Some(limit) = admission.config.affinity_wait else {
         return;
     };
-    let pending = ctx
-        .admission
-        .as_deref()
-        .and_then(|h| h.ticket.as_ref())
+    let pending = held
+        .ticket
+        .as_ref()
         .is_some_and(|t| t.bound.is_none() && t.awaiting.is_none());
-    if !pending || ctx.session.is_some() || !ctx.routed.tried.is_empty() {
+    if !pending {
         return;
     }
-    let Some(target) = fleet.affine(ctx.request.model.as_deref(), &ctx.routed.chain) else {
+    let Some(target) = fleet.affine(held.model.as_deref(), chain) else {
         return;
     };
     // Free there now: routing takes it. Else its next free slot is kept
@@ -47,7 +47,7 @@ pub async fn wait_for_affine(admission: &Admission, fleet: &Fleet, ctx: &mut Req
     if free_now.unwrap_or(true) {
         return;
     }
-    if let Some(t) = ctx.admission.as_deref_mut().and_then(|h| h.ticket.as_mut()) {
+    if let Some(t) = held.ticket.as_mut() {
         t.awaiting = Some(target);
     }
     let freed_there = || {
@@ -78,11 +78,7 @@ pub async fn wait_for_affine(admission: &Admission, fleet: &Fleet, ctx: &mut Req
     };
     if result == "expired" {
         // It goes elsewhere: the slot it awaited is nobody's any more.
-        let awaited = ctx
-            .admission
-            .as_deref_mut()
-            .and_then(|h| h.ticket.as_mut())
-            .and_then(|t| t.awaiting.take());
+        let awaited = held.ticket.as_mut().and_then(|t| t.awaiting.take());
         if let Some(i) = awaited {
             admission.with(|s| s.unawait(i));
         }
@@ -92,8 +88,5 @@ pub async fn wait_for_affine(admission: &Admission, fleet: &Fleet, ctx: &mut Req
             .get_or_create(&AffinityLabels { result })
             .inc();
     }
-    let since = ctx.received.elapsed();
-    if let Some(h) = ctx.admission.as_deref_mut() {
-        h.wait = Some(since);
-    }
+    held.wait = Some(held.received.elapsed());
 }

@@ -1,15 +1,13 @@
 //! What the queue refuses, and why: a priority header that names no class
 //! (`400 invalid_priority`), a full queue or the tenant's share of one
 //! (`503 queue_full`, `429 tenant_queue_full`), and a wait past the class's
-//! `max_wait_ms` (`503 queue_timeout`). Each refusal records its facts on
-//! the request's context and returns the answer as data ([`Refusal`]).
+//! `max_wait_ms` (`503 queue_timeout`). Each refusal is data ([`Refusal`]):
+//! the answer, and the outcome the request is recorded with.
 //!
-//! Deliberately not here: writing the answer (the proxy's error writer,
-//! which adds `traceresponse` and the OpenAI shape).
+//! Deliberately not here: recording and writing the answer (the proxy's
+//! error writer, which adds `traceresponse` and the OpenAI shape).
 
-use std::time::Instant;
-
-use crate::proxy::context::RequestCtx;
+use super::Held;
 use llamatap_policy::tenant::Priority;
 use llamatap_telemetry::record::Outcome;
 
@@ -26,24 +24,25 @@ pub struct Refusal {
     pub message: String,
     /// `Retry-After: 1` goes with it (every refusal but a bad header).
     pub retry_after: bool,
+    /// The request's outcome (`error.type` is the `code`).
+    pub outcome: Outcome,
 }
 
 /// Refuses a request whose priority header (`header`) names no class:
 /// `400` `invalid_priority`, naming the header, the value (bounded) and
 /// the classes.
-pub(super) fn invalid_priority(ctx: &mut RequestCtx, header: &str, value: &str) -> Refusal {
+pub(super) fn invalid_priority(header: &str, value: &str) -> Refusal {
     let shown = llamatap_telemetry::record::bounded(value, 64);
     let message = format!(
         "header {header}: {shown:?} is not a priority class; use interactive, default or batch"
     );
-    ctx.ended = Some(Instant::now());
-    ctx.failure = Some((Outcome::ClientError, "invalid_priority", message.clone()));
     Refusal {
         status: 400,
         kind: "invalid_request_error",
         code: "invalid_priority",
         message,
         retry_after: false,
+        outcome: Outcome::ClientError,
     }
 }
 
@@ -91,28 +90,20 @@ impl From<llamatap_policy::queue::Refusal> for Refused {
     }
 }
 
-/// Refuses a request of `class` for `why` (`depth`: the class's
-/// `max_depth`, named when full), with `Retry-After: 1`.
-pub(super) fn refused(
-    ctx: &mut RequestCtx,
-    class: Priority,
-    why: Refused,
-    depth: Option<usize>,
-) -> Refusal {
-    let message = message(class, why, depth);
-    ctx.ended = Some(Instant::now());
-    if let Some(h) = ctx.admission.as_deref_mut() {
-        h.queued_now = false;
-    }
-    let code = why.as_str();
-    ctx.failure = Some((Outcome::Rejected, code, message.clone()));
+/// Refuses the request `held` for `why` (`depth`: its class's
+/// `max_depth`, named when full), with `Retry-After: 1`; it leaves the
+/// queue.
+pub(super) fn refused(held: &mut Held, why: Refused, depth: Option<usize>) -> Refusal {
+    let message = message(held.class, why, depth);
+    held.queued_now = false;
     let (status, kind) = why.status();
     Refusal {
         status,
         kind,
-        code,
+        code: why.as_str(),
         message,
         retry_after: true,
+        outcome: Outcome::Rejected,
     }
 }
 

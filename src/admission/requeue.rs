@@ -1,5 +1,6 @@
-//! A paused answer's slot: given back at once ([`give_back`], the request
-//! waiting for it takes it), then waited for again at the head of its
+//! A paused answer's slot: given back at once
+//! ([`Held::give_back`](super::Held::give_back), the request waiting for
+//! it takes it), then waited for again at the head of its
 //! class's queue ([`requeue`]: never refused, no deadline, its client's
 //! socket watched for a hang-up).
 //!
@@ -13,35 +14,23 @@ use pingora::Result;
 use tokio::sync::oneshot;
 
 use super::wait::Waiting;
-use super::{tenant_key, Admission, Ticket, Verdict, REFRESH};
-use crate::proxy::context::RequestCtx;
+use super::{Admission, Held, Ticket, Verdict, REFRESH};
 use llamatap_policy::queue::Arrival;
-
-/// A paused answer gives its slot back (the next request is dispatched).
-pub fn give_back(ctx: &mut RequestCtx) {
-    if let Some(h) = ctx.admission.as_deref_mut() {
-        drop(h.ticket.take());
-    }
-}
 
 /// A paused answer waits again, at the head of its class's queue, for a
 /// slot (no deadline: it held one); `Err` when its client hung up.
 pub async fn requeue(
     session: &mut Session,
-    ctx: &mut RequestCtx,
+    held: &mut Held,
     admission: &Arc<Admission>,
 ) -> Result<()> {
-    let Some(class) = ctx.admission.as_deref().map(|h| h.class) else {
-        return Ok(());
-    };
-    let ci = class as usize;
-    let tenant = tenant_key(ctx.tenant);
-    let weight = admission.tenants.get(ctx.tenant).map_or(1, |t| t.weight);
+    let ci = held.class as usize;
+    let (tenant, weight) = held.who;
     let arrival = Arrival {
         class: ci,
         tenant,
         weight,
-        at: ctx.received,
+        at: held.received,
     };
     let (tx, rx) = oneshot::channel();
     let Some(Ok(handle)) = admission.with(|s| s.requeue(arrival, tx)) else {
@@ -50,10 +39,8 @@ pub async fn requeue(
             "the admission queue is unavailable",
         ));
     };
-    if let Some(h) = ctx.admission.as_deref_mut() {
-        h.queued_now = true;
-    }
-    let want = admission.wanted.hold(ci, ctx.request.model.as_deref());
+    held.queued_now = true;
+    let want = admission.wanted.hold(ci, held.model.as_deref());
     admission.announce(ci, true);
     let mut waiting = Waiting {
         admission,
@@ -88,9 +75,7 @@ pub async fn requeue(
     }
     waiting.handle = None;
     drop(waiting);
-    if let Some(h) = ctx.admission.as_deref_mut() {
-        h.queued_now = false;
-        h.ticket = Some(Ticket::new(admission, (ci, tenant)));
-    }
+    held.queued_now = false;
+    held.ticket = Some(Ticket::new(admission, (ci, tenant)));
     Ok(())
 }

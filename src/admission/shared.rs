@@ -4,7 +4,7 @@
 //! - **Leases** (`lease`). A request granted a slot here, once routed,
 //!   leases that slot on its upstream in the store ([`store`]: a script
 //!   that never lets the leases exceed the upstream's slots) before it
-//!   connects ([`secure`]). A lease is renewed while the stream runs
+//!   connects (the queue's `secure`). A lease is renewed while the stream runs
 //!   (every third of `queue.lease_ms`), removed when it ends, and expires
 //!   on its own when its replica dies.
 //! - **The view** (`sync`). Every `queue.sync_ms` this replica sends its
@@ -46,14 +46,12 @@ use store::{Models, SlotStore};
 
 mod channel;
 mod lease;
-mod secure;
 pub mod store;
 mod sync;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use lease::{Acquired, Lease};
-pub use secure::secure;
 pub use sync::SlotSync;
 
 /// A read-only handle on the shared slots' state, for the admin page.
@@ -228,7 +226,7 @@ impl Shared {
 }
 
 /// The key of a member's leases: its address (the same at every replica).
-fn key_of(m: &Member) -> String {
+pub(super) fn key_of(m: &Member) -> String {
     m.address()
         .map_or_else(|| m.upstream.address.clone(), |a| a.to_string())
 }

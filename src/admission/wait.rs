@@ -17,8 +17,7 @@ use pingora::Result;
 use tokio::sync::oneshot;
 
 use super::refusal::{invalid_priority, refused, Refusal, Refused};
-use super::{tenant_key, wanted, Admission, Held, Ticket, Verdict, REFRESH};
-use crate::proxy::context::RequestCtx;
+use super::{wanted, Admission, Asking, Held, Ticket, Verdict, REFRESH};
 use crate::replay;
 use llamatap_policy::queue::{Arrival, Handle};
 
@@ -51,26 +50,25 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Waits for a slot, in `request_filter`. `Ok(None)`: go on, the slot is
-/// in `ctx.admission`; `Ok(Some(refusal))`: the request is refused (its
-/// facts are in `ctx`; the caller answers it); `Err`: the client hung up
-/// while queued.
+/// Waits for a slot, in `request_filter`, for a request that uses one.
+/// `Ok(None)`: go on, the slot is in `held`; `Ok(Some(refusal))`: the
+/// request is refused (the caller records and answers it); `Err`: the
+/// client hung up while queued. Whichever way it ends, `held` says how
+/// long the request waited.
 pub async fn wait(
     session: &mut Session,
-    ctx: &mut RequestCtx,
+    asking: Asking<'_>,
+    held: &mut Option<Box<Held>>,
     admission: &Arc<Admission>,
 ) -> Result<Option<Refusal>> {
-    if !admission.enabled()
-        || !ctx.route.uses_slot()
-        || session.req_header().method != http::Method::POST
-    {
+    if !admission.enabled() || session.req_header().method != http::Method::POST {
         return Ok(None);
     }
-    let class = match admission.class_of(session.req_header(), ctx.tenant) {
+    let class = match admission.class_of(session.req_header(), asking.tenant) {
         Ok(c) => c,
         Err(value) => {
             let header = admission.config.priority_header.as_deref().unwrap_or("");
-            return Ok(Some(invalid_priority(ctx, header, &value)));
+            return Ok(Some(invalid_priority(header, &value)));
         }
     };
     let ci = class as usize;
@@ -80,50 +78,41 @@ pub async fn wait(
         .get(ci)
         .copied()
         .unwrap_or_default();
-    let arrived = ctx.received;
-    let who = (ci, tenant_key(ctx.tenant));
-    let mut held = Box::new(Held {
-        class,
-        wait: None,
-        waited: false,
-        queued_now: false,
-        ticket: None,
-    });
+    let arrived = asking.received;
+    let weight = admission.tenants.get(asking.tenant).map_or(1, |t| t.weight);
+    let h = held.insert(Box::new(Held::new(class, &asking, weight)));
+    let who = (ci, h.who.0);
     let now = admission.with(|s| {
         admission.refresh(s);
         s.admit_now(ci, who.1)
     });
     if now.unwrap_or(true) {
-        held.wait = Some(arrived.elapsed());
-        held.ticket = Some(Ticket::new(admission, who));
-        ctx.admission = Some(held);
+        h.wait = Some(arrived.elapsed());
+        h.ticket = Some(Ticket::new(admission, who));
         return Ok(None);
     }
-    held.waited = true;
-    held.queued_now = true;
+    h.waited = true;
+    h.queued_now = true;
     let watch = watchable(session).await?;
     let (tx, rx) = oneshot::channel();
     let arrival = Arrival {
         class: ci,
         tenant: who.1,
-        weight: admission.tenants.get(ctx.tenant).map_or(1, |t| t.weight),
+        weight,
         at: arrived,
     };
-    let queued = admission.with(|s| s.enqueue(arrival, tx));
-    ctx.admission = Some(held);
-    let handle = match queued {
+    let handle = match admission.with(|s| s.enqueue(arrival, tx)) {
         Some(Ok(h)) => h,
         Some(Err((refusal, _))) => {
-            return Ok(Some(refused(ctx, class, refusal.into(), rules.max_depth)));
+            return Ok(Some(refused(h, refusal.into(), rules.max_depth)));
         }
-        None => return Ok(Some(refused(ctx, class, Refused::Full, rules.max_depth))),
+        None => return Ok(Some(refused(h, Refused::Full, rules.max_depth))),
     };
     // With shared slots, the other replicas learn at once that a request
     // waits here.
-    let model = ctx.request.model.clone();
-    let want = admission.wanted.hold(ci, model.as_deref());
+    let want = admission.wanted.hold(ci, asking.model);
     admission.announce(ci, true);
-    admission.preempt_for(ci, model.as_deref());
+    admission.preempt_for(ci, asking.model);
     let waiting = Waiting {
         admission,
         who,
@@ -134,29 +123,25 @@ pub async fn wait(
     let deadline = rules
         .max_wait
         .map(|w| tokio::time::Instant::from_std(arrived + w));
-    let verdict = match until_verdict(session, waiting, deadline, watch, model.as_deref()).await {
-        Ok(v) => v,
+    let verdict = until_verdict(session, waiting, deadline, watch, asking.model).await;
+    match verdict {
+        Ok(Some(Verdict::Granted)) => {}
         Err(e) => {
-            mark_left(ctx);
+            h.left();
             return Err(e);
         }
-    };
-    match verdict {
-        Some(Verdict::Granted) => {}
-        Some(Verdict::Displaced) => {
-            mark_left(ctx);
-            return Ok(Some(refused(ctx, class, Refused::Full, rules.max_depth)));
+        Ok(Some(Verdict::Displaced)) => {
+            h.left();
+            return Ok(Some(refused(h, Refused::Full, rules.max_depth)));
         }
-        None => {
-            mark_left(ctx);
-            return Ok(Some(refused(ctx, class, Refused::Timeout, None)));
+        Ok(None) => {
+            h.left();
+            return Ok(Some(refused(h, Refused::Timeout, None)));
         }
     }
-    if let Some(h) = ctx.admission.as_deref_mut() {
-        h.queued_now = false;
-        h.wait = Some(arrived.elapsed());
-        h.ticket = Some(Ticket::new(admission, who));
-    }
+    h.queued_now = false;
+    h.wait = Some(arrived.elapsed());
+    h.ticket = Some(Ticket::new(admission, who));
     Ok(None)
 }
 
@@ -233,13 +218,5 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
-    }
-}
-
-/// The request left the queue without a slot: its wait ends now.
-fn mark_left(ctx: &mut RequestCtx) {
-    let since = ctx.received.elapsed();
-    if let Some(h) = ctx.admission.as_deref_mut() {
-        h.wait = Some(since);
     }
 }

@@ -40,16 +40,20 @@ pub fn connect_failed(
     ctx: &mut RequestCtx,
     mut e: Box<Error>,
 ) -> Box<Error> {
-    if let Some(i) = ctx.member {
+    if let Some(i) = ctx.attempt.member {
         fleet.eject(i);
-        ctx.routed.ejected = true;
+        ctx.attempt.routed.ejected = true;
         let again = fleet.is_fleet()
-            && fleet.can_fail_over(ctx.request.model.as_deref(), i, &ctx.routed.tried);
+            && fleet.can_fail_over(
+                ctx.asked.request.model.as_deref(),
+                i,
+                &ctx.attempt.routed.tried,
+            );
         if again {
-            ctx.routed.tried.push(i);
+            ctx.attempt.routed.tried.push(i);
             e.set_retry(true);
         }
-        let _in = ctx.log_span.enter();
+        let _in = ctx.seen.log_span.enter();
         let name = fleet.member(i).map(|m| m.upstream.name.clone());
         let req = session.req_header();
         tracing::warn!(
@@ -70,10 +74,10 @@ pub fn connect_failed(
 /// The answer's head from the attempt's upstream: an unwell status ejects
 /// it, anything under 500 counts as a success.
 pub fn answered(fleet: &Fleet, ctx: &mut RequestCtx, status: u16) {
-    if let Some(i) = ctx.member {
-        if unwell_answer(status, ctx.route) {
+    if let Some(i) = ctx.attempt.member {
+        if unwell_answer(status, ctx.asked.route) {
             fleet.eject(i);
-            ctx.routed.ejected = true;
+            ctx.attempt.routed.ejected = true;
         } else if status < 500 {
             fleet.succeeded(i);
         }

@@ -35,39 +35,39 @@ pub fn request_chunk(
     breaks: &Breaks,
 ) -> Result<()> {
     if let Some(b) = body {
-        ctx.request_bytes += b.len() as u64;
-        if ctx.request_bytes > config.max_body_bytes {
+        ctx.asked.request_bytes += b.len() as u64;
+        if ctx.asked.request_bytes > config.max_body_bytes {
             return Err(errors::too_large());
         }
     }
-    if ctx.route.operation_name().is_none() {
+    if ctx.asked.route.operation_name().is_none() {
         return Ok(());
     }
     if let Some(b) = body {
         let limit = config.telemetry.max_inspect_bytes;
-        if !ctx.body_truncated && ctx.body.len() + b.len() <= limit {
-            ctx.body.extend_from_slice(b);
+        if !ctx.asked.body_truncated && ctx.asked.body.len() + b.len() <= limit {
+            ctx.asked.body.extend_from_slice(b);
         } else {
-            ctx.body_truncated = true;
-            ctx.body = Vec::new();
+            ctx.asked.body_truncated = true;
+            ctx.asked.body = Vec::new();
         }
     }
-    if end_of_stream && !ctx.body_truncated && !ctx.body.is_empty() {
-        if ctx.routed.prompt.is_none() {
+    if end_of_stream && !ctx.asked.body_truncated && !ctx.asked.body.is_empty() {
+        if ctx.attempt.routed.prompt.is_none() {
             // One parse gives the facts and the prompt's digest.
             let capture = breaks.capture();
-            let (facts, prompt) = cachebreak::inspect(ctx.route, &ctx.body, capture);
-            ctx.request = facts;
-            ctx.routed.prompt = prompt;
+            let (facts, prompt) = cachebreak::inspect(ctx.asked.route, &ctx.asked.body, capture);
+            ctx.asked.request = facts;
+            ctx.attempt.routed.prompt = prompt;
         } else {
-            ctx.request = request::inspect_body(&ctx.body);
+            ctx.asked.request = request::inspect_body(&ctx.asked.body);
         }
         if charge::refuses(ctx) {
             // Refused before the last chunk goes out: llama-server never
             // has the whole body.
             return Err(errors::counts_hidden());
         }
-        let mut body = std::mem::take(&mut ctx.body);
+        let mut body = std::mem::take(&mut ctx.asked.body);
         body.shrink_to_fit();
         let body = Bytes::from(body);
         super::continuable::keep_body(ctx, config.continuation.enabled, body);
@@ -79,10 +79,10 @@ pub fn request_chunk(
 /// answer a bounded copy (for its usage); anything else is only counted.
 pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telemetry: &Telemetry) {
     let format = ctx.format();
-    ctx.json_counts = None;
+    ctx.seen.json_counts = None;
     if is_event_stream(resp) {
-        ctx.streaming = true;
-        ctx.stream_counted = true;
+        ctx.seen.streaming = true;
+        ctx.seen.stream_counted = true;
         telemetry.stream_active(true);
         if let Some(f) = format {
             let t = &config.telemetry;
@@ -92,10 +92,10 @@ pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telem
                 let ids = super::continuable::transcript_ids(ctx);
                 observer.keep_transcript(t.max_inspect_bytes, ids);
             }
-            ctx.observer = Some(observer);
+            ctx.seen.observer = Some(observer);
         }
     } else if format.is_some() && is_json(resp) {
-        ctx.json_body = Some(Vec::new());
+        ctx.seen.json_body = Some(Vec::new());
     }
 }
 
@@ -109,10 +109,10 @@ pub fn response_chunk(
 ) {
     let now = Instant::now();
     if let Some(b) = body {
-        ctx.response_bytes += b.len() as u64;
-        if let Some(o) = ctx.observer.as_mut() {
+        ctx.seen.response_bytes += b.len() as u64;
+        if let Some(o) = ctx.seen.observer.as_mut() {
             o.on_chunk(b, now);
-        } else if let Some(j) = ctx.json_body.as_mut() {
+        } else if let Some(j) = ctx.seen.json_body.as_mut() {
             if j.len() + b.len() <= config.telemetry.max_inspect_bytes {
                 j.extend_from_slice(b);
             } else {
@@ -120,17 +120,17 @@ pub fn response_chunk(
                 let mut counts = Box::new(CountScanner::new());
                 counts.feed(j);
                 counts.feed(b);
-                ctx.json_counts = Some(counts);
-                ctx.json_body = None;
+                ctx.seen.json_counts = Some(counts);
+                ctx.seen.json_body = None;
             }
-        } else if let Some(c) = ctx.json_counts.as_mut() {
+        } else if let Some(c) = ctx.seen.json_counts.as_mut() {
             c.feed(b);
         }
     }
     if end_of_stream {
-        ctx.ended = Some(now);
-        if let Some(o) = ctx.observer.take() {
-            ctx.stream_facts = Some(Box::new(o.finish(now, StreamEnd::Complete)));
+        ctx.seen.ended = Some(now);
+        if let Some(o) = ctx.seen.observer.take() {
+            ctx.seen.stream_facts = Some(Box::new(o.finish(now, StreamEnd::Complete)));
         }
     }
 }

@@ -18,9 +18,10 @@
 //! observer, [`llamatap_wire::llama`]).
 
 use llamatap_policy::answer::ContinuationResult;
-use llamatap_telemetry::record::{Outcome, RequestRecord};
+use llamatap_telemetry::record::RequestRecord;
 use llamatap_wire::llama::StreamFormat;
 
+use super::answer::End;
 use super::context::RequestCtx;
 
 /// Request bytes counted as one prompt token when no prompt count is
@@ -28,8 +29,9 @@ use super::context::RequestCtx;
 /// runs near 4 bytes a token; the JSON around it adds bytes, not tokens).
 pub const BYTES_PER_TOKEN: u64 = 4;
 
-/// Tokens to charge for `rec`, whose request body was `request_bytes`.
-pub fn tokens(rec: &RequestRecord, request_bytes: u64) -> u64 {
+/// Tokens to charge for `rec`, which ended as `end`, whose request body
+/// was `request_bytes`.
+pub fn tokens(rec: &RequestRecord, end: &End, request_bytes: u64) -> u64 {
     let continued = rec
         .continuations
         .iter()
@@ -47,9 +49,7 @@ pub fn tokens(rec: &RequestRecord, request_bytes: u64) -> u64 {
         output = output.max(c.tokens_before.saturating_add(c.generated.unwrap_or(0)));
     }
     output = output.max(rec.token_events);
-    let answered = rec.route.uses_slot()
-        && rec.outcome == Outcome::Ok
-        && rec.status.is_some_and(|s| (200..300).contains(&s));
+    let answered = rec.route.uses_slot() && end.answered(rec.status);
     let input = match input {
         Some(n) => n,
         None if output > 0 || answered => request_bytes.div_ceil(BYTES_PER_TOKEN),
@@ -62,9 +62,9 @@ pub fn tokens(rec: &RequestRecord, request_bytes: u64) -> u64 {
 /// a tenant with `tokens_per_minute` sent a native request whose
 /// `response_fields` hide llama-server's token counts.
 pub fn refuses(ctx: &RequestCtx) -> bool {
-    ctx.quota.tokens.is_some()
-        && ctx.request.hides_counts
-        && ctx.route.stream_format() == Some(StreamFormat::Native)
+    ctx.who.quota.tokens.is_some()
+        && ctx.asked.request.hides_counts
+        && ctx.asked.route.stream_format() == Some(StreamFormat::Native)
 }
 
 #[cfg(test)]

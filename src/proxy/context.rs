@@ -14,8 +14,29 @@ use llamatap_telemetry::spans::RequestSpan;
 use llamatap_wire::llama::StreamFormat;
 use llamatap_wire::request::{RequestFacts, Route};
 
-/// State of one proxied request.
+/// State of one proxied request: plain data, grouped by what it is.
 pub struct RequestCtx {
+    /// What the client asked.
+    pub asked: Asked,
+    /// Who asks: the tenant and what it was admitted with.
+    pub who: Who,
+    /// The admission queue's state and the slot it granted (queue on).
+    pub admission: Option<Box<crate::admission::Held>>,
+    /// The current attempt's upstream.
+    pub attempt: AttemptState,
+    /// What was seen of the answer and sent of it: the observation.
+    pub seen: Seen,
+    /// What a chat stream keeps to be continued elsewhere, and its
+    /// continuations (`[continuation]` on).
+    pub resume: Option<Box<Resume>>,
+    /// The resumable stream the request names, and its holder
+    /// ([`crate::conversations`]).
+    pub conversation: Option<Box<llamatap_policy::conversation::Claim>>,
+}
+
+/// What the client asked: its arrival, its route and body, and the facts
+/// read from them.
+pub struct Asked {
     /// Monotonic arrival.
     pub received: Instant,
     /// Wall-clock arrival.
@@ -28,6 +49,42 @@ pub struct RequestCtx {
     pub body_truncated: bool,
     /// Facts read from the body.
     pub request: RequestFacts,
+    /// Request body bytes received.
+    pub request_bytes: u64,
+    /// llamatap answered the client's `Expect: 100-continue` itself.
+    pub continue_sent: bool,
+    /// `request_filter` ran (telemetry counted the request).
+    pub started: bool,
+}
+
+/// Who asks: the tenant, its admitted limits, its session.
+#[derive(Default)]
+pub struct Who {
+    /// Who the request is from (set by the key check).
+    pub tenant: llamatap_policy::tenant::TenantId,
+    /// The tenant's concurrency slot, while held (given back on drop).
+    pub slot: Option<llamatap_policy::tenant::InFlight>,
+    /// The tenant's per-minute limits as admitted: the `x-ratelimit-*` headers.
+    pub quota: llamatap_policy::tenant::window::Quota,
+    /// Session key from the configured session header.
+    pub session: Option<u64>,
+}
+
+/// The current attempt's upstream.
+#[derive(Default)]
+pub struct AttemptState {
+    /// Routing state: boxed, so that the per-connection future stays in its
+    /// allocator size class (its size is paid for every held stream).
+    pub routed: Box<Routed>,
+    /// The fleet member of the current attempt (counted in its load).
+    pub member: Option<usize>,
+    /// Upstream attempts made (the first one and each retry).
+    pub count: u32,
+}
+
+/// What was seen of the answer and sent of it, until `logging` turns it
+/// into a [`RequestRecord`].
+pub struct Seen {
     /// Spans, when tracing is on. This and the other large, optional parts
     /// are boxed: the context lives inside each connection's future, whose
     /// size every held stream pays in full.
@@ -50,8 +107,6 @@ pub struct RequestCtx {
     pub json_counts: Option<Box<llamatap_wire::llama::CountScanner>>,
     /// Response body bytes forwarded.
     pub response_bytes: u64,
-    /// Request body bytes received.
-    pub request_bytes: u64,
     /// The response is an event stream.
     pub streaming: bool,
     /// Response finished at.
@@ -60,35 +115,8 @@ pub struct RequestCtx {
     pub failure: Option<(Outcome, &'static str, String)>,
     /// Counted in `inflight_streams`.
     pub stream_counted: bool,
-    /// `request_filter` ran (telemetry counted the request).
-    pub started: bool,
-    /// Routing state: boxed, so that the per-connection future stays in its
-    /// allocator size class (its size is paid for every held stream).
-    pub routed: Box<Routed>,
-    /// Session key from the configured session header.
-    pub session: Option<u64>,
-    /// The fleet member of the current attempt (counted in its load).
-    pub member: Option<usize>,
-    /// llamatap answered the client's `Expect: 100-continue` itself.
-    pub continue_sent: bool,
     /// The stream's terminal event has been written to the client.
     pub terminal_sent: bool,
-    /// Upstream attempts made (the first one and each retry).
-    pub upstream_attempts: u32,
-    /// Who the request is from (set by the key check).
-    pub tenant: llamatap_policy::tenant::TenantId,
-    /// The tenant's concurrency slot, while held.
-    pub tenant_slot: Option<llamatap_policy::tenant::InFlight>,
-    /// The tenant's per-minute limits as admitted: the `x-ratelimit-*` headers.
-    pub quota: llamatap_policy::tenant::window::Quota,
-    /// The admission queue's state and the slot it granted (queue on).
-    pub admission: Option<Box<crate::admission::Held>>,
-    /// What a chat stream keeps to be continued elsewhere, and its
-    /// continuations (`[continuation]` on).
-    pub resume: Option<Box<Resume>>,
-    /// The resumable stream the request names, and its holder (fleets
-    /// only; [`crate::conversations`]).
-    pub conversation: Option<Box<llamatap_policy::conversation::Claim>>,
 }
 
 /// What a continuable request keeps while its answer streams: its body,
@@ -142,37 +170,21 @@ impl RequestCtx {
     /// A new context for a request arriving now.
     pub fn new() -> Self {
         RequestCtx {
-            received: Instant::now(),
-            received_wall: SystemTime::now(),
-            route: Route::Other,
-            body: Vec::new(),
-            body_truncated: false,
-            request: RequestFacts::default(),
-            span: None,
-            log_span: tracing::Span::none(),
-            upstream_headers: None,
-            status: None,
-            observer: None,
-            stream_facts: None,
-            json_body: None,
-            json_counts: None,
-            response_bytes: 0,
-            request_bytes: 0,
-            streaming: false,
-            ended: None,
-            failure: None,
-            stream_counted: false,
-            started: false,
-            routed: Box::default(),
-            session: None,
-            member: None,
-            continue_sent: false,
-            terminal_sent: false,
-            upstream_attempts: 0,
-            tenant: llamatap_policy::tenant::TenantId::Anonymous,
-            tenant_slot: None,
-            quota: llamatap_policy::tenant::window::Quota::default(),
+            asked: Asked {
+                received: Instant::now(),
+                received_wall: SystemTime::now(),
+                route: Route::Other,
+                body: Vec::new(),
+                body_truncated: false,
+                request: RequestFacts::default(),
+                request_bytes: 0,
+                continue_sent: false,
+                started: false,
+            },
+            who: Who::default(),
             admission: None,
+            attempt: AttemptState::default(),
+            seen: Seen::default(),
             resume: None,
             conversation: None,
         }
@@ -180,7 +192,7 @@ impl RequestCtx {
 
     /// The stream format, when the route streams.
     pub fn format(&self) -> Option<StreamFormat> {
-        self.route.stream_format()
+        self.asked.route.stream_format()
     }
 
     /// Where a hang-up now would fall.
@@ -189,10 +201,14 @@ impl RequestCtx {
             return HangupPhase::Queued;
         }
         let facts = self
+            .seen
             .stream_facts
             .as_deref()
-            .or_else(|| self.observer.as_ref().map(|o| o.facts()));
-        match (self.upstream_headers, facts.and_then(|f| f.first_token_any)) {
+            .or_else(|| self.seen.observer.as_ref().map(|o| o.facts()));
+        match (
+            self.seen.upstream_headers,
+            facts.and_then(|f| f.first_token_any),
+        ) {
             (None, _) => HangupPhase::BeforeHeaders,
             (Some(_), None) => HangupPhase::Prefill,
             (Some(_), Some(_)) => HangupPhase::Decode,
@@ -210,35 +226,36 @@ impl RequestCtx {
         client_address: Option<String>,
     ) -> RequestRecord {
         let now = Instant::now();
-        let end = self.ended.unwrap_or(now);
+        let end = self.seen.ended.unwrap_or(now);
         let hangup_phase = (outcome == Outcome::ClientHangup).then(|| self.hangup_phase());
-        let facts = match (self.stream_facts.take(), self.observer.take()) {
+        let facts = match (self.seen.stream_facts.take(), self.seen.observer.take()) {
             (Some(f), _) => *f,
             // Still observing: the body never ended (hang-up or failure).
             (None, Some(o)) => o.finish(end, StreamEnd::Cut),
             (None, None) => StreamFacts::default(),
         };
-        let since = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(self.received));
+        let since =
+            |t: Option<Instant>| t.map(|t| t.saturating_duration_since(self.asked.received));
         let mut rec = RequestRecord {
-            route: self.route,
+            route: self.asked.route,
             method,
             path,
-            status: self.status,
+            status: self.seen.status,
             outcome,
             error_type: error.as_ref().map(|e| e.0),
             error_message: error.map(|e| e.1),
             hangup_phase,
-            request: std::mem::take(&mut self.request),
-            streamed: self.streaming,
-            received_wall: self.received_wall,
-            upstream_headers: since(self.upstream_headers),
+            request: std::mem::take(&mut self.asked.request),
+            streamed: self.seen.streaming,
+            received_wall: self.asked.received_wall,
+            upstream_headers: since(self.seen.upstream_headers),
             first_token_any: since(facts.first_token_any),
             first_token: since(facts.first_token),
             first_sentence: since(facts.first_sentence),
             sentence_chars: facts.sentence_chars,
             sentence_text: facts.sentence_text,
             last_token: since(facts.last_token),
-            end: end.saturating_duration_since(self.received),
+            end: end.saturating_duration_since(self.asked.received),
             response_model: facts.model,
             response_id: facts.response_id,
             finish_reasons: facts.finish_reasons,
@@ -247,7 +264,7 @@ impl RequestCtx {
             token_events: facts.token_events,
             max_token_gap: facts.max_token_gap,
             skipped_events: facts.skipped_events,
-            response_bytes: self.response_bytes,
+            response_bytes: self.seen.response_bytes,
             client_address,
             upstream: None,
             tenant: None,
@@ -260,7 +277,7 @@ impl RequestCtx {
             conversation: self.conversation.as_deref().map(|c| ConversationFacts {
                 usage: c.usage,
                 replayed_bytes: match c.usage {
-                    Use::Replay => self.response_bytes,
+                    Use::Replay => self.seen.response_bytes,
                     _ => 0,
                 },
                 unsent_bytes: c.unsent_bytes,
@@ -270,20 +287,23 @@ impl RequestCtx {
                 class: a.class.as_str(),
                 wait: a
                     .wait
-                    .unwrap_or_else(|| now.saturating_duration_since(self.received)),
+                    .unwrap_or_else(|| now.saturating_duration_since(self.asked.received)),
                 waited: a.waited,
             }),
         };
-        if let (Some(body), Some(format)) = (self.json_body.take(), self.route.stream_format()) {
+        if let (Some(body), Some(format)) =
+            (self.seen.json_body.take(), self.asked.route.stream_format())
+        {
             let r = llamatap_wire::llama::parse_response(format, &body);
             rec.finish_reasons = r.finish_reasons;
             rec.timings = r.timings;
             rec.usage = r.usage;
             rec.response_model = r.model;
             rec.response_id = r.response_id;
-        } else if let (Some(counts), Some(format)) =
-            (self.json_counts.take(), self.route.stream_format())
-        {
+        } else if let (Some(counts), Some(format)) = (
+            self.seen.json_counts.take(),
+            self.asked.route.stream_format(),
+        ) {
             let r = counts.finish(format);
             rec.timings = r.timings;
             rec.usage = r.usage;
@@ -292,6 +312,27 @@ impl RequestCtx {
         }
         rec.bound();
         rec
+    }
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen {
+            span: None,
+            log_span: tracing::Span::none(),
+            upstream_headers: None,
+            status: None,
+            observer: None,
+            stream_facts: None,
+            json_body: None,
+            json_counts: None,
+            response_bytes: 0,
+            streaming: false,
+            ended: None,
+            failure: None,
+            stream_counted: false,
+            terminal_sent: false,
+        }
     }
 }
 

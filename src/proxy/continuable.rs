@@ -27,7 +27,7 @@ pub fn shape_of(route: Route) -> Option<Shape> {
 /// for `logprobs` (its events then carry them).
 pub fn transcript_ids(ctx: &RequestCtx) -> Option<Shape> {
     let body = &ctx.resume.as_ref()?.body;
-    match shape_of(ctx.route)? {
+    match shape_of(ctx.asked.route)? {
         Shape::Native => Some(Shape::Native),
         s => memchr::memmem::find(body, b"\"logprobs\"").map(|_| s),
     }
@@ -36,7 +36,7 @@ pub fn transcript_ids(ctx: &RequestCtx) -> Option<Shape> {
 /// Keeps the body of a stream that may be continued (a chat, completions
 /// or native completion request; called when the request body is whole).
 pub fn keep_body(ctx: &mut RequestCtx, enabled: bool, body: Bytes) {
-    if enabled && shape_of(ctx.route).is_some() && ctx.request.stream == Some(true) {
+    if enabled && shape_of(ctx.asked.route).is_some() && ctx.asked.request.stream == Some(true) {
         ctx.resume = Some(Box::new(Resume {
             body,
             ..Resume::default()
@@ -46,10 +46,10 @@ pub fn keep_body(ctx: &mut RequestCtx, enabled: bool, body: Bytes) {
 
 /// The pure plan of the next attempt, for what the client has now.
 pub fn plan_next(ctx: &RequestCtx) -> Next {
-    let (Some(resume), Some(shape)) = (ctx.resume.as_deref(), shape_of(ctx.route)) else {
+    let (Some(resume), Some(shape)) = (ctx.resume.as_deref(), shape_of(ctx.asked.route)) else {
         return Next::Refused("not_kept");
     };
-    let Some(observer) = ctx.observer.as_ref() else {
+    let Some(observer) = ctx.seen.observer.as_ref() else {
         return Next::Refused("not_observed");
     };
     let Some(t) = observer.transcript() else {
@@ -76,6 +76,7 @@ pub fn plan_next(ctx: &RequestCtx) -> Next {
 /// not refused.
 pub fn can_move(ctx: &RequestCtx) -> bool {
     let finished = ctx
+        .seen
         .observer
         .as_ref()
         .is_some_and(|o| o.facts().done || !o.facts().finish_reasons.is_empty());

@@ -24,7 +24,7 @@ pub fn scope(ctx: &RequestCtx, config: &Config) -> Option<Scope> {
     config
         .tenants
         .named()
-        .then(|| Scope::of_tenant(config.tenants.name(ctx.tenant)))
+        .then(|| Scope::of_tenant(config.tenants.name(ctx.who.tenant)))
 }
 
 /// Scopes the upstream head's `X-Conversation-Id` (every copy replaced by

@@ -41,8 +41,8 @@ pub async fn serve(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx, l
     };
     if claim.usage == Use::Stop {
         conversations.forget_copy(&claim.id);
-        ctx.status = Some(204);
-        ctx.ended = Some(Instant::now());
+        ctx.seen.status = Some(204);
+        ctx.seen.ended = Some(Instant::now());
         if let Ok(resp) = ResponseHeader::build(204, Some(1)) {
             let ds = session.as_downstream_mut();
             let _ = ds.write_response_header(Box::new(resp)).await;
@@ -54,7 +54,7 @@ pub async fn serve(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx, l
         return false;
     };
     if let Err(e) = replay(session, ctx, &copy, from, lost).await {
-        ctx.failure = Some((Outcome::ClientHangup, "client_hangup", e.to_string()));
+        ctx.seen.failure = Some((Outcome::ClientHangup, "client_hangup", e.to_string()));
     }
     true
 }
@@ -79,16 +79,16 @@ async fn replay(
             "conversation_cut",
             mid,
         ));
-        ctx.failure = Some((Outcome::UpstreamError, "conversation_cut", message));
+        ctx.seen.failure = Some((Outcome::UpstreamError, "conversation_cut", message));
     }
     let mut resp = ResponseHeader::build(200, Some(4))?;
     resp.insert_header("Content-Type", "text/event-stream")?;
     resp.insert_header("Cache-Control", "no-cache")?;
     resp.insert_header("X-Accel-Buffering", "no")?;
     resp.insert_header("Content-Length", body.len().to_string())?;
-    ctx.status = Some(200);
-    ctx.streaming = true;
-    ctx.response_bytes = rest.len() as u64;
+    ctx.seen.status = Some(200);
+    ctx.seen.streaming = true;
+    ctx.seen.response_bytes = rest.len() as u64;
     if let Some(c) = ctx.conversation.as_deref_mut() {
         c.from_copy = true;
     }
@@ -98,7 +98,7 @@ async fn replay(
         ds.write_response_body(Bytes::from(body), true).await
     };
     let done = tokio::time::timeout(WRITE_LIMIT, write).await;
-    ctx.ended = Some(Instant::now());
+    ctx.seen.ended = Some(Instant::now());
     match done {
         Ok(r) => r.map_err(|e| e.into_down()),
         Err(_) => Err(

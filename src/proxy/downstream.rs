@@ -66,7 +66,7 @@ pub async fn answer_continue(session: &mut Session, ctx: &mut RequestCtx) -> Res
         .get(header::EXPECT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"));
-    if !expects || ctx.continue_sent || session.as_mut().is_body_empty() {
+    if !expects || ctx.asked.continue_sent || session.as_mut().is_body_empty() {
         return Ok(());
     }
     session
@@ -74,6 +74,6 @@ pub async fn answer_continue(session: &mut Session, ctx: &mut RequestCtx) -> Res
         .write_continue_response()
         .await
         .map_err(|e| e.into_down())?;
-    ctx.continue_sent = true;
+    ctx.asked.continue_sent = true;
     Ok(())
 }

@@ -137,7 +137,7 @@ async fn ask_all(
         if member.gone() {
             continue;
         }
-        ctx.routed.tried.clear();
+        ctx.attempt.routed.tried.clear();
         let holder = Some(member.upstream.name.clone());
         ctx.conversation = Some(Box::new(Claim::new(Use::Lookup, String::new(), holder)));
         let answer = Box::pin(exchange(steps, session, ctx, body.clone())).await;

@@ -19,8 +19,8 @@ use llamatap_telemetry::spans::Tracing;
 
 /// Answers a refused request with an OpenAI-shaped error; the upstream never sees it.
 pub async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refusal) {
-    ctx.ended = Some(Instant::now());
-    ctx.failure = Some((Outcome::Rejected, r.code, r.message.to_string()));
+    ctx.seen.ended = Some(Instant::now());
+    ctx.seen.failure = Some((Outcome::Rejected, r.code, r.message.to_string()));
     let reply = ErrorReply {
         status: r.status,
         kind: r.kind,
@@ -30,9 +30,11 @@ pub async fn refuse(session: &mut Session, ctx: &mut RequestCtx, r: guard::Refus
     write_error(session, ctx, reply).await;
 }
 
-/// Answers a refusal of the admission queue (its facts are in `ctx`
-/// already), with `Retry-After: 1` when it says so.
+/// Records and answers a refusal of the admission queue, with
+/// `Retry-After: 1` when it says so.
 pub async fn write_refusal(session: &mut Session, ctx: &mut RequestCtx, r: &admission::Refusal) {
+    ctx.seen.ended = Some(std::time::Instant::now());
+    ctx.seen.failure = Some((r.outcome, r.code, r.message.clone()));
     let reply = ErrorReply {
         status: r.status,
         kind: r.kind,
@@ -82,10 +84,10 @@ pub async fn write_error_with(
     for (name, value) in extra {
         let _ = resp.insert_header(*name, value.as_str());
     }
-    if let Some(span) = &ctx.span {
+    if let Some(span) = &ctx.seen.span {
         let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
     }
-    ctx.status = Some(reply.status);
+    ctx.seen.status = Some(reply.status);
     let ds = session.as_downstream_mut();
     let _ =
         tokio::time::timeout(LAST_WRITE, ds.write_error_response(resp, Bytes::from(body))).await;
@@ -109,8 +111,8 @@ pub async fn fail(
     // The log line and the span name the upstream; the client hears a
     // plain reason.
     let msg = errors::message(&f, e);
-    ctx.ended.get_or_insert_with(Instant::now);
-    ctx.failure = Some((f.outcome, f.code(), errors::message_naming(&f, e, upstream)));
+    ctx.seen.ended.get_or_insert_with(Instant::now);
+    ctx.seen.failure = Some((f.outcome, f.code(), errors::message_naming(&f, e, upstream)));
     let mut code = f.status;
     // A client that stopped reading gets nothing more: the write would wait
     // on it again.
@@ -125,13 +127,13 @@ pub async fn fail(
                 message: &msg,
             };
             write_error(session, ctx, reply).await;
-        } else if ctx.streaming {
-            let mid = ctx.observer.as_ref().is_some_and(|o| o.mid_event());
+        } else if ctx.seen.streaming {
+            let mid = ctx.seen.observer.as_ref().is_some_and(|o| o.mid_event());
             let event = errors::sse_error_event(&msg, f.kind, f.code(), mid);
             let ds = session.as_downstream_mut();
             let write = ds.write_response_body(Bytes::from(event), true);
             let _ = tokio::time::timeout(LAST_WRITE, write).await;
-            code = ctx.status.unwrap_or(200);
+            code = ctx.seen.status.unwrap_or(200);
         }
     }
     FailToProxy {

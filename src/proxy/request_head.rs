@@ -41,7 +41,7 @@ pub fn shape(
         upstream_request.set_uri(uri);
     }
     upstream_request.insert_header("Connection", "close")?;
-    if ctx.continue_sent {
+    if ctx.asked.continue_sent {
         // The client has its `100 Continue` and the body is read.
         upstream_request.remove_header("Expect");
     }

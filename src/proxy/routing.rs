@@ -28,8 +28,9 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 
+use super::answer::End;
 use super::context::RequestCtx;
-use super::errors::{self, Cause};
+use super::errors;
 use crate::config::Config;
 use crate::fleet::watch::HEALTH_INTERVAL;
 use crate::fleet::{Fleet, NoRoute};
@@ -53,7 +54,7 @@ pub async fn prepare(
 ) -> Result<bool> {
     let req = session.req_header();
     if let Some(h) = fleet.session_header() {
-        ctx.session = req.headers.get(h).map(|v| session_key(v.as_bytes()));
+        ctx.who.session = req.headers.get(h).map(|v| session_key(v.as_bytes()));
     }
     if req.method == http::Method::GET && req.uri.path() == "/v1/models" {
         if fleet.models().is_empty() {
@@ -64,7 +65,7 @@ pub async fn prepare(
         answer(session, ctx, 200, models_body(&fleet.servable_models())).await;
         return Ok(true);
     }
-    if ctx.route.operation_name().is_none() {
+    if ctx.asked.route.operation_name().is_none() {
         return Ok(false);
     }
     // The client may wait for `100 Continue` before it sends the body read
@@ -75,46 +76,50 @@ pub async fn prepare(
     if body.is_empty() {
         return Ok(false);
     }
-    ctx.request = request::inspect_body(&body);
+    ctx.asked.request = request::inspect_body(&body);
     if whole {
         // One parse for the chain and the cache-break digest.
         let json = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&body);
         if let Ok(value) = serde_json::from_slice::<serde_json::Value>(json) {
-            ctx.routed.chain = Chain::from_json(ctx.route, &value);
-            ctx.routed.prompt =
-                PromptDigest::from_json(ctx.route, &value, config.telemetry.capture_content);
+            ctx.attempt.routed.chain = Chain::from_json(ctx.asked.route, &value);
+            ctx.attempt.routed.prompt =
+                PromptDigest::from_json(ctx.asked.route, &value, config.telemetry.capture_content);
         }
     }
     if let Err(NoRoute::UnknownModel { available }) =
-        fleet.check_model(ctx.request.model.as_deref())
+        fleet.check_model(ctx.asked.request.model.as_deref())
     {
-        let asked = bounded(ctx.request.model.as_deref().unwrap_or(""), MAX_ECHOED_MODEL);
+        let asked = bounded(
+            ctx.asked.request.model.as_deref().unwrap_or(""),
+            MAX_ECHOED_MODEL,
+        );
         let message = format!(
             "model {asked:?} is not served here; available: {}",
             available.join(", ")
         );
-        ctx.failure = Some((Outcome::ClientError, "model_not_found", message.clone()));
+        ctx.seen.failure = Some((Outcome::ClientError, "model_not_found", message.clone()));
         let body = errors::json_body(&message, "invalid_request_error", "model_not_found");
         answer(session, ctx, 404, body).await;
         return Ok(true);
     }
-    if whole && ctx.request.model.is_none() && fleet.serves_several_models() {
+    if whole && ctx.asked.request.model.is_none() && fleet.serves_several_models() {
         // Several models and none named: which one would answer is a
         // guess, so refuse as llama-server's router mode does.
         let message = format!(
             "this endpoint serves several models; name one in \"model\": {}",
             fleet.models().join(", ")
         );
-        ctx.failure = Some((Outcome::ClientError, "model_required", message.clone()));
+        ctx.seen.failure = Some((Outcome::ClientError, "model_required", message.clone()));
         let body = errors::json_body(&message, "invalid_request_error", "model_required");
         answer(session, ctx, 400, body).await;
         return Ok(true);
     }
-    if let Err(NoRoute::Unavailable { why }) = fleet.unavailable(ctx.request.model.as_deref()) {
+    if let Err(NoRoute::Unavailable { why }) = fleet.unavailable(ctx.asked.request.model.as_deref())
+    {
         // The client hears a plain reason; which members are down and why
         // (addresses, DNS names, lookup errors) goes to the log line, the
         // span and `/readyz` on the admin listener.
-        let plain = match ctx.request.model.as_deref() {
+        let plain = match ctx.asked.request.model.as_deref() {
             Some(m) => format!(
                 "model {:?} has no healthy upstream now; retry later",
                 bounded(m, MAX_ECHOED_MODEL)
@@ -122,7 +127,7 @@ pub async fn prepare(
             None => "no upstream is healthy now; retry later".to_string(),
         };
         let detailed = format!("{} ({why})", plain.trim_end_matches("; retry later"));
-        ctx.failure = Some((Outcome::UpstreamError, "model_unavailable", detailed));
+        ctx.seen.failure = Some((Outcome::UpstreamError, "model_unavailable", detailed));
         let body = errors::json_body(&plain, "upstream_error", "model_unavailable");
         answer(session, ctx, 503, body).await;
         return Ok(true);
@@ -131,17 +136,25 @@ pub async fn prepare(
 }
 
 /// Picks the upstream of this attempt and counts it in that upstream's
-/// load. An upstream whose connect failed (in `ctx.routed.tried`) is not chosen
+/// load. An upstream whose connect failed (in `ctx.attempt.routed.tried`) is not chosen
 /// again; one whose pooled connection turned out stale may be.
 pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
-    if let Some(previous) = ctx.member.take() {
+    if let Some(previous) = ctx.attempt.member.take() {
         fleet.release(previous);
     }
-    ctx.routed.ejected = false;
-    let model = ctx.request.model.as_deref();
-    let held =
-        crate::conversations::pinned(fleet, ctx.conversation.as_deref(), model, &ctx.routed.tried)?;
-    let (chain, session, tried) = (&ctx.routed.chain, ctx.session, &ctx.routed.tried);
+    ctx.attempt.routed.ejected = false;
+    let model = ctx.asked.request.model.as_deref();
+    let held = crate::conversations::pinned(
+        fleet,
+        ctx.conversation.as_deref(),
+        model,
+        &ctx.attempt.routed.tried,
+    )?;
+    let (chain, session, tried) = (
+        &ctx.attempt.routed.chain,
+        ctx.who.session,
+        &ctx.attempt.routed.tried,
+    );
     let choose = |full: &[usize]| {
         // The member holding the request's conversation: a replay's
         // whatever its load, a follow-up's while it has a slot.
@@ -163,8 +176,8 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
             "no upstream left that can serve the request",
         )
     })?;
-    ctx.member = Some(decision.upstream);
-    ctx.routed.decision = Some(decision);
+    ctx.attempt.member = Some(decision.upstream);
+    ctx.attempt.routed.decision = Some(decision);
     let member = fleet
         .member(decision.upstream)
         .ok_or_else(|| Error::explain(ErrorType::InternalError, "routed to an unknown upstream"))?;
@@ -180,20 +193,26 @@ pub fn finish(
     fleet: &Fleet,
     ctx: &mut RequestCtx,
     rec: &RequestRecord,
-    cause: Option<Cause>,
+    end: &End,
 ) -> Option<UpstreamFacts> {
-    let i = ctx.member.take()?;
+    let i = ctx.attempt.member.take()?;
     // Read before the release: a draining member may leave once it is idle.
     let member = fleet.member(i);
     fleet.release(i);
-    if ejects(ctx.routed.ejected, cause) {
+    if end.ejects(ctx.attempt.routed.ejected) {
         fleet.eject(i);
     }
-    let decision = ctx.routed.decision.take()?;
+    let decision = ctx.attempt.routed.decision.take()?;
     let member = member?;
     let prediction = match (rec.cached_input_tokens(), rec.input_tokens()) {
         (Some(cached), Some(prompt)) if rec.outcome == Outcome::Ok => fleet
-            .observe(i, &ctx.routed.chain, &decision.prediction, cached, prompt)
+            .observe(
+                i,
+                &ctx.attempt.routed.chain,
+                &decision.prediction,
+                cached,
+                prompt,
+            )
             .and_then(observation_label),
         _ => None,
     };
@@ -203,18 +222,10 @@ pub fn finish(
         port: member.upstream.port,
         policy: fleet.policy(),
         reason: decision.reason.as_str(),
-        failovers: u32::try_from(ctx.routed.tried.len()).unwrap_or(u32::MAX),
+        failovers: u32::try_from(ctx.attempt.routed.tried.len()).unwrap_or(u32::MAX),
         predicted_cached_tokens: decision.prediction.tokens,
         prediction,
     })
-}
-
-/// Whether `logging` ejects the request's member: the upstream died or
-/// stopped answering under the request ([`Cause::ejects`]; passive
-/// ejection, as for a refused connect), and nothing ejected it already this
-/// attempt (a failed connect, an unwell answer).
-fn ejects(already: bool, cause: Option<Cause>) -> bool {
-    !already && cause.is_some_and(Cause::ejects)
 }
 
 fn observation_label(o: Observation) -> Option<&'static str> {
@@ -242,8 +253,8 @@ fn models_body(models: &[String]) -> Vec<u8> {
 /// connection open; an error closes it (the request body may be unread).
 /// A 503 says when to retry: the next health check.
 async fn answer(session: &mut Session, ctx: &mut RequestCtx, status: u16, body: Vec<u8>) {
-    ctx.status = Some(status);
-    ctx.ended = Some(std::time::Instant::now());
+    ctx.seen.status = Some(status);
+    ctx.seen.ended = Some(std::time::Instant::now());
     let Ok(mut resp) = ResponseHeader::build(status, Some(4)) else {
         return;
     };
@@ -252,7 +263,7 @@ async fn answer(session: &mut Session, ctx: &mut RequestCtx, status: u16, body: 
     if status == 503 {
         let _ = resp.insert_header("Retry-After", HEALTH_INTERVAL.as_secs().to_string());
     }
-    if let Some(span) = &ctx.span {
+    if let Some(span) = &ctx.seen.span {
         let _ = resp.insert_header("traceresponse", Tracing::traceresponse(span));
     }
     let ds = session.as_downstream_mut();

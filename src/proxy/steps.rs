@@ -29,7 +29,7 @@ use super::cachebreak::Breaks;
 use super::context::RequestCtx;
 use super::moves::Moves;
 use super::{attempt, bodies, conversation, request_head, routing, tenant};
-use crate::admission;
+use crate::admission::{self, Secured};
 use crate::config::Config;
 use crate::conversations::Conversations;
 use crate::fleet::Fleet;
@@ -98,9 +98,18 @@ impl Steps {
     /// ([`routing::choose`]), and a retry never goes back to one that
     /// already failed.
     pub async fn peer(&self, ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
-        ctx.upstream_attempts += 1;
-        if ctx.upstream_attempts == 1 {
-            admission::wait_for_affine(&self.admission, &self.fleet, ctx).await;
+        ctx.attempt.count += 1;
+        let first = ctx.attempt.count == 1
+            && ctx.who.session.is_none()
+            && ctx.attempt.routed.tried.is_empty();
+        if let Some(held) = ctx.admission.as_deref_mut().filter(|_| first) {
+            admission::wait_for_affine(
+                &self.admission,
+                &self.fleet,
+                held,
+                &ctx.attempt.routed.chain,
+            )
+            .await;
         }
         let address = routing::choose(&self.fleet, ctx)?;
         Ok(Box::new(attempt::peer(&self.config, address)))
@@ -108,16 +117,25 @@ impl Steps {
 
     /// With shared slots, the slot of the attempt's upstream is leased
     /// before it connects ([`admission::secure`]): `peer` again, or the
-    /// peer of the upstream it was routed to instead.
+    /// peer of the upstream it was routed to instead when another replica
+    /// took that slot.
     pub async fn lease(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        peer: Box<HttpPeer>,
+        mut peer: Box<HttpPeer>,
     ) -> Result<Box<HttpPeer>> {
-        match admission::secure(session, ctx, &self.admission, &self.fleet).await? {
-            Some(address) => Ok(Box::new(attempt::peer(&self.config, address))),
-            None => Ok(peer),
+        loop {
+            let Some(held) = ctx.admission.as_deref_mut() else {
+                return Ok(peer);
+            };
+            match admission::secure(session, held, &self.admission, &self.fleet).await? {
+                Secured::Kept => return Ok(peer),
+                Secured::Reroute => {
+                    let address = routing::choose(&self.fleet, ctx)?;
+                    peer = Box::new(attempt::peer(&self.config, address));
+                }
+            }
         }
     }
 
@@ -149,7 +167,7 @@ impl Steps {
     /// or a new one (a second request of the same attempt, such as a
     /// continuation's `/completion` after its `/apply-template`).
     pub async fn reconnect(&self, ctx: &RequestCtx, peer: &HttpPeer) -> Result<Exchange> {
-        let member = ctx.member.unwrap_or(0);
+        let member = ctx.attempt.member.unwrap_or(0);
         if let Some(stream) = self.spares.take(member, peer).await {
             self.spares.refill(member, peer);
             return Ok(Exchange::new(stream));
@@ -173,13 +191,13 @@ impl Steps {
     /// the tenant's conversation ids scoped ([`conversation`]) and the
     /// trace context handed on.
     pub fn upstream_request(&self, req: &mut RequestHeader, ctx: &mut RequestCtx) -> Result<()> {
-        let member = ctx.member.and_then(|i| self.fleet.member(i));
+        let member = ctx.attempt.member.and_then(|i| self.fleet.member(i));
         let base = member
             .as_ref()
             .map_or("", |m| m.upstream.base_path.as_str());
         conversation::scope_head(req, ctx, &self.config)?;
         request_head::shape(req, ctx, base, &self.config)?;
-        if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.span.as_deref_mut()) {
+        if let (Some(t), Some(span)) = (&self.telemetry.tracing, ctx.seen.span.as_deref_mut()) {
             request_head::trace(req, t, span)?;
         }
         Ok(())
@@ -198,22 +216,22 @@ impl Steps {
     /// The upstream's answer head arrived: its moment, what it says of the
     /// upstream, and how its body is watched.
     pub fn upstream_response(&self, resp: &ResponseHeader, ctx: &mut RequestCtx) {
-        ctx.upstream_headers = Some(Instant::now());
+        ctx.seen.upstream_headers = Some(Instant::now());
         let status = resp.status.as_u16();
-        ctx.status = Some(status);
+        ctx.seen.status = Some(status);
         attempt::answered(&self.fleet, ctx, status);
         bodies::watch(ctx, resp, &self.config, &self.telemetry);
         if let Some(c) = ctx.conversation.as_deref() {
-            let member = ctx.member.and_then(|i| self.fleet.member(i));
+            let member = ctx.attempt.member.and_then(|i| self.fleet.member(i));
             self.conversations
-                .answered(c, member.as_deref(), status, ctx.streaming);
+                .answered(c, member.as_deref(), status, ctx.seen.streaming);
         }
     }
 
     /// The head the client gets: event streams kept unbuffered by any hop
     /// in front, the trace id handed back, the tenant's quota headers.
     pub fn downstream_response(&self, resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
-        if ctx.streaming {
+        if ctx.seen.streaming {
             if resp.headers.get("x-accel-buffering").is_none() {
                 resp.insert_header("X-Accel-Buffering", "no")?;
             }
@@ -221,10 +239,10 @@ impl Steps {
                 resp.insert_header("Cache-Control", "no-cache")?;
             }
         }
-        if let Some(span) = &ctx.span {
+        if let Some(span) = &ctx.seen.span {
             resp.insert_header("traceresponse", Tracing::traceresponse(span))?;
         }
-        for (name, value) in llamatap_policy::tenant::window::quota_headers(&ctx.quota) {
+        for (name, value) in llamatap_policy::tenant::window::quota_headers(&ctx.who.quota) {
             resp.insert_header(name, value)?;
         }
         Ok(())
@@ -232,7 +250,9 @@ impl Steps {
 
     /// An answer body chunk, passed unchanged ([`bodies::response_chunk`]).
     pub fn response_chunk(&self, ctx: &mut RequestCtx, body: Option<&Bytes>, end_of_stream: bool) {
-        if let (Some(c), Some(b), Some(200)) = (ctx.conversation.as_deref_mut(), body, ctx.status) {
+        if let (Some(c), Some(b), Some(200)) =
+            (ctx.conversation.as_deref_mut(), body, ctx.seen.status)
+        {
             c.see(b);
         }
         bodies::response_chunk(ctx, body, end_of_stream, &self.config);

@@ -23,6 +23,7 @@ use llamatap_telemetry::record::{Outcome, RequestRecord};
 use llamatap_telemetry::tenant::STORE_LIMIT;
 use llamatap_telemetry::Telemetry;
 
+use super::answer::End;
 use super::context::RequestCtx;
 use super::reply::{write_error_with, ErrorReply};
 use crate::store::Store;
@@ -208,44 +209,44 @@ pub async fn admit(
     limiter: &Limiter,
     telemetry: &Telemetry,
 ) -> bool {
-    let (reply_status, kind, code, message, headers, limit) = match limiter.admit(ctx.tenant).await
-    {
-        Admission::Admitted(quota, slot) => {
-            ctx.quota = quota;
-            ctx.tenant_slot = slot;
-            return false;
-        }
-        Admission::Refused(r) => (
-            429,
-            "rate_limit_error",
-            "rate_limit_exceeded",
-            window::message(limiter.tenants().name(ctx.tenant), &r),
-            window::refusal_headers(&r),
-            r.limit.as_str(),
-        ),
-        Admission::StoreDown => (
-            503,
-            "server_error",
-            "rate_limit_store_unavailable",
-            format!(
-                "tenant \"{}\": the shared rate-limit store is unavailable; retry in 1 s",
-                limiter.tenants().name(ctx.tenant)
+    let (reply_status, kind, code, message, headers, limit) =
+        match limiter.admit(ctx.who.tenant).await {
+            Admission::Admitted(quota, slot) => {
+                ctx.who.quota = quota;
+                ctx.who.slot = slot;
+                return false;
+            }
+            Admission::Refused(r) => (
+                429,
+                "rate_limit_error",
+                "rate_limit_exceeded",
+                window::message(limiter.tenants().name(ctx.who.tenant), &r),
+                window::refusal_headers(&r),
+                r.limit.as_str(),
             ),
-            vec![
-                ("retry-after", "1".to_string()),
-                ("retry-after-ms", "1000".to_string()),
-            ],
-            STORE_LIMIT,
-        ),
-    };
+            Admission::StoreDown => (
+                503,
+                "server_error",
+                "rate_limit_store_unavailable",
+                format!(
+                    "tenant \"{}\": the shared rate-limit store is unavailable; retry in 1 s",
+                    limiter.tenants().name(ctx.who.tenant)
+                ),
+                vec![
+                    ("retry-after", "1".to_string()),
+                    ("retry-after-ms", "1000".to_string()),
+                ],
+                STORE_LIMIT,
+            ),
+        };
     if telemetry.metrics_enabled {
         telemetry
             .metrics
             .tenants
-            .rate_limited(limiter.tenants().name(ctx.tenant), limit);
+            .rate_limited(limiter.tenants().name(ctx.who.tenant), limit);
     }
-    ctx.ended = Some(Instant::now());
-    ctx.failure = Some((Outcome::Rejected, code, message.clone()));
+    ctx.seen.ended = Some(Instant::now());
+    ctx.seen.failure = Some((Outcome::Rejected, code, message.clone()));
     let reply = ErrorReply {
         status: reply_status,
         kind,
@@ -258,13 +259,16 @@ pub async fn admit(
 
 /// In `logging`: names the tenant on the record, releases its concurrency
 /// slot and charges the answer's tokens.
-pub fn finish(limiter: &Limiter, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
-    rec.tenant = match ctx.tenant {
-        TenantId::Named(_) => Some(Arc::from(limiter.tenants().name(ctx.tenant))),
+pub fn finish(limiter: &Limiter, ctx: &mut RequestCtx, rec: &mut RequestRecord, end: &End) {
+    rec.tenant = match ctx.who.tenant {
+        TenantId::Named(_) => Some(Arc::from(limiter.tenants().name(ctx.who.tenant))),
         TenantId::Anonymous => None,
     };
-    drop(ctx.tenant_slot.take());
-    limiter.charge(ctx.tenant, super::charge::tokens(rec, ctx.request_bytes));
+    drop(ctx.who.slot.take());
+    limiter.charge(
+        ctx.who.tenant,
+        super::charge::tokens(rec, end, ctx.asked.request_bytes),
+    );
 }
 
 #[cfg(test)]

@@ -3,7 +3,16 @@ use std::time::Duration;
 use super::*;
 use llamatap_policy::answer::Reason;
 use llamatap_telemetry::continuation::Continued;
+use llamatap_telemetry::record::Outcome;
 use llamatap_wire::llama::{Timings, Usage};
+
+/// How a record with its outcome ended, as `logging` settles it.
+fn end_of(rec: &RequestRecord) -> End {
+    match rec.outcome {
+        Outcome::Ok => End::Whole,
+        o => End::Answered(o, "test", String::new()),
+    }
+}
 
 /// The example record (20 prompt and 10 generated tokens in its usage, 10
 /// token events) without any count.
@@ -34,7 +43,14 @@ fn continued(tokens_before: u64, prompt: (u64, u64), generated: Option<u64>) -> 
 
 #[test]
 fn a_reported_answer_is_charged_its_counts() {
-    assert_eq!(tokens(&RequestRecord::example(), 1_000_000), 30);
+    assert_eq!(
+        tokens(
+            &RequestRecord::example(),
+            &end_of(&RequestRecord::example()),
+            1_000_000
+        ),
+        30
+    );
     let rec = RequestRecord {
         timings: Some(Timings {
             prompt_n: Some(5),
@@ -45,7 +61,7 @@ fn a_reported_answer_is_charged_its_counts() {
         token_events: 12,
         ..RequestRecord::example()
     };
-    assert_eq!(tokens(&rec, 1_000_000), 140);
+    assert_eq!(tokens(&rec, &end_of(&rec), 1_000_000), 140);
 }
 
 #[test]
@@ -59,19 +75,19 @@ fn counted_token_events_are_a_floor() {
         token_events: 50,
         ..RequestRecord::example()
     };
-    assert_eq!(tokens(&rec, 10), 70);
+    assert_eq!(tokens(&rec, &end_of(&rec), 10), 70);
 }
 
 #[test]
 fn an_unreported_prompt_is_charged_by_the_bodys_size() {
     // An answer came (200, or tokens were streamed): 4 bytes a token.
-    assert_eq!(tokens(&unreported(), 401), 101);
+    assert_eq!(tokens(&unreported(), &End::Whole, 401), 101);
     let streamed = RequestRecord {
         token_events: 7,
         outcome: Outcome::ClientHangup,
         ..unreported()
     };
-    assert_eq!(tokens(&streamed, 400), 107);
+    assert_eq!(tokens(&streamed, &end_of(&streamed), 400), 107);
     // Nothing came back: nothing to charge.
     for rec in [
         RequestRecord {
@@ -95,7 +111,7 @@ fn an_unreported_prompt_is_charged_by_the_bodys_size() {
             ..unreported()
         },
     ] {
-        assert_eq!(tokens(&rec, 4000), 0, "{:?}", rec.outcome);
+        assert_eq!(tokens(&rec, &end_of(&rec), 4000), 0, "{:?}", rec.outcome);
     }
 }
 
@@ -110,7 +126,7 @@ fn a_continued_answer_is_charged_before_and_after_its_cuts() {
         continuations: vec![continued(30, (40, 10), Some(50))],
         ..RequestRecord::example()
     };
-    assert_eq!(tokens(&rec, 1_000_000), 100);
+    assert_eq!(tokens(&rec, &end_of(&rec), 1_000_000), 100);
     // Cut twice: the second continuation was handed the 30 tokens and the
     // first one's 25 (which counted no `generated` of its own); the events
     // were fewer than the tokens (several tokens in an event).
@@ -123,7 +139,7 @@ fn a_continued_answer_is_charged_before_and_after_its_cuts() {
         ],
         ..RequestRecord::example()
     };
-    assert_eq!(tokens(&rec, 1_000_000), 20 + 75);
+    assert_eq!(tokens(&rec, &end_of(&rec), 1_000_000), 20 + 75);
     // A native continuation's last event reports the target's own counts:
     // the larger total counts.
     let rec = RequestRecord {
@@ -137,7 +153,7 @@ fn a_continued_answer_is_charged_before_and_after_its_cuts() {
         continuations: vec![continued(30, (50, 0), Some(50))],
         ..RequestRecord::example()
     };
-    assert_eq!(tokens(&rec, 1_000_000), 20 + 80);
+    assert_eq!(tokens(&rec, &end_of(&rec), 1_000_000), 20 + 80);
     // A refused continuation ends the answer: what the client had counts.
     let mut refused = continued(30, (0, 0), None);
     refused.result = ContinuationResult::Failed;
@@ -148,5 +164,5 @@ fn a_continued_answer_is_charged_before_and_after_its_cuts() {
         continuations: vec![refused],
         ..RequestRecord::example()
     };
-    assert_eq!(tokens(&rec, 400), 100 + 30);
+    assert_eq!(tokens(&rec, &end_of(&rec), 400), 100 + 30);
 }

@@ -34,7 +34,7 @@ fn ids(req: &RequestHeader) -> Vec<String> {
 fn a_tenants_header_and_query_go_up_in_its_scope() {
     let c = config(NAMED);
     let mut ctx = RequestCtx::new();
-    ctx.tenant = TenantId::Named(0);
+    ctx.who.tenant = TenantId::Named(0);
     let p = Scope::of_tenant("alice").prefix().to_string();
     let mut req = head("/v1/stream?conv_id=c1&from=3", &["c1::m", "other"]);
     scope_head(&mut req, &ctx, &c).unwrap();
@@ -42,7 +42,7 @@ fn a_tenants_header_and_query_go_up_in_its_scope() {
     let want = format!("/v1/stream?conv_id={p}c1&from=3");
     assert_eq!(req.raw_path(), want.as_bytes());
     // The flat keys are one more namespace.
-    ctx.tenant = TenantId::Anonymous;
+    ctx.who.tenant = TenantId::Anonymous;
     let mut req = head("/v1/chat/completions", &[" c2 "]);
     scope_head(&mut req, &ctx, &c).unwrap();
     let anon = Scope::of_tenant(llamatap_policy::tenant::ANONYMOUS);

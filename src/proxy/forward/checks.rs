@@ -53,31 +53,33 @@ fn pausable(steps: &Steps, ctx: &RequestCtx) -> bool {
 /// Registers a movable answer past its first token.
 pub fn register(steps: &Steps, ctx: &RequestCtx, signal: Arc<Signal>) -> Registration {
     let answer = Answer {
-        member: ctx.member.unwrap_or(usize::MAX),
-        model: ctx.request.model.clone(),
+        member: ctx.attempt.member.unwrap_or(usize::MAX),
+        model: ctx.asked.request.model.clone(),
         class: ctx.admission.as_deref().map_or(0, |h| h.class as usize),
         pausable: pausable(steps, ctx),
-        since: ctx.received,
+        since: ctx.asked.received,
     };
     steps.moves.register(answer, signal)
 }
 
 /// Another upstream could take the answer now.
 pub fn elsewhere(steps: &Steps, ctx: &RequestCtx) -> bool {
-    let Some(i) = ctx.member else {
+    let Some(i) = ctx.attempt.member else {
         return false;
     };
     steps.fleet.is_fleet()
-        && steps
-            .fleet
-            .can_fail_over(ctx.request.model.as_deref(), i, &ctx.routed.tried)
+        && steps.fleet.can_fail_over(
+            ctx.asked.request.model.as_deref(),
+            i,
+            &ctx.attempt.routed.tried,
+        )
 }
 
 /// The answer's member still answers its `/health` (within the health
 /// checks' own limit, [`HEALTH_TIMEOUT`]): its silence is another request's
 /// work, not a stall.
 pub async fn member_alive(steps: &Steps, ctx: &RequestCtx) -> bool {
-    let Some(i) = ctx.member else {
+    let Some(i) = ctx.attempt.member else {
         return false;
     };
     steps.fleet.answers_health(i, HEALTH_TIMEOUT).await
@@ -85,6 +87,6 @@ pub async fn member_alive(steps: &Steps, ctx: &RequestCtx) -> bool {
 
 /// The name of the attempt's member, for the record.
 pub fn member_name(steps: &Steps, ctx: &RequestCtx) -> Option<String> {
-    let i = ctx.member?;
+    let i = ctx.attempt.member?;
     steps.fleet.member(i).map(|m| m.upstream.name.clone())
 }

@@ -59,7 +59,7 @@ pub async fn after_hangup(
         }
     }
     // Observed, not forwarded.
-    ctx.response_bytes = ctx.response_bytes.saturating_sub(unsent);
+    ctx.seen.response_bytes = ctx.seen.response_bytes.saturating_sub(unsent);
     if let Some(c) = ctx.conversation.as_deref_mut() {
         c.unsent_bytes = unsent;
     }
@@ -69,8 +69,8 @@ pub async fn after_hangup(
 /// The answer goes on at llama-server after a hang-up: a streamed
 /// generation answered `200` that carried `X-Conversation-Id`.
 fn buffered(ctx: &RequestCtx) -> bool {
-    ctx.streaming
-        && ctx.status == Some(200)
+    ctx.seen.streaming
+        && ctx.seen.status == Some(200)
         && ctx
             .conversation
             .as_deref()

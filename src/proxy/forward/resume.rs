@@ -91,10 +91,14 @@ async fn cut(
         return Err(cause);
     }
     let from = member_name(steps, ctx);
-    let before = ctx.observer.as_ref().map_or(0, |o| o.facts().token_events);
+    let before = ctx
+        .seen
+        .observer
+        .as_ref()
+        .map_or(0, |o| o.facts().token_events);
     let mut open = Open {
         entry: Continued {
-            at: cut.saturating_duration_since(ctx.received),
+            at: cut.saturating_duration_since(ctx.asked.received),
             reason,
             result: ContinuationResult::Continued,
             why: None,
@@ -116,9 +120,11 @@ async fn cut(
         if let Some(r) = ctx.resume.as_deref_mut() {
             r.pauses += 1;
         }
-        if let Err(e) = admission::requeue(session, ctx, &steps.admission).await {
-            let _ = fail(ctx, open, ContinuationResult::Failed, "client_left");
-            return Err(e);
+        if let Some(held) = ctx.admission.as_deref_mut() {
+            if let Err(e) = admission::requeue(session, held, &steps.admission).await {
+                let _ = fail(ctx, open, ContinuationResult::Failed, "client_left");
+                return Err(e);
+            }
         }
     }
     let rest = match plan_next(ctx) {
@@ -135,7 +141,7 @@ async fn cut(
                 let _ = fail(ctx, open, ContinuationResult::Failed, "client_left");
                 return Err(e);
             }
-            ctx.terminal_sent = true;
+            ctx.seen.terminal_sent = true;
             log(ctx, open.entry);
             return Ok(None);
         }
@@ -153,15 +159,15 @@ async fn cut(
             "no_other_upstream",
         ));
     }
-    if let Some(i) = ctx.member.filter(|_| !paused) {
+    if let Some(i) = ctx.attempt.member.filter(|_| !paused) {
         // The member that cut the answer is ejected (a drained one is on
         // its way out already); neither is chosen again.
         if matches!(reason, Reason::UpstreamDied | Reason::Stalled) {
             steps.fleet.eject(i);
-            ctx.routed.ejected = true;
+            ctx.attempt.routed.ejected = true;
         }
-        if !ctx.routed.tried.contains(&i) {
-            ctx.routed.tried.push(i);
+        if !ctx.attempt.routed.tried.contains(&i) {
+            ctx.attempt.routed.tried.push(i);
         }
     }
     if let Some(r) = ctx.resume.as_deref_mut() {
@@ -183,7 +189,11 @@ fn before_head(steps: &Steps, ctx: &mut RequestCtx, e: &Error) -> Option<Bytes> 
             e.etype(),
             ErrorType::ConnectionClosed | ErrorType::ReadError
         );
-    if !died || ctx.request.stream != Some(true) || !armed(steps, ctx) || !elsewhere(steps, ctx) {
+    if !died
+        || ctx.asked.request.stream != Some(true)
+        || !armed(steps, ctx)
+        || !elsewhere(steps, ctx)
+    {
         return None;
     }
     let body = ctx.resume.as_ref().map(|r| r.body.clone())?;
@@ -191,20 +201,20 @@ fn before_head(steps: &Steps, ctx: &mut RequestCtx, e: &Error) -> Option<Bytes> 
         return None;
     }
     let from = member_name(steps, ctx);
-    if let Some(i) = ctx.member {
+    if let Some(i) = ctx.attempt.member {
         steps.fleet.eject(i);
-        ctx.routed.ejected = true;
-        if !ctx.routed.tried.contains(&i) {
-            ctx.routed.tried.push(i);
+        ctx.attempt.routed.ejected = true;
+        if !ctx.attempt.routed.tried.contains(&i) {
+            ctx.attempt.routed.tried.push(i);
         }
     }
     // The next attempt's head and first token count from the request's
     // arrival, as before.
-    ctx.upstream_headers = None;
+    ctx.seen.upstream_headers = None;
     log(
         ctx,
         Continued {
-            at: ctx.received.elapsed(),
+            at: ctx.asked.received.elapsed(),
             reason: Reason::UpstreamDied,
             result: ContinuationResult::Continued,
             why: None,

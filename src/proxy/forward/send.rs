@@ -59,7 +59,7 @@ pub async fn request(
     drop(req);
     let timeout = peer.options.write_timeout;
     if let Some(body) = replay {
-        ctx.request_bytes = body.len() as u64;
+        ctx.asked.request_bytes = body.len() as u64;
         out.put_slice(body);
         return up.write(&out, timeout).await;
     }
@@ -180,6 +180,7 @@ fn post(
 ) -> Result<Vec<u8>> {
     use pingora::upstreams::peer::Peer;
     let base = ctx
+        .attempt
         .member
         .and_then(|i| steps.fleet.member(i))
         .map(|m| m.upstream.base_path.clone())

@@ -24,7 +24,7 @@ use tokio::sync::futures::Notified;
 use super::super::context::RequestCtx;
 use super::super::continuable;
 use super::super::moves::{Registration, Signal};
-use super::super::{admission, downstream, Steps};
+use super::super::{downstream, Steps};
 use super::attempt::Ending;
 use super::{checks, drain, record};
 use crate::upstream::client::Exchange;
@@ -65,7 +65,7 @@ pub async fn body(
     // preemptible class's answers pause) is registered once it has its
     // first token, and listens for the word to move. A continuation's cuts
     // always go to `resume`, which records them.
-    let continuable = checks::armed(steps, ctx) && ctx.observer.is_some();
+    let continuable = checks::armed(steps, ctx) && ctx.seen.observer.is_some();
     let armed = continuable || rewrite.is_some();
     let signal = (continuable && checks::movable(steps, ctx)).then(|| Arc::new(Signal::default()));
     let mut told = signal.as_deref().map(|s| Box::pin(s.told()));
@@ -99,7 +99,9 @@ pub async fn body(
                             // counted among those pausing: the waiting
                             // request takes it, and no second answer pauses
                             // for it.
-                            admission::give_back(ctx);
+                            if let Some(h) = ctx.admission.as_deref_mut() {
+                                h.give_back();
+                            }
                         }
                         return Ok(Ending::Cut(reason, moved(reason)));
                     }
@@ -132,7 +134,7 @@ pub async fn body(
                         // held stream's future would carry its size.
                         && Box::pin(checks::member_alive(steps, ctx)).await
                     {
-                        let _in = ctx.log_span.enter();
+                        let _in = ctx.seen.log_span.enter();
                         tracing::debug!("silent for stall_ms on a member that answers /health: waiting on");
                         stall.as_mut().reset(deadline(Instant::now(), stall_ms));
                         continue;
@@ -168,7 +170,7 @@ pub async fn body(
                         return Err(drain::after_hangup(steps, ctx, up, peer, e).await);
                     }
                 }
-                ctx.terminal_sent |= terminal_seen(ctx);
+                ctx.seen.terminal_sent |= terminal_seen(ctx);
                 tokens = tokens || has_tokens(ctx);
             }
             // A continuation's stream is llamatap's own request: it ends
@@ -189,7 +191,7 @@ pub async fn body(
                     downstream::body(session, b, done, client_timeout).await?;
                 }
                 if done {
-                    ctx.terminal_sent = true;
+                    ctx.seen.terminal_sent = true;
                     return Ok(Ending::Whole);
                 }
                 if end {
@@ -243,16 +245,18 @@ fn ended() -> Box<Error> {
 
 /// The client has had a token of the answer.
 fn has_tokens(ctx: &RequestCtx) -> bool {
-    ctx.observer
+    ctx.seen
+        .observer
         .as_ref()
         .is_some_and(|o| o.facts().token_events > 0)
 }
 
 /// The stream's terminal event went through the observer.
 fn terminal_seen(ctx: &RequestCtx) -> bool {
-    ctx.stream_facts
+    ctx.seen
+        .stream_facts
         .as_deref()
-        .or_else(|| ctx.observer.as_ref().map(|o| o.facts()))
+        .or_else(|| ctx.seen.observer.as_ref().map(|o| o.facts()))
         .is_some_and(|f| f.done)
 }
 

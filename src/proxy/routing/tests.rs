@@ -1,16 +1,29 @@
-//! The passive ejection in `logging`: decided on the failure's cause.
+//! The passive ejection in `logging`: decided by how the request ended
+//! ([`End::ejects`]), on the failure's cause.
 
 use super::*;
+use crate::proxy::errors::Cause;
+use llamatap_telemetry::record::Outcome;
+
+fn failed(cause: Cause) -> End {
+    End::Failed {
+        cause,
+        outcome: Outcome::UpstreamError,
+        code: cause.as_str(),
+        message: String::new(),
+    }
+}
 
 #[test]
 fn a_member_is_ejected_on_an_ejecting_cause_once() {
-    assert!(ejects(false, Some(Cause::UpstreamDisconnected)));
-    assert!(ejects(false, Some(Cause::UpstreamTimeout)));
-    assert!(ejects(false, Some(Cause::UpstreamUnreachable)));
+    assert!(failed(Cause::UpstreamDisconnected).ejects(false));
+    assert!(failed(Cause::UpstreamTimeout).ejects(false));
+    assert!(failed(Cause::UpstreamUnreachable).ejects(false));
     // Ejected already this attempt (a failed connect, an unwell answer).
-    assert!(!ejects(true, Some(Cause::UpstreamDisconnected)));
+    assert!(!failed(Cause::UpstreamDisconnected).ejects(true));
     // No error ended the request, or one that says nothing of the upstream.
-    assert!(!ejects(false, None));
+    assert!(!End::Whole.ejects(false));
+    assert!(!End::Status(502).ejects(false));
     for cause in [
         Cause::ClientHangup,
         Cause::ClientTimeout,
@@ -19,6 +32,6 @@ fn a_member_is_ejected_on_an_ejecting_cause_once() {
         Cause::UpstreamUnresolved,
         Cause::Proxy,
     ] {
-        assert!(!ejects(false, Some(cause)), "{cause:?}");
+        assert!(!failed(cause).ejects(false), "{cause:?}");
     }
 }
