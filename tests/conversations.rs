@@ -660,3 +660,98 @@ fn a_copy_of_an_answer_cut_by_its_members_death_ends_with_an_error_event() {
     let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
     assert_eq!(last["error"]["code"], "conversation_cut", "{last}");
 }
+
+// === a member that drains away ===
+
+#[test]
+fn after_its_member_drained_away_a_replay_is_served_from_the_copy_or_named_lost() {
+    let _serial = serial();
+    const NAME: &str = "conv.test";
+    let hosts = ["127.0.0.2", "127.0.0.3"];
+    let port = common::free_port();
+    let servers: Vec<LlamaServer> = hosts
+        .iter()
+        .map(|h| LlamaServer::start_at("tiny", &["-np", "2"], h, port))
+        .collect();
+    let zone = |hs: &[&str]| serde_json::json!({"ttl": 0, "names": {format!("{NAME}."): hs}});
+    let dns = common::dns::DnsServer::start("conversations", &zone(&hosts));
+    let redis = common::redis::Redis::start();
+    let toml = format!(
+        "[discovery]\nresolver = \"127.0.0.1:{}\"\nmin_refresh_ms = 100\nmax_refresh_ms = 1000\n\
+         [auth.store]\nurl = \"{}\"\ntimeout_ms = 2000\n\
+         [queue]\nenabled = true\nshared = true\n",
+        dns.port(),
+        redis.url()
+    );
+    let config = temp_config("conv-drain", &toml);
+    let upstream = format!("dns+http://{NAME}:{port}");
+    let args = ["--config", config.to_str().unwrap()];
+    let a = Llamatap::start(&upstream, &args);
+    let b = Llamatap::start(&upstream, &args);
+    for proxy in [&a, &b] {
+        let ok = fleet::wait_for(Duration::from_secs(30), || {
+            let m = proxy.metrics();
+            hosts.iter().all(|h| {
+                common::proxy::metric_series(
+                    &m,
+                    "llamatap_upstream_up",
+                    &[&format!("upstream=\"{h}:{port}\"")],
+                ) == Some(1.0)
+            })
+        });
+        assert!(ok.is_some(), "{}", proxy.stderr());
+    }
+    let ids: Vec<String> = (0..6).map(|i| format!("drained-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        start_and_hang_up(&a.addr(), None, id, i, 2);
+    }
+    let placed: Vec<usize> = ids.iter().map(|id| holder(&servers, id).unwrap()).collect();
+    let before: Vec<Vec<u8>> = ids.iter().map(|id| replay(&a.addr(), None, id).1).collect();
+    let stored = fleet::wait_for(Duration::from_secs(10), || {
+        ids.iter().all(|id| {
+            redis
+                .command(&["GET", &format!("llamatap:conv:{id}")])
+                .is_some_and(|v| v.contains(&port.to_string()))
+        })
+    });
+    assert!(stored.is_some());
+    // The first conversation's member leaves the name's answer: it drains
+    // and, idle, leaves the fleet (its llama-server still runs).
+    let victim = placed[0];
+    let stays = 1 - victim;
+    let name = format!("{}:{port}", hosts[victim]);
+    dns.set_zone(&zone(&[hosts[stays]]));
+    for proxy in [&a, &b] {
+        let left = fleet::wait_for(Duration::from_secs(30), || {
+            common::proxy::metric_series(
+                &proxy.metrics(),
+                "llamatap_upstream_up",
+                &[&format!("upstream=\"{name}\"")],
+            )
+            .is_none()
+        });
+        assert!(left.is_some(), "{name} never left");
+    }
+    let mut served = 0;
+    for ((id, at), first) in ids.iter().zip(&placed).zip(&before) {
+        let (s, all) = replay(&a.addr(), None, id);
+        assert_eq!(s, 200, "{id}");
+        assert_eq!(&all, first, "{id}");
+        let (s, b_all) = replay(&b.addr(), None, id);
+        if *at == victim {
+            served += 1;
+            assert_eq!(s, 502, "{}", String::from_utf8_lossy(&b_all));
+            let v: serde_json::Value = serde_json::from_slice(&b_all).unwrap();
+            assert_eq!(v["error"]["code"], "conversation_lost");
+            let msg = v["error"]["message"].as_str().unwrap();
+            assert!(
+                msg.contains(&name) && msg.contains("left the fleet"),
+                "{msg}"
+            );
+        } else {
+            assert_eq!(s, 200);
+        }
+    }
+    eprintln!("replays served from the copy after their member drained away: {served}");
+    assert!(served > 0);
+}
