@@ -133,6 +133,7 @@ async fn ask_all(
         ErrorType::ConnectNoRoute,
         "no upstream answered the stream lookup",
     ));
+    let counted = ctx.asked.request_bytes;
     for member in steps.fleet.members() {
         if member.gone() {
             continue;
@@ -154,6 +155,8 @@ async fn ask_all(
         }
     }
     ctx.conversation = None;
+    // One request body, however many members were asked.
+    ctx.asked.request_bytes = counted + body.len() as u64;
     match ok {
         Some(head) => {
             let all = serde_json::to_vec(&merged).map_err(|_| not_array())?;

@@ -78,7 +78,9 @@ impl Steps {
             Arc::clone(&moves),
             limiter.store(),
         );
-        let shared = config.queue.shared.then(|| limiter.store()).flatten();
+        let shared = (config.queue.shared && fleet.is_fleet())
+            .then(|| limiter.store())
+            .flatten();
         let conversations = Arc::new(Conversations::new(shared));
         Steps {
             conversations,
