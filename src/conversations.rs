@@ -3,12 +3,12 @@
 //! (`DELETE /v1/stream`) and a follow-up generation with the same
 //! `X-Conversation-Id` reach the llama-server whose buffer holds it.
 //!
-//! - [`Conversations::claim`] (in `request_filter`, fleets only) reads what
-//!   the request says about a conversation (the header on a generation, the
-//!   `conv_id` parameter on `/v1/stream`), scoped to the tenant as it goes
-//!   upstream, and finds its holder: the local book
-//!   ([`llamatap_policy::conversation::Book`]), then the shared store when
-//!   `queue.shared` is on ([`shared`]).
+//! - [`Conversations::claim`] (in `request_filter`) reads what the request
+//!   says about a conversation (the header on a generation, the `conv_id`
+//!   parameter on `/v1/stream`), scoped to the tenant as it goes upstream,
+//!   and finds its holder: the local book
+//!   ([`llamatap_policy::conversation::Book`]), then, in a fleet, the
+//!   shared store when `queue.shared` is on ([`shared`]).
 //! - [`Conversations::discover`]: a replay or stop whose id neither knows
 //!   asks the members ([`find`]).
 //! - [`lost`]: a replay or stop whose holder left the fleet or is down
@@ -16,7 +16,10 @@
 //! - [`pinned`] (in routing's choice) sends the request to the holder.
 //! - [`Conversations::answered`] and [`Conversations::finish`] write the
 //!   book: a generation's answer head starts an entry, its end keeps it
-//!   [`KEEP_AFTER_END`]; a stop forgets it.
+//!   [`KEEP_AFTER_END`]; a stop forgets it. At its end, what llamatap saw
+//!   of a generation is kept as its copy
+//!   ([`llamatap_policy::conversation::copies`]), which the proxy serves a
+//!   replay from when the holder is gone ([`Conversations::copy`]).
 //!
 //! Deliberately not here: scoping ids per tenant
 //! ([`llamatap_wire::conversation`]), the lookup's exchange (the proxy's
