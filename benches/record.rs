@@ -43,6 +43,7 @@ fn record() -> RequestRecord {
             predicted_cached_tokens: None,
             prediction: None,
         }),
+        conversation: None,
         queue: Some(QueueFacts {
             class: "default",
             wait: Duration::from_millis(3),

@@ -326,6 +326,19 @@ impl Fleet {
         self.router.lock().ok()?.affine(&candidates, chain)
     }
 
+    /// Member `i`, chosen because it holds the request's conversation
+    /// (whatever its load): counted in its in-flight load as
+    /// [`Fleet::choose`] counts.
+    pub fn pin(&self, i: usize) -> Option<Decision> {
+        let m = self.member(i)?;
+        m.in_flight.fetch_add(1, Ordering::Relaxed);
+        Some(Decision {
+            upstream: i,
+            reason: llamatap_policy::router::Reason::Conversation,
+            prediction: Prediction::default(),
+        })
+    }
+
     /// The request counted by [`Fleet::choose`] on member `i` is over.
     pub fn release(&self, i: usize) {
         if let Some(m) = self.member(i) {

@@ -29,6 +29,7 @@ pub mod admin;
 pub mod admission;
 pub mod cli;
 pub mod config;
+pub mod conversations;
 pub mod fleet;
 pub mod pidfile;
 pub mod proxy;

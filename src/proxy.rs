@@ -23,6 +23,7 @@ mod charge;
 pub mod context;
 mod continuable;
 mod conversation;
+mod copied;
 mod downstream;
 pub mod errors;
 mod forward;
@@ -91,6 +92,58 @@ fn logged_path(req: &RequestHeader) -> String {
     String::from_utf8_lossy(&raw[..end]).into_owned()
 }
 
+impl LlamaProxy {
+    /// Reads the request's conversation and its holder
+    /// ([`crate::conversations`]); `true` when a replay or stop was
+    /// answered with an error because its holder is gone.
+    async fn conversation(&self, session: &mut Session, ctx: &mut RequestCtx) -> bool {
+        let scope = conversation::scope(ctx, &self.steps.config);
+        let steps = &self.steps;
+        let req = session.req_header();
+        let mut claim = steps
+            .conversations
+            .claim(req, ctx.asked.route, scope.as_ref())
+            .await;
+        if let Some(c) = claim.as_deref_mut() {
+            let key = steps.config.upstream_api_key.as_ref();
+            let auth = match key {
+                Some(k) => Some(format!("Bearer {}", k.expose())),
+                None if !steps.config.tenants.auth_required() => req
+                    .headers
+                    .get(http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
+                None => None,
+            };
+            let (fleet, spares, config) = (&steps.fleet, &steps.spares, &steps.config);
+            let find = steps
+                .conversations
+                .discover(c, fleet, spares, config, auth.as_deref());
+            Box::pin(find).await;
+        }
+        let lost = claim
+            .as_deref()
+            .and_then(|c| crate::conversations::lost(&self.steps.fleet, c));
+        ctx.conversation = claim;
+        let Some(message) = lost else {
+            return false;
+        };
+        if Box::pin(copied::serve(&self.steps, session, ctx, &message)).await {
+            return true;
+        }
+        ctx.seen.ended = Some(std::time::Instant::now());
+        ctx.seen.failure = Some((Outcome::UpstreamError, "conversation_lost", message.clone()));
+        let reply = reply::ErrorReply {
+            status: 502,
+            kind: "upstream_error",
+            code: "conversation_lost",
+            message: &message,
+        };
+        reply::write_error(session, ctx, reply).await;
+        true
+    }
+}
+
 fn header<'a>(h: &'a RequestHeader, name: &str) -> Option<&'a [u8]> {
     h.headers.get(name).map(|v| v.as_bytes())
 }
@@ -155,6 +208,9 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
+        if Box::pin(self.conversation(session, ctx)).await {
+            return Ok(true);
+        }
         if self.steps.fleet.is_fleet()
             && Box::pin(routing::prepare(
                 session,
@@ -170,7 +226,7 @@ impl ProxyHttp for LlamaProxy {
             Box::pin(reply::write_refusal(session, ctx, &r)).await;
             return Ok(true);
         }
-        if lookup::answers(session, &self.steps.config) {
+        if lookup::answers(session, &self.steps.config, &self.steps.fleet) {
             // A tenant's stream lookup: its ids scoped, the answer filtered.
             Box::pin(lookup::lookup(&self.steps, session, ctx)).await?;
             return Ok(true);
@@ -235,6 +291,16 @@ impl ProxyHttp for LlamaProxy {
         if ctx.seen.stream_counted {
             ctx.seen.stream_counted = false;
             self.steps.telemetry.stream_active(false);
+        }
+        if let Some(mut c) = ctx.conversation.take() {
+            let member = ctx.attempt.member.and_then(|i| self.steps.fleet.member(i));
+            let answered = ctx.seen.streaming && ctx.seen.status == Some(200);
+            let facts = ctx.seen.stream_facts.as_deref();
+            let facts = facts.or_else(|| ctx.seen.observer.as_ref().map(|o| o.facts()));
+            let complete = facts.is_some_and(|f| f.done);
+            let conversations = &self.steps.conversations;
+            conversations.finish(&mut c, member.as_deref(), answered, complete);
+            ctx.conversation = Some(c);
         }
         // How it ended decides the record, ejection and the charge.
         let end = answer::settle(e, ctx);

@@ -3,10 +3,13 @@
 
 use std::time::{Instant, SystemTime};
 
+use llamatap_policy::conversation::Use;
 use llamatap_policy::router::{Chain, Decision};
 use llamatap_telemetry::continuation::Continued;
 use llamatap_telemetry::observe::{StreamEnd, StreamFacts, StreamObserver};
-use llamatap_telemetry::record::{HangupPhase, Outcome, QueueFacts, RequestRecord};
+use llamatap_telemetry::record::{
+    ConversationFacts, HangupPhase, Outcome, QueueFacts, RequestRecord,
+};
 use llamatap_telemetry::spans::RequestSpan;
 use llamatap_wire::llama::StreamFormat;
 use llamatap_wire::request::{RequestFacts, Route};
@@ -26,6 +29,9 @@ pub struct RequestCtx {
     /// What a chat stream keeps to be continued elsewhere, and its
     /// continuations (`[continuation]` on).
     pub resume: Option<Box<Resume>>,
+    /// The resumable stream the request names, and its holder
+    /// ([`crate::conversations`]).
+    pub conversation: Option<Box<llamatap_policy::conversation::Claim>>,
 }
 
 /// What the client asked: its arrival, its route and body, and the facts
@@ -180,6 +186,7 @@ impl RequestCtx {
             attempt: AttemptState::default(),
             seen: Seen::default(),
             resume: None,
+            conversation: None,
         }
     }
 
@@ -267,6 +274,15 @@ impl RequestCtx {
                 .as_deref_mut()
                 .map(|r| std::mem::take(&mut r.log))
                 .unwrap_or_default(),
+            conversation: self.conversation.as_deref().map(|c| ConversationFacts {
+                usage: c.usage,
+                replayed_bytes: match c.usage {
+                    Use::Replay => self.seen.response_bytes,
+                    _ => 0,
+                },
+                unsent_bytes: c.unsent_bytes,
+                from_copy: c.from_copy,
+            }),
             queue: self.admission.as_deref().map(|a| QueueFacts {
                 class: a.class.as_str(),
                 wait: a

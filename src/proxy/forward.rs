@@ -36,6 +36,7 @@
 
 mod attempt;
 mod checks;
+mod drain;
 mod record;
 mod resume;
 mod send;

@@ -8,9 +8,16 @@
 //! not a JSON array reaches no client (`502`); another status passes as it
 //! is.
 //!
+//! In a fleet the lookup is asked of every member in the fleet now
+//! ([`ask_all`]), each on its own connection, one after another: the
+//! entries of every member that answered `200` are merged (an id held by
+//! two members is listed once, the later start), also without named keys.
+//! A member that cannot be reached is left out; when none answered `200`,
+//! the last answer (or error) is the client's.
+//!
 //! Deliberately not here: scoping every other request's ids
-//! ([`super::conversation`]). Without named keys the lookup goes through
-//! the forwarding loop like any other request.
+//! ([`super::conversation`]). Without named keys and with one upstream,
+//! the lookup goes through the forwarding loop like any other request.
 
 use std::time::Duration;
 
@@ -27,7 +34,9 @@ use super::guard::Refusal;
 use super::reply::refuse;
 use super::{forward, Steps};
 use crate::config::Config;
-use llamatap_wire::conversation;
+use crate::fleet::Fleet;
+use llamatap_policy::conversation::{Claim, Use};
+use llamatap_wire::conversation::{self, Scope};
 
 /// Largest lookup body a client may send, bytes.
 pub const MAX_LOOKUP_BODY: usize = 64 * 1024;
@@ -41,16 +50,19 @@ const LOOKUP_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Whether the request is a lookup llamatap answers itself (named keys
 /// only).
-pub fn answers(session: &Session, config: &Config) -> bool {
+pub fn answers(session: &Session, config: &Config, fleet: &Fleet) -> bool {
     let req = session.req_header();
-    config.tenants.named() && conversation::is_lookup(req.method.as_str(), req.raw_path())
+    (config.tenants.named() || fleet.is_fleet())
+        && conversation::is_lookup(req.method.as_str(), req.raw_path())
 }
 
 /// Answers a tenant's lookup: its ids scoped up, the answer's entries
 /// filtered and unscoped back.
 pub async fn lookup(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
-    let Some(scope) = scope(ctx, &steps.config) else {
-        return forward::run(steps, session, ctx).await;
+    let scope = match scope(ctx, &steps.config) {
+        Some(s) => s,
+        None if steps.fleet.is_fleet() => Scope::open(),
+        None => return forward::run(steps, session, ctx).await,
     };
     super::downstream::answer_continue(session, ctx).await?;
     let Some(body) = read_body(session).await? else {
@@ -69,16 +81,15 @@ pub async fn lookup(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) 
             return Ok(());
         }
     };
-    let (head, answer) = Box::pin(exchange(steps, session, ctx, up_body)).await?;
-    let answer = match head.status.as_u16() {
-        200 => scope.lookup_answer(&answer).ok_or_else(|| {
-            Error::explain(
-                ErrorType::InvalidHTTPHeader,
-                "the stream lookup's answer is not a JSON array",
-            )
-            .into_up()
-        })?,
-        _ => answer,
+    let (head, answer) = if steps.fleet.is_fleet() {
+        Box::pin(ask_all(steps, session, ctx, &scope, up_body)).await?
+    } else {
+        let (head, answer) = Box::pin(exchange(steps, session, ctx, up_body)).await?;
+        let answer = match head.status.as_u16() {
+            200 => scope.lookup_answer(&answer).ok_or_else(not_array)?,
+            _ => answer,
+        };
+        (head, answer)
     };
     let mut resp = ResponseHeader::build(head.status, Some(4))?;
     let kind = head
@@ -97,6 +108,75 @@ pub async fn lookup(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) 
         .await
         .map_err(|e| e.into_down())?;
     Ok(())
+}
+
+fn not_array() -> Box<Error> {
+    Error::explain(
+        ErrorType::InvalidHTTPHeader,
+        "the stream lookup's answer is not a JSON array",
+    )
+    .into_up()
+}
+
+/// Asks every member of the fleet, one after another, and merges the
+/// `200` answers' entries (each filtered and unscoped by `scope`).
+async fn ask_all(
+    steps: &Steps,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    scope: &Scope,
+    body: Vec<u8>,
+) -> Result<(Box<ResponseHeader>, Vec<u8>)> {
+    let mut merged: Vec<serde_json::Value> = Vec::new();
+    let mut ok: Option<Box<ResponseHeader>> = None;
+    let mut last: Result<(Box<ResponseHeader>, Vec<u8>)> = Err(Error::explain(
+        ErrorType::ConnectNoRoute,
+        "no upstream answered the stream lookup",
+    ));
+    let counted = ctx.asked.request_bytes;
+    for member in steps.fleet.members() {
+        if member.gone() {
+            continue;
+        }
+        ctx.attempt.routed.tried.clear();
+        let holder = Some(member.upstream.name.clone());
+        ctx.conversation = Some(Box::new(Claim::new(Use::Lookup, String::new(), holder)));
+        let answer = Box::pin(exchange(steps, session, ctx, body.clone())).await;
+        match answer {
+            Ok((head, a)) if head.status.as_u16() == 200 => {
+                let kept = scope.lookup_answer(&a).ok_or_else(not_array)?;
+                let entries: Vec<serde_json::Value> =
+                    serde_json::from_slice(&kept).map_err(|_| not_array())?;
+                merge(&mut merged, entries);
+                ok = Some(head);
+            }
+            Err(e) if e.esource() == &pingora::ErrorSource::Downstream => return Err(e),
+            other => last = other,
+        }
+    }
+    ctx.conversation = None;
+    // One request body, however many members were asked.
+    ctx.asked.request_bytes = counted + body.len() as u64;
+    match ok {
+        Some(head) => {
+            let all = serde_json::to_vec(&merged).map_err(|_| not_array())?;
+            Ok((head, all))
+        }
+        None => last,
+    }
+}
+
+/// Adds `entries` to `merged`; an id listed twice keeps the later start.
+fn merge(merged: &mut Vec<serde_json::Value>, entries: Vec<serde_json::Value>) {
+    let started = |v: &serde_json::Value| v["started_at"].as_i64().unwrap_or(0);
+    for e in entries {
+        let id = e["conversation_id"].clone();
+        match merged.iter_mut().find(|m| m["conversation_id"] == id) {
+            Some(m) if started(&e) > started(m) => *m = e,
+            Some(_) => {}
+            None => merged.push(e),
+        }
+    }
 }
 
 fn invalid(message: &'static str) -> Refusal {

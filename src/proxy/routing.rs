@@ -144,12 +144,23 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
     }
     ctx.attempt.routed.ejected = false;
     let model = ctx.asked.request.model.as_deref();
+    let held = crate::conversations::pinned(
+        fleet,
+        ctx.conversation.as_deref(),
+        model,
+        &ctx.attempt.routed.tried,
+    )?;
     let (chain, session, tried) = (
         &ctx.attempt.routed.chain,
         ctx.who.session,
         &ctx.attempt.routed.tried,
     );
     let choose = |full: &[usize]| {
+        // The member holding the request's conversation: a replay's
+        // whatever its load, a follow-up's while it has a slot.
+        if let Some(p) = held.filter(|p| p.strict || !full.contains(&p.member)) {
+            return fleet.pin(p.member).ok_or(NoRoute::Exhausted);
+        }
         // The admission queue leaves out upstreams without a free slot.
         let exclude: Vec<usize> = tried.iter().chain(full).copied().collect();
         fleet.choose(model, chain, session, &exclude)

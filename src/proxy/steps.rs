@@ -31,6 +31,7 @@ use super::moves::Moves;
 use super::{attempt, bodies, conversation, request_head, routing, tenant};
 use crate::admission::{self, Secured};
 use crate::config::Config;
+use crate::conversations::Conversations;
 use crate::fleet::Fleet;
 use crate::upstream::client::Exchange;
 use crate::upstream::spare::Spares;
@@ -53,6 +54,8 @@ pub struct Steps {
     pub(super) admission: Arc<admission::Admission>,
     /// The answers that can be told to move (drain, pre-emption).
     pub(super) moves: Arc<Moves>,
+    /// Which member holds which resumable stream.
+    pub(super) conversations: Arc<Conversations>,
 }
 
 impl Steps {
@@ -75,7 +78,12 @@ impl Steps {
             Arc::clone(&moves),
             limiter.store(),
         );
+        let shared = (config.queue.shared && fleet.is_fleet())
+            .then(|| limiter.store())
+            .flatten();
+        let conversations = Arc::new(Conversations::new(shared));
         Steps {
+            conversations,
             config,
             telemetry,
             fleet,
@@ -215,6 +223,11 @@ impl Steps {
         ctx.seen.status = Some(status);
         attempt::answered(&self.fleet, ctx, status);
         bodies::watch(ctx, resp, &self.config, &self.telemetry);
+        if let Some(c) = ctx.conversation.as_deref() {
+            let member = ctx.attempt.member.and_then(|i| self.fleet.member(i));
+            self.conversations
+                .answered(c, member.as_deref(), status, ctx.seen.streaming);
+        }
     }
 
     /// The head the client gets: event streams kept unbuffered by any hop
@@ -239,6 +252,11 @@ impl Steps {
 
     /// An answer body chunk, passed unchanged ([`bodies::response_chunk`]).
     pub fn response_chunk(&self, ctx: &mut RequestCtx, body: Option<&Bytes>, end_of_stream: bool) {
+        if let (Some(c), Some(b), Some(200)) =
+            (ctx.conversation.as_deref_mut(), body, ctx.seen.status)
+        {
+            c.see(b);
+        }
         bodies::response_chunk(ctx, body, end_of_stream, &self.config);
     }
 }

@@ -11,6 +11,8 @@
 //! - [`cachebreak`]: where a turn stopped matching the previous one, the
 //!   cause and the cost.
 //! - [`secret`]: a key whose `Debug` never shows it.
+//! - [`conversation`]: which fleet member holds which resumable stream
+//!   (the bounded conversation book).
 //! - [`answer`]: why an answer was cut and continued, and what became of it
 //!   (the typed causes the proxy decides by and telemetry records).
 //!
@@ -20,6 +22,7 @@
 
 pub mod answer;
 pub mod cachebreak;
+pub mod conversation;
 pub mod queue;
 pub mod router;
 pub mod secret;

@@ -57,6 +57,17 @@ struct Line<'a> {
     span_id: Option<&'a str>,
     cache_break: Option<CacheBreak>,
     continuations: Vec<Continuation<'a>>,
+    conversation: Option<Conversation>,
+}
+
+/// What the request did with a resumable stream (never its id).
+#[derive(Debug, Serialize)]
+struct Conversation {
+    #[serde(rename = "use")]
+    usage: &'static str,
+    replayed_bytes: u64,
+    unsent_bytes: u64,
+    from_copy: bool,
 }
 
 /// One cut of the answer by its upstream (never its text).
@@ -112,6 +123,12 @@ pub fn line(rec: &RequestRecord, model: &str, ids: Option<&SpanIds>) -> String {
             offset: d.position.as_ref().map(|p| p.offset),
             recomputed_tokens: d.recomputed_tokens,
             recomputed_ms: (d.recomputed_ms * 1000.0).round() / 1000.0,
+        }),
+        conversation: rec.conversation.map(|c| Conversation {
+            usage: c.usage.as_str(),
+            replayed_bytes: c.replayed_bytes,
+            unsent_bytes: c.unsent_bytes,
+            from_copy: c.from_copy,
         }),
         continuations: rec
             .continuations

@@ -10,6 +10,7 @@ pub mod access_line;
 pub mod access_log;
 pub mod cachebreak;
 pub mod continuation;
+pub mod conversation;
 pub mod export;
 pub mod exposition;
 pub mod genai;

@@ -103,6 +103,24 @@ impl HangupPhase {
     }
 }
 
+/// What a request did with a resumable stream (`X-Conversation-Id`,
+/// `/v1/stream`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConversationFacts {
+    /// A generation, a replay, a stop or a lookup.
+    pub usage: llamatap_policy::conversation::Use,
+    /// A replay: the buffered answer's bytes the client got (charged as
+    /// nothing: they were generated, and charged, once).
+    pub replayed_bytes: u64,
+    /// A generation whose client hung up: the bytes llama-server went on
+    /// generating that llamatap read and sent to nobody (they are in the
+    /// record's counts and the tenant's charge).
+    pub unsent_bytes: u64,
+    /// A replay served from llamatap's copy of the answer (its member was
+    /// gone).
+    pub from_copy: bool,
+}
+
 /// Everything known about one finished request.
 #[derive(Clone, Debug)]
 pub struct RequestRecord {
@@ -177,6 +195,9 @@ pub struct RequestRecord {
     /// The admission queue's facts; `None` when the queue is off or the
     /// route does not queue.
     pub queue: Option<QueueFacts>,
+    /// What the request did with a resumable stream; `None` when it named
+    /// none.
+    pub conversation: Option<ConversationFacts>,
     /// The answer's continuations (at most
     /// [`crate::continuation::MAX_KEPT`]), each one cut mid-stream (its
     /// upstream failed or drained, or its slot was taken).

@@ -100,6 +100,15 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// The request's class in the admission queue: `interactive`, `default`, `batch`.
 pub const LLAMATAP_PRIORITY: &str = "llamatap.priority";
+/// What the request did with a resumable stream: `generate`, `replay`,
+/// `stop`, `lookup`.
+pub const LLAMATAP_CONVERSATION_USE: &str = "llamatap.conversation.use";
+/// A replay's bytes sent to the client.
+pub const LLAMATAP_CONVERSATION_REPLAYED_BYTES: &str = "llamatap.conversation.replayed_bytes";
+/// Bytes of a generation read after its client hung up, sent to nobody.
+pub const LLAMATAP_CONVERSATION_UNSENT_BYTES: &str = "llamatap.conversation.unsent_bytes";
+/// A replay served from llamatap's copy of the answer (its member was gone).
+pub const LLAMATAP_CONVERSATION_FROM_COPY: &str = "llamatap.conversation.from_copy";
 /// Seconds the request waited in the admission queue.
 pub const LLAMATAP_QUEUE_WAIT: &str = "llamatap.queue.wait";
 /// Event: the admission queue dispatched the request (arrival to dispatch).

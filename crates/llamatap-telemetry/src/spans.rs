@@ -208,6 +208,25 @@ impl Tracing {
             s.set_attribute(kv);
         }
         s.set_attribute(KeyValue::new(sc::LLAMATAP_TENANT, rec.tenant().to_string()));
+        if let Some(c) = &rec.conversation {
+            s.set_attribute(KeyValue::new(
+                sc::LLAMATAP_CONVERSATION_USE,
+                c.usage.as_str(),
+            ));
+            let replayed = i64::try_from(c.replayed_bytes).unwrap_or(i64::MAX);
+            let unsent = i64::try_from(c.unsent_bytes).unwrap_or(i64::MAX);
+            s.set_attribute(KeyValue::new(
+                sc::LLAMATAP_CONVERSATION_REPLAYED_BYTES,
+                replayed,
+            ));
+            s.set_attribute(KeyValue::new(
+                sc::LLAMATAP_CONVERSATION_UNSENT_BYTES,
+                unsent,
+            ));
+            if c.from_copy {
+                s.set_attribute(KeyValue::new(sc::LLAMATAP_CONVERSATION_FROM_COPY, true));
+            }
+        }
         if let Some(q) = &rec.queue {
             s.set_attribute(KeyValue::new(sc::LLAMATAP_PRIORITY, q.class));
             s.add_event_with_timestamp(

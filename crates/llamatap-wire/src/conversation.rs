@@ -40,6 +40,33 @@ pub const LOOKUP_PATH: &[u8] = b"/v1/streams/lookup";
 /// Most ids one lookup may name.
 pub const MAX_LOOKUP_IDS: usize = 1024;
 
+/// The decoded path of the replay (`GET`) and stop (`DELETE`) route.
+pub const STREAM_PATH: &[u8] = b"/v1/stream";
+
+/// The conversation a request target names: its first `conv_id` query
+/// parameter, decoded (llama-server reads the first), when the decoded
+/// path is [`STREAM_PATH`] and the id is not empty.
+pub fn stream_id(target: &[u8]) -> Option<Vec<u8>> {
+    if crate::request::path::decoded(target).as_ref() != STREAM_PATH {
+        return None;
+    }
+    query::pairs(target)
+        .find(|(k, _)| query::decode(k) == PARAM)
+        .map(|(_, v)| query::decode(v.unwrap_or(&[])))
+        .filter(|id| !id.is_empty())
+}
+
+/// A replay's `from` offset as llama-server reads it: `0` when absent,
+/// `None` when it is not a number.
+pub fn stream_from(target: &[u8]) -> Option<usize> {
+    match query::pairs(target).find(|(k, _)| query::decode(k) == b"from") {
+        None => Some(0),
+        Some((_, v)) => std::str::from_utf8(&query::decode(v.unwrap_or(&[])))
+            .ok()
+            .and_then(|s| s.parse().ok()),
+    }
+}
+
 /// Whether a request is the stream lookup (`POST /v1/streams/lookup`, the
 /// path as llama-server decodes it).
 pub fn is_lookup(method: &str, target: &[u8]) -> bool {
@@ -79,6 +106,14 @@ impl Scope {
         let tag = xxhash_rust::xxh3::xxh3_64(name.as_bytes());
         Scope {
             prefix: format!("t-{tag:016x}."),
+        }
+    }
+
+    /// The one namespace of every caller (no named keys): ids go upstream
+    /// as they are, and a lookup's answer keeps every entry.
+    pub fn open() -> Scope {
+        Scope {
+            prefix: String::new(),
         }
     }
 

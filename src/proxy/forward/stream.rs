@@ -26,7 +26,7 @@ use super::super::continuable;
 use super::super::moves::{Registration, Signal};
 use super::super::{downstream, Steps};
 use super::attempt::Ending;
-use super::{checks, record};
+use super::{checks, drain, record};
 use crate::upstream::client::Exchange;
 use llamatap_policy::answer::Reason;
 use llamatap_wire::continuation::Rewriter;
@@ -115,7 +115,9 @@ pub async fn body(
                 }
             }
             r = session.as_downstream_mut().read_body_or_idle(true) => {
-                r.map_err(|e| e.into_down())?;
+                if let Err(e) = r {
+                    return Err(drain::after_hangup(steps, ctx, up, peer, e.into_down()).await);
+                }
                 continue;
             }
             () = &mut stall => {
@@ -164,7 +166,9 @@ pub async fn body(
                 steps.response_chunk(ctx, chunk.as_ref(), end);
                 let b = chunk.unwrap_or_default();
                 if !b.is_empty() || end {
-                    downstream::body(session, b, end, client_timeout).await?;
+                    if let Err(e) = downstream::body(session, b, end, client_timeout).await {
+                        return Err(drain::after_hangup(steps, ctx, up, peer, e).await);
+                    }
                 }
                 ctx.seen.terminal_sent |= terminal_seen(ctx);
                 tokens = tokens || has_tokens(ctx);

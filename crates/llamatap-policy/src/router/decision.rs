@@ -70,11 +70,14 @@ pub enum Reason {
     /// Chosen by the `least_busy` or `round_robin` policy, or by load alone
     /// because the request carried no prompt and no session.
     Balanced,
+    /// The member holding the request's resumable stream (a replay, a stop,
+    /// a follow-up with the same `X-Conversation-Id`).
+    Conversation,
 }
 
 impl Reason {
     /// The label: `prefix_hit`, `cold`, `overloaded`, `session`,
-    /// `only_candidate`, `failover`, `balanced`.
+    /// `only_candidate`, `failover`, `balanced`, `conversation`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Reason::PrefixHit => "prefix_hit",
@@ -84,6 +87,7 @@ impl Reason {
             Reason::OnlyCandidate => "only_candidate",
             Reason::Failover => "failover",
             Reason::Balanced => "balanced",
+            Reason::Conversation => "conversation",
         }
     }
 
@@ -97,6 +101,7 @@ impl Reason {
             Reason::OnlyCandidate,
             Reason::Failover,
             Reason::Balanced,
+            Reason::Conversation,
         ]
     }
 }

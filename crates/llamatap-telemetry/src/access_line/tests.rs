@@ -38,6 +38,7 @@ fn record() -> RequestRecord {
             prediction: None,
         }),
         queue: None,
+        conversation: None,
         ..RequestRecord::example()
     }
 }
@@ -78,6 +79,7 @@ fn a_line_has_every_field() {
         "span_id": "00f067aa0ba902b7",
         "cache_break": null,
         "continuations": [],
+        "conversation": null,
     });
     assert_eq!(v, want);
 }

@@ -12,6 +12,7 @@ fn record() -> RequestRecord {
         }),
         upstream: None,
         queue: None,
+        conversation: None,
         ..RequestRecord::example()
     }
 }

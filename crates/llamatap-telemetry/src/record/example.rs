@@ -68,6 +68,7 @@ impl RequestRecord {
             }),
             tenant: None,
             cache_break: None,
+            conversation: None,
             queue: Some(QueueFacts {
                 class: "default",
                 wait: Duration::from_millis(3),

@@ -35,6 +35,7 @@ fn record() -> RequestRecord {
         tenant: None,
         cache_break: None,
         queue: None,
+        conversation: None,
         continuations: Vec::new(),
     }
 }

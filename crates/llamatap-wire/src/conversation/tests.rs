@@ -182,3 +182,40 @@ proptest! {
         prop_assert!(got.starts_with(b"/v1/stream?from=3&"));
     }
 }
+
+#[test]
+fn the_stream_routes_name_their_first_conv_id() {
+    assert_eq!(
+        stream_id(b"/v1/stream?conv_id=c%3A%3Am&from=3"),
+        Some(b"c::m".to_vec())
+    );
+    assert_eq!(
+        stream_id(b"/v1/%73tream?from=0&conv_id=a&conv_id=b"),
+        Some(b"a".to_vec())
+    );
+    assert_eq!(stream_id(b"/v1/stream?conv_id="), None);
+    assert_eq!(stream_id(b"/v1/stream?from=0"), None);
+    assert_eq!(stream_id(b"/v1/streams/lookup?conv_id=a"), None);
+}
+
+#[test]
+fn the_open_scope_keeps_ids_and_every_lookup_entry() {
+    let open = Scope::open();
+    assert_eq!(open.scope(b"c1"), b"c1".to_vec());
+    let body = open
+        .lookup_request(br#"{"conversation_ids":["c1",""]}"#)
+        .unwrap();
+    assert_eq!(body, br#"{"conversation_ids":["c1"]}"#.to_vec());
+    let answer = open
+        .lookup_answer(br#"[{"conversation_id":"c1","is_done":true}]"#)
+        .unwrap();
+    let v: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(v[0]["conversation_id"], "c1");
+}
+
+#[test]
+fn the_replay_offset_is_read_as_llama_server_reads_it() {
+    assert_eq!(stream_from(b"/v1/stream?conv_id=a"), Some(0));
+    assert_eq!(stream_from(b"/v1/stream?conv_id=a&from=12"), Some(12));
+    assert_eq!(stream_from(b"/v1/stream?from=x&conv_id=a"), None);
+}
