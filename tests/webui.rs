@@ -24,7 +24,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::browser::{webui_dir, Browser};
 use common::fleet::{serial, start_servers, upstream_name};
@@ -237,16 +237,37 @@ fn a_reload_in_the_middle_of_an_answer_resumes_it() {
     browser.reload(PAGE);
     // The UI asks which of its conversations still stream, then replays.
     browser.wait_request("POST", "/v1/streams/lookup$", mark, PAGE);
-    let replay = browser.wait_request("GET", &format!("/v1/stream\\?conv_id={conv}"), mark, PAGE);
-    let resumed = browser.try_cmd(serde_json::json!({
-        "op": "wait_count", "pattern": GENERATED, "min": budget,
-        "timeout_ms": WHOLE_ANSWER.as_millis() as u64,
-    }));
+    // Until the whole answer is in the page; a replay that found no answer
+    // (a 404) ends the UI's attempt: then fail at once.
+    let replays = format!("/v1/stream?conv_id={conv}");
+    let deadline = Instant::now() + WHOLE_ANSWER;
+    let resumed = loop {
+        let step = browser.try_cmd(serde_json::json!({
+            "op": "wait_count", "pattern": GENERATED, "min": budget, "timeout_ms": 2000,
+        }));
+        if step.is_ok() {
+            break Ok(());
+        }
+        let missed = browser.requests(mark).into_iter().find(|r| {
+            r["method"] == "GET"
+                && r["url"].as_str().unwrap().contains(&replays)
+                && !matches!(r["status"].as_u64(), None | Some(200))
+        });
+        if let Some(r) = missed {
+            break Err(format!(
+                "the replay {} was answered {}",
+                r["url"], r["status"]
+            ));
+        }
+        if Instant::now() > deadline {
+            break Err(format!("{step:?}"));
+        }
+    };
     if let Err(e) = resumed {
         let page = browser.text();
         panic!(
             "the answer did not resume to its {budget} tokens after the reload \
-             ({before} tokens before it; replay {replay}): {e}\n\
+             ({before} tokens before it): {e}\n\
              --- where the stream routes went ---\n{}\n--- page ---\n{page}",
             fleet.stream_routes()
         );

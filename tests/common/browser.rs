@@ -197,7 +197,8 @@ impl Browser {
 
     /// Waits for a `method` request whose URL matches `pattern`, among those
     /// made after the first `since`: `{method, url, conversation_id,
-    /// authorization, status}`.
+    /// authorization, status}` (`status` is `null` until its response came;
+    /// the driver's `answered` option waits for one that got it).
     pub fn wait_request(
         &mut self,
         method: &str,
@@ -209,6 +210,15 @@ impl Browser {
             json!({"op": "wait_request", "method": method, "pattern": pattern,
                         "since": since, "timeout_ms": ms(timeout)}),
         )["request"]
+            .clone()
+    }
+
+    /// The requests the page made after the first `since`, in order (as
+    /// [`Browser::wait_request`] gives them).
+    pub fn requests(&mut self, since: usize) -> Vec<Value> {
+        self.cmd(json!({"op": "requests", "since": since}))["requests"]
+            .as_array()
+            .unwrap()
             .clone()
     }
 
