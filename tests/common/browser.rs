@@ -3,8 +3,9 @@
 //! the `playwright-core` that `scripts/install-webui.sh` installed among the
 //! UI's own packages, and takes one JSON command a line.
 //!
-//! * `LLAMATAP_WEBUI`: the built UI (`scripts/ensure-deps.sh` prints it); the
-//!   packages are in its sibling `ui/node_modules`.
+//! * `LLAMATAP_WEBUI`: the built UI (`scripts/ensure-deps.sh` prints it;
+//!   default: its place in the cache); the packages are in its sibling
+//!   `ui/node_modules`.
 //!
 //! A missing UI, `node` or `chromium` is a test failure that says what to run.
 
@@ -17,19 +18,27 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// The built web UI to give `llama-server --path` (`LLAMATAP_WEBUI`).
+/// The built web UI to give `llama-server --path`: `LLAMATAP_WEBUI`, else
+/// where `scripts/install-webui.sh` puts it in the cache (the version is
+/// llama-server's, from `scripts/install-llama-server.sh`).
 pub fn webui_dir() -> PathBuf {
     let dir = std::env::var_os("LLAMATAP_WEBUI")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            panic!(
-            "LLAMATAP_WEBUI is not set: run scripts/ensure-deps.sh (it builds llama.cpp's web UI \
-             with scripts/install-webui.sh and prints LLAMATAP_WEBUI=...), or scripts/test.sh"
-        )
+            let script =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-llama-server.sh");
+            let text = std::fs::read_to_string(&script).unwrap();
+            let version = text
+                .lines()
+                .find_map(|l| l.strip_prefix("SDIST_VERSION=\""))
+                .and_then(|v| v.strip_suffix('"'))
+                .expect("SDIST_VERSION in install-llama-server.sh");
+            super::llama::cache_dir().join(format!("webui/{version}/public"))
         });
     if !dir.join("index.html").is_file() {
         panic!(
-            "no index.html in LLAMATAP_WEBUI={} (run scripts/install-webui.sh)",
+            "llama.cpp's web UI is not built at {} (set LLAMATAP_WEBUI, or run \
+             scripts/ensure-deps.sh, which builds it with scripts/install-webui.sh)",
             dir.display()
         );
     }
