@@ -47,6 +47,8 @@ fn routes_llama_server_paths() {
         ("/_app/version.json?t=1", Route::Ui),
         ("/recommended-mcp/exa.ico", Route::Ui),
         ("/%73w.js", Route::Ui),
+        // Not llama-server's page, but a file `--path` may hold.
+        ("/index.htm", Route::Ui),
         // Not files: dotless API paths, dots only in a directory, `.`, `..`.
         ("/v1/stream", Route::Other),
         ("/v1/streams/lookup", Route::Other),
@@ -135,7 +137,6 @@ fn other_paths_are_other() {
         "/v1/chat/completions/control",
         "/v1/chat/completions/input_tokens",
         "/v1/stream",
-        "/index.htm",
         "v1/models",
         "/metrics/",
     ] {
