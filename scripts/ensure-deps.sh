@@ -26,8 +26,8 @@
 #
 # The first full run downloads a few hundred MB of Debian packages, builds
 # llama-server (about 10 minutes on 2 cores), jaeger (about 4 minutes: 244 s measured, cold)
-# and llama.cpp's web UI (about 2 minutes: 112 s measured, cold, 710 MB of
-# node_modules), and writes about 720 MB of models.
+# and llama.cpp's web UI (about 2 minutes: 112 s and, under load, 163 s
+# measured, cold; 710 MB of node_modules), and writes about 720 MB of models.
 # Cache directory: $LLAMATAP_CACHE (default ~/.cache/llamatap).
 set -euo pipefail
 
