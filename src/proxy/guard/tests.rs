@@ -130,7 +130,12 @@ fn the_web_ui_loads_without_a_key_and_its_api_calls_need_one() {
     ] {
         assert_eq!(status(&c, "GET", target, None), 200, "{target}");
     }
+    assert_eq!(status(&c, "HEAD", "/favicon.svg", None), 200);
     for (method, target) in [
+        // Only reads of the page and its files are public.
+        ("POST", "/"),
+        ("PUT", "/favicon.svg"),
+        ("DELETE", "/_app/version.json"),
         ("GET", "/props"),
         ("POST", "/v1/chat/completions"),
         ("GET", "/v1/stream?conv_id=c.js&from=0"),
