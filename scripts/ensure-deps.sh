@@ -10,6 +10,7 @@
 #   LLAMATAP_PYTHON=/root/.cache/llamatap/venv/bin/python   (with `openai`, `kubernetes-validate`, `dnslib`)
 #   LLAMATAP_REDIS_SERVER=/usr/bin/redis-server
 #   LLAMATAP_JAEGER=/root/.cache/llamatap/bin/jaeger       (built from its Go module)
+#   LLAMATAP_WEBUI=/root/.cache/llamatap/webui/11434.0.0/public (llama.cpp's web UI, built with npm)
 #
 # Progress goes to stderr, a few lines per step: the output of apt-get and of
 # the llama-server build goes to log files in the cache directory
@@ -20,11 +21,13 @@
 #   scripts/ensure-deps.sh --minimal  # build tools, llama-server, tiny model
 #                                     # (no nginx/prometheus/chromium/redis/openssl,
 #                                     # no openai/kubernetes-validate, no
-#                                     # slow or medium model, no jaeger)
+#                                     # slow or medium model, no jaeger,
+#                                     # no web UI)
 #
 # The first full run downloads a few hundred MB of Debian packages, builds
-# llama-server (about 10 minutes on 2 cores) and jaeger (about 4 minutes: 244 s measured, cold), and
-# writes about 720 MB of models.
+# llama-server (about 10 minutes on 2 cores), jaeger (about 4 minutes: 244 s measured, cold)
+# and llama.cpp's web UI (about 2 minutes: 112 s and, under load, 163 s
+# measured, cold; 710 MB of node_modules), and writes about 720 MB of models.
 # Cache directory: $LLAMATAP_CACHE (default ~/.cache/llamatap).
 set -euo pipefail
 
@@ -38,7 +41,7 @@ minimal=0
 for arg in "$@"; do
   case "$arg" in
     --minimal) minimal=1 ;;
-    -h|--help) sed -n '2,22{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "ensure-deps: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -144,4 +147,6 @@ if [ "$minimal" = 0 ]; then
   echo "LLAMATAP_REDIS_SERVER=$(command -v redis-server || echo /usr/bin/redis-server)"
   jaeger="$("$ROOT/scripts/install-jaeger.sh" 9>&-)"
   echo "LLAMATAP_JAEGER=$jaeger"
+  webui="$("$ROOT/scripts/install-webui.sh" 9>&-)"
+  echo "LLAMATAP_WEBUI=$webui"
 fi

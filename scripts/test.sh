@@ -9,7 +9,8 @@
 # LLAMATAP_LLAMA_SERVER / LLAMATAP_TINY_MODEL / LLAMATAP_REAL_MODEL / LLAMATAP_SLOW_MODEL /
 # LLAMATAP_MEDIUM_MODEL / LLAMATAP_PYTHON (the venv's python, with `openai` and
 # `kubernetes-validate`) /
-# LLAMATAP_REDIS_SERVER / LLAMATAP_JAEGER, if set, override what
+# LLAMATAP_REDIS_SERVER / LLAMATAP_JAEGER / LLAMATAP_WEBUI (the built web UI,
+# scripts/install-webui.sh), if set, override what
 # ensure-deps.sh reports.
 set -euo pipefail
 
@@ -26,7 +27,7 @@ step "scripts/ensure-deps.sh"
 deps="$(scripts/ensure-deps.sh)"
 while IFS='=' read -r key value; do
   case "$key" in
-    LLAMATAP_LLAMA_SERVER|LLAMATAP_TINY_MODEL|LLAMATAP_REAL_MODEL|LLAMATAP_SLOW_MODEL|LLAMATAP_MEDIUM_MODEL|LLAMATAP_PYTHON|LLAMATAP_REDIS_SERVER|LLAMATAP_JAEGER)
+    LLAMATAP_LLAMA_SERVER|LLAMATAP_TINY_MODEL|LLAMATAP_REAL_MODEL|LLAMATAP_SLOW_MODEL|LLAMATAP_MEDIUM_MODEL|LLAMATAP_PYTHON|LLAMATAP_REDIS_SERVER|LLAMATAP_JAEGER|LLAMATAP_WEBUI)
       # A value already in the environment wins (e.g. another llama-server build).
       export "$key=${!key:-$value}"
       echo "    $key=${!key}" >&2
@@ -34,7 +35,7 @@ while IFS='=' read -r key value; do
   esac
 done <<<"$deps"
 
-for var in LLAMATAP_LLAMA_SERVER LLAMATAP_TINY_MODEL LLAMATAP_REAL_MODEL LLAMATAP_SLOW_MODEL LLAMATAP_MEDIUM_MODEL LLAMATAP_PYTHON LLAMATAP_REDIS_SERVER LLAMATAP_JAEGER; do
+for var in LLAMATAP_LLAMA_SERVER LLAMATAP_TINY_MODEL LLAMATAP_REAL_MODEL LLAMATAP_SLOW_MODEL LLAMATAP_MEDIUM_MODEL LLAMATAP_PYTHON LLAMATAP_REDIS_SERVER LLAMATAP_JAEGER LLAMATAP_WEBUI; do
   if [ -z "${!var:-}" ]; then
     echo "test.sh: ensure-deps.sh did not report $var" >&2
     exit 1

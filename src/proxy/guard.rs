@@ -24,13 +24,15 @@ pub struct Refusal {
     pub message: &'static str,
 }
 
-/// Requests that need no API key: CORS preflights, and the health, model
-/// list and web UI routes, but not their administrative uses (`POST` or
-/// `DELETE /models`, `GET /models?reload`: [`AdminRoute`]).
+/// Requests that need no API key: CORS preflights, the health and model
+/// list routes, but not their administrative uses (`POST` or `DELETE
+/// /models`, `GET /models?reload`: [`AdminRoute`]), and reads of the web UI
+/// (its page and files, `GET` and `HEAD`: the only methods llama-server
+/// serves them with, so a stranger's other requests never reach it).
 pub fn public(route: Route, req: &RequestHeader) -> bool {
     req.method == http::Method::OPTIONS
-        || (matches!(route, Route::Health | Route::Models | Route::Ui)
-            && admin_route(route, req).is_none())
+        || (matches!(route, Route::Health | Route::Models) && admin_route(route, req).is_none())
+        || (route == Route::Ui && matches!(req.method, http::Method::GET | http::Method::HEAD))
 }
 
 /// The administrative route `req` is, if any.

@@ -3,6 +3,7 @@
 //! OTLP receiver and a DNS server.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod dns;
 pub mod fleet;
 pub mod http;

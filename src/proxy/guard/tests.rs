@@ -111,3 +111,42 @@ fn without_named_keys_any_key_reaches_them_as_before() {
     assert_eq!(status(&flat, "DELETE", "/models?model=x", None), 401);
     assert_eq!(status(&open, "DELETE", "/models?model=x", None), 200);
 }
+
+#[test]
+fn the_web_ui_loads_without_a_key_and_its_api_calls_need_one() {
+    // The page and every file it loads come before the user can type a key
+    // into the UI's settings; what the UI then asks of the API needs it.
+    let c = config(NAMED);
+    for target in [
+        "/",
+        "/index.html",
+        "/_app/immutable/bundle.BKi_2hnG.js",
+        "/_app/immutable/assets/bundle.BHySb6NS.css",
+        "/manifest.webmanifest",
+        "/sw.js",
+        "/favicon.svg",
+        "/_app/version.json",
+        "/build.json",
+    ] {
+        assert_eq!(status(&c, "GET", target, None), 200, "{target}");
+    }
+    assert_eq!(status(&c, "HEAD", "/favicon.svg", None), 200);
+    for (method, target) in [
+        // Only reads of the page and its files are public.
+        ("POST", "/"),
+        ("PUT", "/favicon.svg"),
+        ("DELETE", "/_app/version.json"),
+        ("GET", "/props"),
+        ("POST", "/v1/chat/completions"),
+        ("GET", "/v1/stream?conv_id=c.js&from=0"),
+        ("POST", "/v1/streams/lookup"),
+        ("DELETE", "/v1/stream?conv_id=c"),
+    ] {
+        assert_eq!(status(&c, method, target, None), 401, "{method} {target}");
+        assert_eq!(
+            status(&c, method, target, Some("alice-key-0001")),
+            200,
+            "{method} {target}"
+        );
+    }
+}

@@ -54,7 +54,10 @@ pub enum Route {
     Messages,
     /// `/v1/responses`, `/responses`: OpenAI Responses.
     Responses,
-    /// `/`, `/index.html`: the web UI.
+    /// `/`, `/index.html` and the web UI's static files: any other path
+    /// whose last segment holds a dot and is not only dots (`/favicon.svg`,
+    /// `/_app/immutable/bundle.….js`), which llama-server serves from its
+    /// `--path` directory. No API route of llama-server has such a path.
     Ui,
     /// Any other path.
     Other,
@@ -234,6 +237,7 @@ impl Route {
                 Some(at) if at + 1 == id.len() => Route::Slots,
                 Some(_) => Route::Other,
             },
+            None if is_static_file(path) => Route::Ui,
             None => Route::Other,
         }
     }
@@ -267,6 +271,15 @@ impl Route {
     pub fn stream_format(&self) -> Option<StreamFormat> {
         self.info().format
     }
+}
+
+/// A decoded path that can only name a file of `llama-server --path`: its
+/// last segment holds a dot and is not only dots (`.` and `..` are
+/// directories). llama-server's API routes are all dotless; `/index.html`
+/// is in the table.
+fn is_static_file(path: &[u8]) -> bool {
+    let last = memchr::memrchr(b'/', path).map_or(path, |at| &path[at + 1..]);
+    last.contains(&b'.') && last.iter().any(|&b| b != b'.')
 }
 
 impl fmt::Display for Route {

@@ -40,6 +40,23 @@ fn routes_llama_server_paths() {
         ("/responses", Route::Responses),
         ("/", Route::Ui),
         ("/index.html", Route::Ui),
+        // The web UI's files, served from `--path`.
+        ("/favicon.svg", Route::Ui),
+        ("/manifest.webmanifest", Route::Ui),
+        ("/_app/immutable/bundle.BKi_2hnG.js", Route::Ui),
+        ("/_app/version.json?t=1", Route::Ui),
+        ("/recommended-mcp/exa.ico", Route::Ui),
+        ("/%73w.js", Route::Ui),
+        // Not llama-server's page, but a file `--path` may hold.
+        ("/index.htm", Route::Ui),
+        // Not files: dotless API paths, dots only in a directory, `.`, `..`.
+        ("/v1/stream", Route::Other),
+        ("/v1/streams/lookup", Route::Other),
+        ("/a.b/stream", Route::Other),
+        ("/..", Route::Other),
+        ("/.", Route::Other),
+        ("/v1/stream?conv_id=a.js", Route::Other),
+        ("/slots/0.bin", Route::Slots),
         ("/v1/chat/completions?x=1", Route::ChatCompletions),
         ("/health#top", Route::Health),
         ("/v1/audio/transcriptions", Route::Transcriptions),
@@ -120,7 +137,6 @@ fn other_paths_are_other() {
         "/v1/chat/completions/control",
         "/v1/chat/completions/input_tokens",
         "/v1/stream",
-        "/index.htm",
         "v1/models",
         "/metrics/",
     ] {
