@@ -157,9 +157,10 @@ fn send(browser: &mut Browser, message: &str) {
     browser.press("Enter");
 }
 
-/// The UI's statistics of the answer being generated: `N tokens`, seconds,
-/// `t/s` (those of the prompt say `tokens/s`).
-const GENERATED: &str = r"\b(\d+) tokens\n[\d.]+s\n[\d.]+ t/s";
+/// The UI's statistics of the answer being generated: `N tokens`, its
+/// duration (`0.4s`; past a minute `1min 50s`, `2min`, `1h 3s`), `t/s`
+/// (those of the prompt say `tokens/s`).
+const GENERATED: &str = r"\b(\d+) tokens\n[^\n]+\n[\d.]+ t/s";
 
 /// The token count the page shows under the answer, once it is `min` or
 /// more.
