@@ -1,0 +1,316 @@
+//! One member and model's learned rates, and the prediction from them.
+//!
+//! Learned from each finished request ([`Observation`]):
+//! - the prefill curve on an idle member (`fit.rs`), from `prompt_n`,
+//!   `cache_n` and `prompt_ms` divided by the bend at the busy slots then;
+//! - the prefill bend and the decode bend with other busy slots (`bend.rs`);
+//! - the decode time per token on an idle member, the typical answer length
+//!   and a typical prefill (for the queue, `wait.rs`);
+//! - the per-request overhead outside `prompt_ms` (`ttft − prompt_ms`, from
+//!   requests that started at once), and the part of it before the slot
+//!   starts (from the first progress event);
+//! - bytes per prompt token.
+//!
+//! Every mean is exponentially decayed with a bounded weight, so old
+//! hardware is forgotten. A prefill off the curve is clipped to three times
+//! the usual scatter (at least ±25%, at most a factor of 3); a change that
+//! persists (three idle-member prefills in a row off by more than 30% the
+//! same way, their mean off by more than 60%, e.g. a restart on other
+//! hardware) fades the past to a hundredth, so the new rate takes over
+//! within a few requests.
+//!
+//! Fixed size (no allocation), O(1) per update and per prediction.
+//! Deliberately not here: the bounded table of members (`ttft.rs`).
+
+use super::bend::Bend;
+use super::fit::PrefillFit;
+use super::input::{Observation, Progress, PromptSize, Query};
+use super::wait::{slot_wait, Pace};
+use super::{Confidence, Estimate, Prediction};
+
+/// Decay of the prefill fit per observation (about ten observations weigh).
+const DECAY: f64 = 0.9;
+/// Decay of the other means per observation.
+const MEAN_DECAY: f64 = 0.85;
+/// Outliers are clipped to this factor of the current estimate.
+const CLIP: f64 = 3.0;
+/// What is kept of the past when a persisting change is detected.
+const FORGET: f64 = 0.01;
+/// The narrowest clipping band (ln): ±25% around the curve.
+const MIN_BAND: f64 = 0.223;
+/// Bytes per token assumed before any was learned.
+const DEFAULT_BYTES_PER_TOKEN: f64 = 4.0;
+/// Observations before an estimate is of high confidence.
+const CONFIDENT_AFTER: u32 = 4;
+/// Prefill tokens below which a ratio says little about the per-token rate.
+const MIN_RATIO_TOKENS: u32 = 32;
+
+/// A decayed mean with a bounded weight.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mean {
+    sum: f64,
+    weight: f64,
+}
+
+impl Mean {
+    fn add(&mut self, x: f64) {
+        if x.is_finite() {
+            self.sum = self.sum * MEAN_DECAY + x;
+            self.weight = self.weight * MEAN_DECAY + 1.0;
+        }
+    }
+
+    fn get(&self) -> Option<f64> {
+        (self.weight > 0.0).then(|| self.sum / self.weight)
+    }
+
+    fn fade(&mut self, keep: f64) {
+        self.sum *= keep;
+        self.weight *= keep;
+    }
+
+    /// `x` clipped to `1/CLIP..=CLIP` times the mean (plus `slack`), once
+    /// the mean has some weight.
+    fn clip(&self, x: f64, slack: f64) -> f64 {
+        match self.get() {
+            Some(m) if self.weight >= 2.0 => x.clamp(m / CLIP - slack, m * CLIP + slack),
+            _ => x,
+        }
+    }
+}
+
+/// The learned rates of one member and model.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Rates {
+    prefill: PrefillFit,
+    prefill_bend: Bend,
+    /// Idle decode ms per token.
+    decode: Mean,
+    decode_bend: Bend,
+    answer_tokens: Mean,
+    /// Prefill ms as measured (for the typical service).
+    prefill_typical: Mean,
+    overhead: Mean,
+    lead: Mean,
+    bytes_per_token: Mean,
+    /// Decayed mean of |ln(measured / predicted)|: the usual scatter.
+    noise: Mean,
+    /// Decayed mean of ln(measured / predicted) on idle prefills.
+    drift: f64,
+    /// Idle prefills in a row off by more than 30% the same way (signed).
+    run: i32,
+    observations: u32,
+}
+
+impl Rates {
+    /// Learns from one finished request.
+    pub(super) fn observe(&mut self, obs: &Observation) {
+        let t = &obs.timings;
+        let busy = obs.busy_others;
+        let total = u64::from(t.prompt_n) + u64::from(t.cache_n);
+        if let Some(bytes) = obs.prompt_bytes.filter(|_| total > 0) {
+            self.bytes_per_token.add(bytes as f64 / total as f64);
+        }
+        if t.prompt_n > 0 && t.prompt_ms.is_finite() && t.prompt_ms >= 0.0 {
+            self.observe_prefill(t.prompt_n, t.cache_n, t.prompt_ms, busy);
+            self.prefill_typical.add(t.prompt_ms);
+        }
+        if t.predicted_n >= 2 && t.predicted_ms.is_finite() && t.predicted_ms > 0.0 {
+            let per = t.predicted_ms / f64::from(t.predicted_n);
+            if let Some(idle) = self.decode.get().filter(|_| busy > 0) {
+                self.decode_bend.add(busy, per / idle, MEAN_DECAY);
+            }
+            let idle = self.decode.clip(per / self.decode_bend.at(busy), 0.0);
+            self.decode.add(idle);
+        }
+        if t.predicted_n > 0 {
+            self.answer_tokens.add(f64::from(t.predicted_n));
+        }
+        let timed = t.prompt_ms.is_finite() && t.prompt_ms >= 0.0;
+        if let Some(ttft) = obs.ttft_ms.filter(|v| v.is_finite() && *v >= 0.0 && timed) {
+            let over = (ttft - t.prompt_ms).max(0.0);
+            self.overhead.add(self.overhead.clip(over, 20.0).max(0.0));
+        }
+        if let Some(lead) = obs.started_ms.filter(|v| v.is_finite() && *v >= 0.0) {
+            self.lead.add(self.lead.clip(lead, 20.0).max(0.0));
+        }
+        self.observations = self.observations.saturating_add(1);
+    }
+
+    fn observe_prefill(&mut self, new: u32, cached: u32, ms: f64, busy: u32) {
+        let (n, c) = (f64::from(new), f64::from(cached));
+        let known = self.prefill.weight() >= 1.0;
+        let base = self.prefill.at(n, c);
+        let mut y = ms / self.prefill_bend.at(busy);
+        if known && base > 0.0 {
+            let ratio = ms / base;
+            if busy > 0 && new >= MIN_RATIO_TOKENS {
+                self.prefill_bend.add(busy, ratio, MEAN_DECAY);
+                y = ms / self.prefill_bend.at(busy);
+            }
+            let off = (y / base).clamp(0.25, 4.0).ln();
+            if busy == 0 && self.detect_change(off) {
+                // A persisting change: let the new rate take over.
+                self.prefill.fade(FORGET);
+                self.decode.fade(FORGET);
+                self.overhead.fade(FORGET);
+                self.noise = Mean::default();
+            } else if self.prefill.weight() >= 2.0 {
+                // Clipped to a band of three times the usual scatter.
+                let band = self
+                    .noise
+                    .get()
+                    .map_or(CLIP.ln(), |s| (3.0 * s).clamp(MIN_BAND, CLIP.ln()))
+                    .exp();
+                y = y.clamp(base / band, base * band);
+            }
+            self.noise.add(off.abs());
+        }
+        self.prefill.add(n, c, y, DECAY);
+    }
+
+    /// Tracks idle prefills against the curve (`r`: ln of measured over
+    /// predicted); true when a change persists.
+    fn detect_change(&mut self, r: f64) -> bool {
+        self.drift = 0.5 * self.drift + 0.5 * r;
+        let off = 1.3f64.ln();
+        self.run = match (r > off, r < -off) {
+            (true, _) => self.run.max(0) + 1,
+            (_, true) => self.run.min(0) - 1,
+            _ => 0,
+        };
+        if self.run.abs() >= 3 && self.drift.abs() > 1.6f64.ln() {
+            self.run = 0;
+            self.drift = 0.0;
+            return true;
+        }
+        false
+    }
+
+    /// Tokens of `prompt`, and whether they were counted.
+    fn tokens(&self, prompt: PromptSize) -> (u32, bool) {
+        match prompt {
+            PromptSize::Tokens(n) => (n, true),
+            PromptSize::Bytes(b) => {
+                let learned = self.bytes_per_token.get().filter(|v| *v > 0.0);
+                let per = learned.unwrap_or(DEFAULT_BYTES_PER_TOKEN);
+                let n = (b as f64 / per).ceil().min(f64::from(u32::MAX));
+                (n as u32, learned.is_some())
+            }
+        }
+    }
+
+    /// The pace of the queue, once a decode rate is known.
+    fn pace(&self, slots: u32) -> Option<Pace> {
+        let idle = self.decode.get()?;
+        let decode_ms = idle * self.decode_bend.at(slots.saturating_sub(1));
+        let answer_tokens = self.answer_tokens.get().unwrap_or(1.0).max(1.0);
+        let prefill = self.prefill_typical.get().unwrap_or(0.0);
+        Some(Pace {
+            decode_ms,
+            answer_tokens,
+            service_ms: prefill + answer_tokens * decode_ms,
+        })
+    }
+
+    /// The prediction for `query`.
+    pub(super) fn predict(&self, query: &Query<'_>) -> Prediction {
+        if self.prefill.weight() <= 0.0 {
+            return Prediction::NoData;
+        }
+        let load = &query.load;
+        let Some((wait_ms, busy_at_start)) = slot_wait(load, self.pace(load.slots)) else {
+            return Prediction::NoData;
+        };
+        let (tokens, counted) = self.tokens(query.prompt);
+        let tokens = tokens.max(1);
+        let cached = query.cached_tokens.min(tokens - 1);
+        let new = tokens - cached;
+        let prefill_ms = self.prefill.at(f64::from(new), f64::from(cached))
+            * self.prefill_bend.at(busy_at_start);
+        let overhead_ms = self.overhead.get().unwrap_or(0.0);
+        let high = self.observations >= CONFIDENT_AFTER
+            && counted
+            && self.overhead.get().is_some()
+            && self.prefill_bend.seen(busy_at_start)
+            && load.slots > 0;
+        Prediction::Estimate(Estimate {
+            ttft_ms: wait_ms + prefill_ms + overhead_ms,
+            wait_ms,
+            prefill_ms,
+            overhead_ms,
+            prompt_tokens: tokens,
+            confidence: if high {
+                Confidence::High
+            } else {
+                Confidence::Low
+            },
+        })
+    }
+
+    /// The prediction corrected by a progress event that arrived
+    /// `since_sent_ms` after the request was sent, with `busy_others` other
+    /// slots busy.
+    pub(super) fn correct(&self, p: &Progress, since_sent_ms: f64, busy_others: u32) -> Prediction {
+        if self.prefill.weight() <= 0.0 || !since_sent_ms.is_finite() {
+            return Prediction::NoData;
+        }
+        let total = p.total.max(1);
+        let cache = p.cache.min(total - 1);
+        let new = f64::from(total - cache);
+        let done = f64::from(p.processed.saturating_sub(cache)).min(new);
+        let c = f64::from(cache);
+        let bend = self.prefill_bend.at(busy_others);
+        let whole = self.prefill.at(new, c) * bend;
+        let (left, speed) = if done > 0.0 {
+            let so_far = self.prefill.at(done, c) * bend;
+            let elapsed = p.time_ms as f64;
+            // How fast this prefill really runs, trusted the more the more
+            // of it is done.
+            let speed = if done >= f64::from(MIN_RATIO_TOKENS) && so_far > 0.0 && elapsed > 0.0 {
+                let r = (elapsed / so_far).clamp(0.25, 4.0);
+                (done / (done + 256.0) * r.ln()).exp()
+            } else {
+                1.0
+            };
+            ((whole - so_far).max(0.0), speed)
+        } else {
+            (whole, 1.0)
+        };
+        let remaining = left * speed;
+        let tail = match (self.overhead.get(), self.lead.get()) {
+            (Some(o), Some(l)) => (o - l).max(0.0),
+            _ => 0.0,
+        };
+        let spent = p.time_ms as f64;
+        // The event cannot arrive before the slot's own elapsed time.
+        let since = since_sent_ms.max(spent);
+        Prediction::Estimate(Estimate {
+            ttft_ms: since + remaining + tail,
+            wait_ms: (since - spent).max(0.0),
+            prefill_ms: spent + remaining,
+            overhead_ms: tail,
+            prompt_tokens: total,
+            confidence: if self.observations >= CONFIDENT_AFTER && self.lead.get().is_some() {
+                Confidence::High
+            } else {
+                Confidence::Low
+            },
+        })
+    }
+
+    /// The learned figures, for tests and reports.
+    pub(super) fn snapshot(&self) -> super::Learned {
+        let c = self.prefill.coefficients();
+        super::Learned {
+            observations: self.observations,
+            prefill_fixed_ms: c[0],
+            prefill_ms_per_1k_tokens: c[1],
+            prefill_context_ms: c[2],
+            prefill_bend: std::array::from_fn(|b| self.prefill_bend.at(b as u32)),
+            decode_ms_per_token: self.decode.get(),
+            overhead_ms: self.overhead.get(),
+            bytes_per_token: self.bytes_per_token.get(),
+        }
+    }
+}
