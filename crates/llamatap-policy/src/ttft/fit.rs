@@ -7,10 +7,10 @@
 //! (attention reads every earlier token). It is fitted by exponentially
 //! decayed weighted least squares from sufficient statistics (a 3×3 matrix,
 //! a vector, a weight), so memory is fixed and an update is O(1). The
-//! coefficients are kept non-negative by solving every subset of the three
-//! features (seven 3×3-or-smaller solves per update) and keeping the feasible
-//! one of least residual: the curve is then non-decreasing in `n`, and never
-//! negative.
+//! coefficients are kept non-negative: when the unconstrained solve gives a
+//! negative one, every subset of the three features is solved (seven
+//! 3×3-or-smaller solves) and the feasible one of least residual is kept.
+//! The curve is then non-decreasing in `n`, and never negative.
 //!
 //! Deliberately not here: the bend with busy slots (`bend.rs`), outlier and
 //! change handling beyond the decay (`member.rs` clips and resets).
@@ -99,6 +99,14 @@ impl PrefillFit {
 
     /// The non-negative least-squares coefficients over every feature subset.
     fn solve(&mut self) {
+        // The unconstrained least squares, when feasible, is the answer:
+        // the subsets are only needed when it is not (or is singular).
+        if let Some(coef) = self.solve_subset(SUBSETS[0]) {
+            if coef.iter().all(|c| *c >= 0.0) {
+                self.coef = coef;
+                return;
+            }
+        }
         let mut best: Option<([f64; 3], f64)> = None;
         for mask in SUBSETS {
             let Some(coef) = self.solve_subset(mask) else {
