@@ -6,19 +6,21 @@
 //!   queued ahead; otherwise when a busy slot frees, from the answers in
 //!   flight, their remaining tokens and the measured decode rate;
 //! - **the prefill** (`ttft/fit.rs`, `ttft/bend.rs`): the tokens not cached
-//!   (the prompt's tokens minus the caller's estimate of the cached prefix),
-//!   on the member's learned prefill curve, times the learned factor for the
-//!   slots busy beside it (llama-server batches their decode tokens, and
-//!   their prefills, with this prefill);
+//!   (the prompt's tokens minus the caller's estimate of the cached prefix)
+//!   plus the tokens other slots still have to prefill (llama-server fills
+//!   each batch with every pending prompt), on the member's learned prefill
+//!   curve, times the learned factor for the slots busy beside it (their
+//!   decode tokens share each batch);
 //! - **the fixed overhead** outside `prompt_ms` (parsing, templating,
 //!   tokenizing, the first event's way back).
 //!
 //! Learning is online, per member and model (any hardware mix: nothing is
 //! shared between keys), from finished requests' `timings` and the busy
 //! slots at dispatch ([`Observation`]), with decayed means of bounded weight,
-//! outlier clipping and a change detector (`ttft/member.rs`). A prompt known
-//! only by its bytes is converted with the member's learned bytes per token
-//! (4 before any was learned).
+//! outlier clipping and a change detector (`ttft/member.rs`). A prompt (or
+//! cached prefix) known only by its bytes is converted with the member's
+//! learned line from bytes to tokens (`ttft/bytes.rs`; 4 bytes per token
+//! before any was learned).
 //!
 //! Before a key has seen one prefill, and when a slot wait is needed but no
 //! decode rate is known, the answer is [`Prediction::NoData`]: nothing is
@@ -44,6 +46,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 mod bend;
+mod bytes;
 mod fit;
 mod input;
 mod member;
@@ -124,7 +127,7 @@ pub struct Learned {
     pub decode_ms_per_token: Option<f64>,
     /// The per-request overhead outside `prompt_ms`, ms.
     pub overhead_ms: Option<f64>,
-    /// Bytes per prompt token.
+    /// Bytes per prompt token (the ratio of the decayed sums).
     pub bytes_per_token: Option<f64>,
 }
 
@@ -227,16 +230,18 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
     }
 
     /// The prediction corrected by `progress`, received `since_sent_ms` after
-    /// the request was sent to `key` with `busy_others` other slots busy.
+    /// the request was sent to `key`, with `busy_others` other slots busy and
+    /// `prefill_others` prompt tokens still to prefill in them.
     pub fn correct(
         &self,
         key: &K,
         progress: &Progress,
         since_sent_ms: f64,
         busy_others: u32,
+        prefill_others: u32,
     ) -> Prediction {
         match self.rates(key) {
-            Some(r) => r.correct(progress, since_sent_ms, busy_others),
+            Some(r) => r.correct(progress, since_sent_ms, busy_others, prefill_others),
             None => Prediction::NoData,
         }
     }

@@ -116,11 +116,11 @@ impl PrefillFit {
                 continue;
             }
             let sse = self.residual(&coef);
-            // Strictly better only (with a relative tolerance): ties keep
-            // the earlier, preferred subset.
+            // Strictly better only (by more than rounding, relative to the
+            // data's scale): ties keep the earlier, preferred subset.
             let better = match best {
                 None => true,
-                Some((_, b)) => sse < b - 1e-9 * b.abs().max(1e-12),
+                Some((_, b)) => sse < b - 1e-6 * self.yy,
             };
             if better {
                 best = Some((coef, sse));

@@ -26,17 +26,23 @@ pub struct Timings {
 pub struct Observation {
     /// llama-server's `timings`.
     pub timings: Timings,
-    /// Slots of the member busy with other requests when this one was
-    /// dispatched (`/slots`' `is_processing`, or the proxy's own count).
+    /// Slots of the member busy with other requests when this one's
+    /// prefill started (its first progress event; else when dispatched).
     pub busy_others: u32,
+    /// Prompt tokens of other requests prefilled while this one prefilled
+    /// (each other prefill's new tokens times the share of its time that
+    /// overlapped this one's): llama-server fills each batch with every
+    /// pending prompt, in slot order, so this one's `prompt_ms` covers them
+    /// too.
+    pub prefill_others: u32,
     /// The prompt's size in the caller's byte measure (the same measure it
     /// passes as [`PromptSize::Bytes`]), to learn bytes per token; `None`
     /// when not known.
     pub prompt_bytes: Option<u64>,
     /// The TTFT measured by the caller (request sent → first token, ms),
     /// only when the request started at once (a free slot, nothing queued
-    /// ahead): it teaches the fixed per-request overhead (`ttft − prompt_ms`).
-    /// `None` otherwise.
+    /// ahead, no other prompt prefilling when it was sent): it teaches the
+    /// fixed per-request overhead (`ttft − prompt_ms`). `None` otherwise.
     pub ttft_ms: Option<f64>,
     /// Request sent → llama-server's first `prompt_progress` event (the 0%
     /// one, when the slot started), ms, when the request asked for progress
@@ -49,8 +55,9 @@ pub struct Observation {
 pub enum PromptSize {
     /// Tokens, counted (the member's tokenizer, or token ids in the body).
     Tokens(u32),
-    /// Bytes only: converted with the bytes per token learned from this
-    /// member's observations that carried `prompt_bytes` (4 until then).
+    /// Bytes only: converted with the tokens-per-bytes line learned from
+    /// this member's observations that carried `prompt_bytes` (4 bytes per
+    /// token until then).
     Bytes(u64),
 }
 
@@ -61,6 +68,9 @@ pub struct InFlight {
     pub generated: u32,
     /// The request's `max_tokens` (or `n_predict`), if it set one.
     pub max_tokens: Option<u32>,
+    /// Prompt tokens it still has to prefill (0 once its first token came;
+    /// its estimate of new tokens before its first progress event).
+    pub prefill_left: u32,
 }
 
 /// The member's load when the request would be dispatched.
@@ -85,9 +95,9 @@ pub struct Load<'a> {
 pub struct Query<'a> {
     /// The whole prompt's size (cached part included).
     pub prompt: PromptSize,
-    /// Tokens of the prompt the member most likely holds in its KV cache
-    /// (the affinity book's estimate; 0 when none).
-    pub cached_tokens: u32,
+    /// The part of the prompt the member most likely holds in its KV cache
+    /// (the affinity book's estimate, in tokens or bytes; 0 when none).
+    pub cached: PromptSize,
     /// The member's load.
     pub load: Load<'a>,
 }

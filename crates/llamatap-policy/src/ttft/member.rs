@@ -1,7 +1,8 @@
 //! One member and model's learned rates, and the prediction from them.
 //!
 //! Learned from each finished request ([`Observation`]):
-//! - the prefill curve on an idle member (`fit.rs`), from `prompt_n`,
+//! - the prefill curve on an idle member (`fit.rs`), from `prompt_n` (plus
+//!   the tokens other slots still had to prefill: they share the batches),
 //!   `cache_n` and `prompt_ms` divided by the bend at the busy slots then;
 //! - the prefill bend and the decode bend with other busy slots (`bend.rs`);
 //! - the decode time per token on an idle member, the typical answer length
@@ -9,7 +10,7 @@
 //! - the per-request overhead outside `prompt_ms` (`ttft − prompt_ms`, from
 //!   requests that started at once), and the part of it before the slot
 //!   starts (from the first progress event);
-//! - bytes per prompt token.
+//! - prompt tokens per prompt byte (`bytes.rs`).
 //!
 //! Every mean is exponentially decayed with a bounded weight, so old
 //! hardware is forgotten. A prefill off the curve is clipped to three times
@@ -23,6 +24,7 @@
 //! Deliberately not here: the bounded table of members (`ttft.rs`).
 
 use super::bend::Bend;
+use super::bytes::BytesToTokens;
 use super::fit::PrefillFit;
 use super::input::{Observation, Progress, PromptSize, Query};
 use super::wait::{slot_wait, Pace};
@@ -38,8 +40,6 @@ const CLIP: f64 = 3.0;
 const FORGET: f64 = 0.01;
 /// The narrowest clipping band (ln): ±25% around the curve.
 const MIN_BAND: f64 = 0.223;
-/// Bytes per token assumed before any was learned.
-const DEFAULT_BYTES_PER_TOKEN: f64 = 4.0;
 /// Observations before an estimate is of high confidence.
 const CONFIDENT_AFTER: u32 = 4;
 /// Prefill tokens below which a ratio says little about the per-token rate.
@@ -92,7 +92,7 @@ pub(super) struct Rates {
     prefill_typical: Mean,
     overhead: Mean,
     lead: Mean,
-    bytes_per_token: Mean,
+    bytes: BytesToTokens,
     /// Decayed mean of |ln(measured / predicted)|: the usual scatter.
     noise: Mean,
     /// Decayed mean of ln(measured / predicted) on idle prefills.
@@ -109,10 +109,11 @@ impl Rates {
         let busy = obs.busy_others;
         let total = u64::from(t.prompt_n) + u64::from(t.cache_n);
         if let Some(bytes) = obs.prompt_bytes.filter(|_| total > 0) {
-            self.bytes_per_token.add(bytes as f64 / total as f64);
+            self.bytes.add(bytes as f64, total as f64);
         }
         if t.prompt_n > 0 && t.prompt_ms.is_finite() && t.prompt_ms >= 0.0 {
-            self.observe_prefill(t.prompt_n, t.cache_n, t.prompt_ms, busy);
+            let new = t.prompt_n.saturating_add(obs.prefill_others);
+            self.observe_prefill(new, t.cache_n, t.prompt_ms, busy);
             self.prefill_typical.add(t.prompt_ms);
         }
         if t.predicted_n >= 2 && t.predicted_ms.is_finite() && t.predicted_ms > 0.0 {
@@ -187,29 +188,27 @@ impl Rates {
         false
     }
 
-    /// Tokens of `prompt`, and whether they were counted.
-    fn tokens(&self, prompt: PromptSize) -> (u32, bool) {
-        match prompt {
+    /// Tokens of `size`, and whether they were counted (or converted with
+    /// a learned line).
+    fn tokens(&self, size: PromptSize) -> (u32, bool) {
+        match size {
             PromptSize::Tokens(n) => (n, true),
-            PromptSize::Bytes(b) => {
-                let learned = self.bytes_per_token.get().filter(|v| *v > 0.0);
-                let per = learned.unwrap_or(DEFAULT_BYTES_PER_TOKEN);
-                let n = (b as f64 / per).ceil().min(f64::from(u32::MAX));
-                (n as u32, learned.is_some())
-            }
+            PromptSize::Bytes(b) => (self.bytes.tokens(b), self.bytes.learned()),
         }
     }
 
     /// The pace of the queue, once a decode rate is known.
     fn pace(&self, slots: u32) -> Option<Pace> {
         let idle = self.decode.get()?;
-        let decode_ms = idle * self.decode_bend.at(slots.saturating_sub(1));
+        let full = slots.saturating_sub(1);
+        let decode_ms = idle * self.decode_bend.at(full);
         let answer_tokens = self.answer_tokens.get().unwrap_or(1.0).max(1.0);
         let prefill = self.prefill_typical.get().unwrap_or(0.0);
         Some(Pace {
             decode_ms,
             answer_tokens,
             service_ms: prefill + answer_tokens * decode_ms,
+            prefill_ms: self.prefill.at(1000.0, 0.0) / 1000.0 * self.prefill_bend.at(full),
         })
     }
 
@@ -224,10 +223,17 @@ impl Rates {
         };
         let (tokens, counted) = self.tokens(query.prompt);
         let tokens = tokens.max(1);
-        let cached = query.cached_tokens.min(tokens - 1);
-        let new = tokens - cached;
-        let prefill_ms = self.prefill.at(f64::from(new), f64::from(cached))
-            * self.prefill_bend.at(busy_at_start);
+        let cached = self.tokens(query.cached).0.min(tokens - 1);
+        // The prompts other slots are still prefilling share the batches.
+        let beside: u64 = load
+            .in_flight
+            .iter()
+            .take(load.busy as usize)
+            .map(|f| u64::from(f.prefill_left))
+            .sum();
+        let new = f64::from(tokens - cached) + beside as f64;
+        let prefill_ms =
+            self.prefill.at(new, f64::from(cached)) * self.prefill_bend.at(busy_at_start);
         let overhead_ms = self.overhead.get().unwrap_or(0.0);
         let high = self.observations >= CONFIDENT_AFTER
             && counted
@@ -250,15 +256,22 @@ impl Rates {
 
     /// The prediction corrected by a progress event that arrived
     /// `since_sent_ms` after the request was sent, with `busy_others` other
-    /// slots busy.
-    pub(super) fn correct(&self, p: &Progress, since_sent_ms: f64, busy_others: u32) -> Prediction {
+    /// slots busy and `prefill_others` tokens still to prefill in them.
+    pub(super) fn correct(
+        &self,
+        p: &Progress,
+        since_sent_ms: f64,
+        busy_others: u32,
+        prefill_others: u32,
+    ) -> Prediction {
         if self.prefill.weight() <= 0.0 || !since_sent_ms.is_finite() {
             return Prediction::NoData;
         }
         let total = p.total.max(1);
         let cache = p.cache.min(total - 1);
-        let new = f64::from(total - cache);
-        let done = f64::from(p.processed.saturating_sub(cache)).min(new);
+        let own = f64::from(total - cache);
+        let done = f64::from(p.processed.saturating_sub(cache)).min(own);
+        let new = own + f64::from(prefill_others);
         let c = f64::from(cache);
         let bend = self.prefill_bend.at(busy_others);
         let whole = self.prefill.at(new, c) * bend;
@@ -310,7 +323,7 @@ impl Rates {
             prefill_bend: std::array::from_fn(|b| self.prefill_bend.at(b as u32)),
             decode_ms_per_token: self.decode.get(),
             overhead_ms: self.overhead.get(),
-            bytes_per_token: self.bytes_per_token.get(),
+            bytes_per_token: self.bytes.bytes_per_token(),
         }
     }
 }

@@ -56,6 +56,7 @@ impl Member {
                 predicted_ms: 64.0 * self.decode * (1.0 + 0.1 * f64::from(busy)) * noise,
             },
             busy_others: busy,
+            prefill_others: 0,
             prompt_bytes: Some(u64::from(new + cached) * 3),
             ttft_ms: (busy == 0).then_some(prompt_ms + self.overhead),
             started_ms: (busy == 0).then_some(self.overhead * 0.75),
@@ -71,7 +72,7 @@ impl Member {
 pub(super) fn idle(tokens: u32, cached: u32) -> Query<'static> {
     Query {
         prompt: PromptSize::Tokens(tokens),
-        cached_tokens: cached,
+        cached: PromptSize::Tokens(cached),
         load: Load {
             slots: 4,
             busy: 0,
@@ -130,7 +131,7 @@ fn says_no_data_before_any_prefill_was_seen() {
     let book: TtftBook<u32> = TtftBook::new(4);
     assert_eq!(book.predict(&0, &idle(100, 0)), Prediction::NoData);
     assert_eq!(
-        book.correct(&0, &Progress::default(), 5.0, 0),
+        book.correct(&0, &Progress::default(), 5.0, 0, 0),
         Prediction::NoData
     );
     assert!(book.learned(&0).is_none());
@@ -335,10 +336,12 @@ fn a_full_member_waits_for_the_first_slot_to_free() {
         InFlight {
             generated: 10,
             max_tokens: Some(64),
+            prefill_left: 0,
         },
         InFlight {
             generated: 60,
             max_tokens: Some(64),
+            prefill_left: 0,
         },
     ];
     let full = Query {
@@ -421,7 +424,7 @@ fn progress_corrects_the_prediction() {
         processed: 200,
         time_ms: 0,
     };
-    let e = estimate(book.correct(&0, &start, 300.0, 0));
+    let e = estimate(book.correct(&0, &start, 300.0, 0, 0));
     let tail = 12.0 * 0.25;
     let want = 300.0 + m.prefill(800, 200, 0) + tail;
     assert!(rel_err(e.ttft_ms, want) < 0.03, "{e:?} vs {want}");
@@ -438,8 +441,8 @@ fn progress_corrects_the_prediction() {
         ..slow
     };
     let since = 300.0 + 2.0 * half;
-    let slow_e = estimate(book.correct(&0, &slow, since, 0));
-    let on_e = estimate(book.correct(&0, &on_time, since, 0));
+    let slow_e = estimate(book.correct(&0, &slow, since, 0, 0));
+    let on_e = estimate(book.correct(&0, &on_time, since, 0, 0));
     // What is left of the prefill is scaled by the speed measured so far
     // (trusted in part: 400 of 800 tokens done).
     let (slow_left, on_left) = (slow_e.ttft_ms - since, on_e.ttft_ms - since);
@@ -451,7 +454,7 @@ fn progress_corrects_the_prediction() {
         time_ms: 400,
         ..start
     };
-    let d = estimate(book.correct(&0, &done, 800.0, 0));
+    let d = estimate(book.correct(&0, &done, 800.0, 0, 0));
     assert!(rel_err(d.ttft_ms, 800.0 + tail) < 0.01, "{d:?}");
 }
 
@@ -502,4 +505,69 @@ fn members_of_different_hardware_learn_apart() {
             "{key}: {e:?}"
         );
     }
+}
+
+#[test]
+fn a_prompt_prefilling_beside_shares_the_batches() {
+    let m = Member::cpu();
+    let book = trained(&m, 200, 0.0, 12);
+    let alone = estimate(book.predict(&0, &busy_query(300, 1)));
+    let flights = [InFlight {
+        generated: 0,
+        max_tokens: Some(64),
+        prefill_left: 900,
+    }];
+    let beside = Query {
+        load: Load {
+            in_flight: &flights,
+            ..busy_query(300, 1).load
+        },
+        ..busy_query(300, 1)
+    };
+    let e = estimate(book.predict(&0, &beside));
+    // About the prefill of both prompts, not of this one alone.
+    let want = m.prefill(1200, 0, 1) + m.overhead;
+    assert!(rel_err(e.ttft_ms, want) < 0.1, "{e:?} vs {want}");
+    assert!(e.ttft_ms > 2.5 * alone.ttft_ms);
+    // Learning from such a request teaches the same curve, not a bend.
+    let mut book = trained(&m, 200, 0.0, 12);
+    for _ in 0..5 {
+        let mut o = m.observation(300, 0, 1, 1.0);
+        o.timings.prompt_ms = m.prefill(1200, 0, 1);
+        o.prefill_others = 900;
+        book.observe(&0, &o);
+    }
+    let l = book.learned(&0).unwrap();
+    assert!(rel_err(l.prefill_bend[1], 1.25) < 0.05, "{l:?}");
+}
+
+#[test]
+fn bytes_become_tokens_on_a_line_with_the_template_overhead() {
+    let m = Member::cpu();
+    let mut book = TtftBook::new(2);
+    // A template adds 20 tokens to every prompt; text is 5 bytes per token.
+    for new in [10u32, 40, 100, 400, 900, 1500, 60, 700] {
+        let mut o = m.observation(new + 20, 0, 0, 1.0);
+        o.prompt_bytes = Some(u64::from(new) * 5);
+        book.observe(&0, &o);
+    }
+    for bytes in [100u64, 5000] {
+        let q = Query {
+            prompt: PromptSize::Bytes(bytes),
+            ..idle(0, 0)
+        };
+        let e = estimate(book.predict(&0, &q));
+        let want = bytes / 5 + 20;
+        assert!(e.prompt_tokens.abs_diff(want as u32) <= 1, "{bytes}: {e:?}");
+    }
+    // A cached prefix in bytes: the same line, so 1,000 of 5,000 bytes
+    // cached leaves 800 tokens to prefill.
+    let q = Query {
+        prompt: PromptSize::Bytes(5000),
+        cached: PromptSize::Bytes(1000),
+        ..idle(0, 0)
+    };
+    let e = estimate(book.predict(&0, &q));
+    let want = m.ttft(800, 220, 0);
+    assert!(rel_err(e.ttft_ms, want) < 0.05, "{e:?} vs {want}");
 }

@@ -1,8 +1,9 @@
 //! When a slot frees for a request: the wait before its prefill can start.
 //!
 //! With a free slot and nothing queued ahead the wait is 0. Otherwise each
-//! busy slot frees when its answer's remaining tokens are decoded (at the
-//! member's decode rate with every slot busy); the requests queued ahead take
+//! busy slot frees when its prompt's remaining tokens are prefilled and its
+//! answer's remaining tokens decoded (at the member's rates with every slot
+//! busy); the requests queued ahead take
 //! the slots in the order they free, each holding its slot for a typical
 //! service (a typical prefill plus a typical answer), so the request waits for
 //! the `(q mod S)`-th slot to free plus `⌊q / S⌋` services, `q` being the
@@ -27,6 +28,8 @@ pub(super) struct Pace {
     pub answer_tokens: f64,
     /// A typical service: prefill plus answer, ms.
     pub service_ms: f64,
+    /// Prefill milliseconds per token with every slot busy.
+    pub prefill_ms: f64,
 }
 
 /// The wait before the prefill starts (ms), and how many other slots are
@@ -48,11 +51,13 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
     // the busy ones.
     let mut at = [0.0f64; MAX_SLOTS];
     for (i, t) in at.iter_mut().enumerate().take(busy as usize) {
-        let left = match load.in_flight.get(i) {
-            Some(a) => remaining(a.generated, a.max_tokens, pace.answer_tokens),
-            None => pace.answer_tokens / 2.0,
+        *t = match load.in_flight.get(i) {
+            Some(a) => {
+                let left = remaining(a.generated, a.max_tokens, pace.answer_tokens);
+                left * pace.decode_ms + f64::from(a.prefill_left) * pace.prefill_ms
+            }
+            None => pace.answer_tokens / 2.0 * pace.decode_ms,
         };
-        *t = left * pace.decode_ms;
     }
     let at = &mut at[..slots as usize];
     let q = load.queue_ahead as usize;

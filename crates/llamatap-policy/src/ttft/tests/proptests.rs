@@ -39,6 +39,7 @@ fn any_observation() -> impl Strategy<Value = Observation> {
                         predicted_ms,
                     },
                     busy_others: busy,
+                    prefill_others: busy * 7,
                     prompt_bytes: bytes,
                     ttft_ms: ttft,
                     started_ms: s,
@@ -95,15 +96,15 @@ proptest! {
         since in any_ms(),
     ) {
         let book = book_of(&history);
-        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2) }; busy as usize];
+        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2), prefill_left: generated }; busy as usize];
         let load = Load { slots, busy, queue_ahead: queue, in_flight: &flights };
         for prompt in [PromptSize::Tokens(tokens), PromptSize::Bytes(bytes)] {
-            let q = Query { prompt, cached_tokens: cached, load };
+            let q = Query { prompt, cached: PromptSize::Tokens(cached), load };
             check_finite(book.predict(&0, &q))?;
         }
         let (total, cache, processed, time_ms) = progress;
         let p = Progress { total, cache, processed, time_ms };
-        check_finite(book.correct(&0, &p, since, busy))?;
+        check_finite(book.correct(&0, &p, since, busy, generated))?;
     }
 
     #[test]
@@ -118,12 +119,12 @@ proptest! {
         let (small, large) = (a.min(b), a.max(b));
         let load = Load { slots: 8, busy, queue_ahead: 0, in_flight: &[] };
         let at = |n: u32| book.predict(&0, &Query {
-            prompt: PromptSize::Tokens(n), cached_tokens: cached, load,
+            prompt: PromptSize::Tokens(n), cached: PromptSize::Tokens(cached), load,
         }).ttft_ms();
         let (s, l) = (at(small).unwrap(), at(large).unwrap());
         prop_assert!(s <= l * (1.0 + 1e-12), "{small}: {s} > {large}: {l}");
         let by_bytes = |n: u64| book.predict(&0, &Query {
-            prompt: PromptSize::Bytes(n), cached_tokens: cached, load,
+            prompt: PromptSize::Bytes(n), cached: PromptSize::Bytes(cached.into()), load,
         }).ttft_ms();
         let (s, l) = (by_bytes(small.into()).unwrap(), by_bytes(large.into()).unwrap());
         prop_assert!(s <= l * (1.0 + 1e-12));
@@ -138,12 +139,13 @@ proptest! {
         b in 0u32..16,
         queue in 0u32..4,
         generated in 0u32..100,
+        prefill_left in 0u32..2000,
     ) {
         let book = book_of(&history);
-        let flights = [InFlight { generated, max_tokens: None }; 16];
+        let flights = [InFlight { generated, max_tokens: None, prefill_left }; 16];
         let at = |busy: u32| book.predict(&0, &Query {
             prompt: PromptSize::Tokens(tokens),
-            cached_tokens: 0,
+            cached: PromptSize::Tokens(0),
             load: Load { slots, busy, queue_ahead: queue, in_flight: &flights },
         }).ttft_ms();
         let (few, many) = (a.min(b), a.max(b));
