@@ -28,6 +28,7 @@ fn observation(i: u32) -> Observation {
             predicted_ms: 320.0,
         },
         busy_others: busy,
+        prefill_others: if busy > 1 { 200 } else { 0 },
         prompt_bytes: Some(u64::from(new + cached) * 4),
         ttft_ms: (busy == 0).then_some(prompt_ms + 10.0),
         started_ms: (busy == 0).then_some(7.0),
@@ -47,10 +48,11 @@ fn bench(c: &mut Criterion) {
     let flights = [InFlight {
         generated: 20,
         max_tokens: Some(128),
+        prefill_left: 0,
     }; 4];
     let free = Query {
         prompt: PromptSize::Tokens(1200),
-        cached_tokens: 800,
+        cached: PromptSize::Tokens(800),
         load: Load {
             slots: 4,
             busy: 2,
@@ -69,6 +71,7 @@ fn bench(c: &mut Criterion) {
     };
     let bytes = Query {
         prompt: PromptSize::Bytes(4800),
+        cached: PromptSize::Bytes(3200),
         ..free
     };
     let mut k = 0u32;
@@ -100,7 +103,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("correct/mid_prefill", |b| {
         b.iter(|| {
             k = (k + 1) % MEMBERS;
-            black_box(book.correct(&k, black_box(&progress), 95.0, 2))
+            black_box(book.correct(&k, black_box(&progress), 95.0, 2, 0))
         })
     });
     let mut i = 0u32;

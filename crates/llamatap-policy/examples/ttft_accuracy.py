@@ -35,7 +35,9 @@ Run from the repository root:
     $LLAMATAP_PYTHON crates/llamatap-policy/examples/ttft_accuracy.py --out /tmp/ttft.jsonl
 
 It prints the summary (median and p90 absolute percentage error, by kind of
-request) and writes one JSON line per request to --out.
+request) and writes one JSON line per request to --out, with the predictor's
+calls and their times: `--replay FILE --pipe OTHER` feeds them, in order,
+to another build of the predictor, to compare it on the same requests.
 """
 
 import argparse
@@ -180,6 +182,16 @@ class Member:
             self.book.pop(next(iter(self.book)))
 
 
+def runnable():
+    """Processes runnable on the machine now (/proc/loadavg's fourth field):
+    other work competing with the llama-servers for the 2 cores."""
+    try:
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
 def prefix_hashes(messages):
     out, h = [], hashlib.sha256()
     for m in messages:
@@ -197,6 +209,7 @@ class Runner:
         self.records = []
         self.next_id = 0
         self.phase = "mixed"
+        self.t0 = time.monotonic()
 
     def least_busy(self):
         return min(self.members, key=lambda m: len(m.flights))
@@ -215,10 +228,12 @@ class Runner:
             in_flight = [[f.generated, f.max_tokens, f.prefill_left] for f in ahead[:busy]]
             beside_at_send = sum(f.prefill_left for f in ahead[:busy])
             at_once = len(ahead) < member.slots and beside_at_send == 0
-            pred = self.pipe.call(
+            predict_args = dict(
                 op="predict", key=member.name, bytes=sum(sizes), cached_bytes=cached_b,
                 slots=member.slots, busy=busy, queue_ahead=queue_ahead, in_flight=in_flight,
             )
+            t_predict = time.monotonic()
+            pred = self.pipe.call(**predict_args)
             est = self.pipe.call(
                 op="predict", key=member.name, bytes=sum(sizes) - cached_b, slots=0,
             ).get("prompt_tokens") or (sum(sizes) - cached_b) // 4
@@ -234,7 +249,12 @@ class Runner:
             "id": rid, "member": member.name, "kind": kind, "phase": self.phase,
             "background": background, "prompt_bytes": sum(sizes), "cached_bytes_est": cached_b,
             "busy": busy, "queue_ahead": queue_ahead,
-            "predicted": pred, "at_once": at_once,
+            "predicted": pred, "at_once": at_once, "runnable": runnable(),
+            "other_member_busy": sum(
+                len(m.flights) for m in self.members if m is not member
+            ),
+            # The predictor's calls and when they were made, for a replay.
+            "calls": [[t_predict - self.t0, predict_args]],
         }
         first_progress = None
         busy_at_start = 0
@@ -268,15 +288,19 @@ class Runner:
                         flight.start_t = now
                         flight.own_new = max(0, prog["total"] - prog["cache"])
                         busy_at_start, prefill_at_start = len(others), beside
-                        corrected = self.pipe.call(
+                        args = dict(
                             op="correct", key=member.name, since_ms=first_progress,
                             busy_others=busy_at_start, prefill_others=beside, **prog,
                         )
+                        rec["calls"].append([now - self.t0, args])
+                        corrected = self.pipe.call(**args)
                     elif corrected_mid is None and prog["processed"] < prog["total"]:
-                        corrected_mid = self.pipe.call(
+                        args = dict(
                             op="correct", key=member.name, since_ms=(now - t0) * 1000,
                             busy_others=len(others), prefill_others=beside, **prog,
                         )
+                        rec["calls"].append([now - self.t0, args])
+                        corrected_mid = self.pipe.call(**args)
                     rec.setdefault("progress", []).append(prog)
                 for ch in ev.get("choices", []):
                     c = (ch.get("delta") or {}).get("content")
@@ -310,7 +334,7 @@ class Runner:
             "corrected": corrected, "corrected_mid": corrected_mid, "timings": timings,
         })
         if timings and "error" not in rec:
-            self.pipe.call(
+            args = dict(
                 op="observe", key=member.name, prompt_n=timings["prompt_n"],
                 prompt_ms=timings["prompt_ms"], cache_n=timings["cache_n"],
                 predicted_n=timings["predicted_n"], predicted_ms=timings["predicted_ms"],
@@ -319,11 +343,13 @@ class Runner:
                 ttft_ms=ttft if at_once else None,
                 started_ms=first_progress if at_once else None,
             )
-        if not background:
-            with self.lock:
+            rec["calls"].append([time.monotonic() - self.t0, args])
+            self.pipe.call(**args)
+        with self.lock:
+            if not background:
                 self.records.append(rec)
-                self.out.write(json.dumps(rec) + "\n")
-                self.out.flush()
+            self.out.write(json.dumps(rec) + "\n")
+            self.out.flush()
         return "".join(text)
 
 
@@ -406,6 +432,15 @@ def summary(records):
         groups.setdefault("kind=" + r["kind"], []).append(r)
         groups.setdefault("phase=" + r["phase"], []).append(r)
         groups.setdefault("queued" if r["queue_ahead"] > 0 else "slot free", []).append(r)
+        groups.setdefault(
+            "machine: runnable <= 3" if r.get("runnable", 0) <= 3 else "machine: runnable > 3", []
+        ).append(r)
+        groups.setdefault(
+            "other member idle" if r.get("other_member_busy", 0) == 0 else "other member busy", []
+        ).append(r)
+        groups.setdefault(
+            "this member idle" if r["busy"] == 0 else "this member busy", []
+        ).append(r)
     for name, rs in groups.items():
         errs = [e for e in (ape(r, "predicted") for r in rs) if e is not None]
         corr = [e for e in (ape(r, "corrected") for r in rs) if e is not None]
@@ -423,6 +458,39 @@ def summary(records):
     return rows
 
 
+def replay(path, pipe_path):
+    """Feeds a recorded run's calls, in their order, to a fresh predictor
+    (another build of it, say) and returns the records with its answers."""
+    recs = [json.loads(line) for line in open(path)]
+    calls = sorted(
+        ((t, i, j, args) for i, r in enumerate(recs) for j, (t, args) in enumerate(r["calls"])),
+        key=lambda c: (c[0], c[1], c[2]),
+    )
+    pipe = Pipe(pipe_path)
+    for r in recs:
+        r["corrected"] = r["corrected_mid"] = None
+    for _, i, _, args in calls:
+        out = pipe.call(**args)
+        r = recs[i]
+        if args["op"] == "predict":
+            r["predicted"] = out
+        elif args["op"] == "correct":
+            r["corrected" if r["corrected"] is None else "corrected_mid"] = out
+    keys = sorted({r["member"] for r in recs})
+    learned = {k: pipe.call(op="learned", key=k) for k in keys}
+    return [r for r in recs if not r.get("background")], learned
+
+
+def print_rows(rows):
+    hdr = ("group", "requests", "no_data", "ttft_p50_ms", "ape_p50", "ape_p90",
+           "corrected_p50", "corrected_p90", "mid_n", "mid_p50", "mid_p90")
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + " --- |" * len(hdr))
+    for r in rows:
+        cells = [r[h] if not isinstance(r[h], float) else f"{r[h]:.1f}" for h in hdr]
+        print("| " + " | ".join(str(c) for c in cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=os.environ.get("LLAMATAP_MEDIUM_MODEL"))
@@ -438,7 +506,17 @@ def main():
     ap.add_argument("--out", default="/tmp/ttft-accuracy.jsonl")
     ap.add_argument("--extra", default="--cache-ram 256 -b 512",
                     help="more llama-server flags")
+    ap.add_argument("--replay", metavar="FILE",
+                    help="replay a recorded run's calls into --pipe instead of running")
     a = ap.parse_args()
+    if a.replay:
+        records, learned = replay(a.replay, a.pipe)
+        with open(a.out, "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        print(json.dumps(learned))
+        print_rows(summary(records))
+        return
     if not (a.model and a.server):
         sys.exit("set LLAMATAP_MEDIUM_MODEL and LLAMATAP_LLAMA_SERVER (scripts/ensure-deps.sh)")
     logdir = f"/tmp/ttft-accuracy-{os.getpid()}"
@@ -482,13 +560,7 @@ def main():
         "loadavg_after": os.getloadavg(), "args": vars(a), "learned": learned,
     }
     print(json.dumps(meta, indent=1))
-    hdr = ("group", "requests", "no_data", "ttft_p50_ms", "ape_p50", "ape_p90",
-           "corrected_p50", "corrected_p90", "mid_n", "mid_p50", "mid_p90")
-    print("| " + " | ".join(hdr) + " |")
-    print("|" + " --- |" * len(hdr))
-    for r in rows:
-        cells = [r[h] if not isinstance(r[h], float) else f"{r[h]:.1f}" for h in hdr]
-        print("| " + " | ".join(str(c) for c in cells) + " |")
+    print_rows(rows)
     with open(a.out + ".summary.json", "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 

@@ -58,7 +58,11 @@ fn answer(p: Prediction) -> Value {
 }
 
 fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
-    let key = v.get("key").and_then(Value::as_str).unwrap_or("").to_string();
+    let key = v
+        .get("key")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     match v.get("op").and_then(Value::as_str).unwrap_or("") {
         "observe" => {
             let obs = Observation {

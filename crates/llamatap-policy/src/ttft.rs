@@ -76,7 +76,9 @@ pub enum Confidence {
 pub struct Estimate {
     /// The predicted time to first token: `wait_ms + prefill_ms + overhead_ms`.
     pub ttft_ms: f64,
-    /// The wait for a slot (after a progress event: the time before the slot
+    /// The wait before this prompt's own prefill: for a slot to free, or for
+    /// the prompts other slots are prefilling (they fill the batches first),
+    /// whichever is longer (after a progress event: the time before the slot
     /// started, now known).
     pub wait_ms: f64,
     /// The prefill of the tokens not cached.

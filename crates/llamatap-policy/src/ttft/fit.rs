@@ -15,6 +15,10 @@
 //! Deliberately not here: the bend with busy slots (`bend.rs`), outlier and
 //! change handling beyond the decay (`member.rs` clips and resets).
 
+/// Below this many milliseconds a prefill weighs as if it took this long
+/// (a 0 ms prefill must not weigh infinitely).
+const REL_FLOOR_MS: f64 = 5.0;
+
 /// Features of one prefill: `[1, n/1000, n·(c + n/2)/10⁶]`.
 pub(super) fn features(new: f64, cached: f64) -> [f64; 3] {
     [1.0, new / 1000.0, new * (cached + new / 2.0) / 1.0e6]
@@ -86,13 +90,16 @@ impl PrefillFit {
         }
         self.fade(decay);
         let phi = features(new, cached.max(0.0));
+        // Relative least squares: each prefill weighs by 1/ms², so a short
+        // prompt's error counts as much as a long one's, in percent.
+        let w = 1.0 / ms.max(REL_FLOOR_MS).powi(2);
         for i in 0..3 {
             for j in 0..3 {
-                self.xx[i][j] += phi[i] * phi[j];
+                self.xx[i][j] += w * phi[i] * phi[j];
             }
-            self.xy[i] += phi[i] * ms;
+            self.xy[i] += w * phi[i] * ms;
         }
-        self.yy += ms * ms;
+        self.yy += w * ms * ms;
         self.weight += 1.0;
         self.solve();
     }

@@ -13,12 +13,13 @@
 //! - prompt tokens per prompt byte (`bytes.rs`).
 //!
 //! Every mean is exponentially decayed with a bounded weight, so old
-//! hardware is forgotten. A prefill off the curve is clipped to three times
-//! the usual scatter (at least ±25%, at most a factor of 3); a change that
-//! persists (three idle-member prefills in a row off by more than 30% the
-//! same way, their mean off by more than 60%, e.g. a restart on other
-//! hardware) fades the past to a hundredth, so the new rate takes over
-//! within a few requests.
+//! hardware is forgotten. The curve is fitted by relative least squares and
+//! moves slowly (about twenty prefills weigh); a level, the decayed mean of
+//! the last prefills' offsets from the curve (each taken in up to a factor
+//! of 1.5, the newest weighing 0.3), scales it to the member's speed now:
+//! other work on its machine, or a restart on other hardware, shows within a
+//! few requests. A prefill off the expectation is clipped, for the curve, to
+//! three times the usual scatter (at least ±25%, at most a factor of 3).
 //!
 //! Fixed size (no allocation), O(1) per update and per prediction.
 //! Deliberately not here: the bounded table of members (`ttft.rs`).
@@ -30,14 +31,17 @@ use super::input::{Observation, Progress, PromptSize, Query};
 use super::wait::{slot_wait, Pace};
 use super::{Confidence, Estimate, Prediction};
 
-/// Decay of the prefill fit per observation (about ten observations weigh).
-const DECAY: f64 = 0.9;
+/// Decay of the prefill fit per observation (about twenty observations weigh).
+const DECAY: f64 = 0.95;
 /// Decay of the other means per observation.
 const MEAN_DECAY: f64 = 0.85;
 /// Outliers are clipped to this factor of the current estimate.
 const CLIP: f64 = 3.0;
-/// What is kept of the past when a persisting change is detected.
-const FORGET: f64 = 0.01;
+/// The weight of the newest prefill in the level (a decayed mean).
+const LEVEL_RATE: f64 = 0.3;
+/// The largest offset (ln) from the curve one prefill brings to the level:
+/// a factor of 1.5.
+const LEVEL_STEP: f64 = 0.4;
 /// The narrowest clipping band (ln): ±25% around the curve.
 const MIN_BAND: f64 = 0.223;
 /// Observations before an estimate is of high confidence.
@@ -62,11 +66,6 @@ impl Mean {
 
     fn get(&self) -> Option<f64> {
         (self.weight > 0.0).then(|| self.sum / self.weight)
-    }
-
-    fn fade(&mut self, keep: f64) {
-        self.sum *= keep;
-        self.weight *= keep;
     }
 
     /// `x` clipped to `1/CLIP..=CLIP` times the mean (plus `slack`), once
@@ -95,10 +94,9 @@ pub(super) struct Rates {
     bytes: BytesToTokens,
     /// Decayed mean of |ln(measured / predicted)|: the usual scatter.
     noise: Mean,
-    /// Decayed mean of ln(measured / predicted) on idle prefills.
-    drift: f64,
-    /// Idle prefills in a row off by more than 30% the same way (signed).
-    run: i32,
+    /// ln of the member's speed now against the curve's: the decayed mean
+    /// of the last prefills' offsets from it (0: as fitted).
+    level: f64,
     observations: u32,
 }
 
@@ -141,51 +139,32 @@ impl Rates {
     fn observe_prefill(&mut self, new: u32, cached: u32, ms: f64, busy: u32) {
         let (n, c) = (f64::from(new), f64::from(cached));
         let known = self.prefill.weight() >= 1.0;
-        let base = self.prefill.at(n, c);
+        let curve = self.prefill.at(n, c);
+        let expected = curve * self.level.exp();
         let mut y = ms / self.prefill_bend.at(busy);
-        if known && base > 0.0 {
-            let ratio = ms / base;
+        if known && curve > 0.0 {
             if busy > 0 && new >= MIN_RATIO_TOKENS {
-                self.prefill_bend.add(busy, ratio, MEAN_DECAY);
+                self.prefill_bend.add(busy, ms / expected, MEAN_DECAY);
                 y = ms / self.prefill_bend.at(busy);
             }
-            let off = (y / base).clamp(0.25, 4.0).ln();
-            if busy == 0 && self.detect_change(off) {
-                // A persisting change: let the new rate take over.
-                self.prefill.fade(FORGET);
-                self.decode.fade(FORGET);
-                self.overhead.fade(FORGET);
-                self.noise = Mean::default();
-            } else if self.prefill.weight() >= 2.0 {
+            // The level is the recent mean of where prefills fall against
+            // the (slower) curve: the member's speed now, with other work on
+            // its machine or after a restart on other hardware.
+            let off = (y / curve).ln().clamp(-LEVEL_STEP, LEVEL_STEP);
+            self.level += LEVEL_RATE * (off - self.level);
+            let surprise = (y / expected).clamp(1.0 / CLIP, CLIP).ln();
+            if self.prefill.weight() >= 2.0 {
                 // Clipped to a band of three times the usual scatter.
                 let band = self
                     .noise
                     .get()
                     .map_or(CLIP.ln(), |s| (3.0 * s).clamp(MIN_BAND, CLIP.ln()))
                     .exp();
-                y = y.clamp(base / band, base * band);
+                y = y.clamp(expected / band, expected * band);
             }
-            self.noise.add(off.abs());
+            self.noise.add(surprise.abs());
         }
         self.prefill.add(n, c, y, DECAY);
-    }
-
-    /// Tracks idle prefills against the curve (`r`: ln of measured over
-    /// predicted); true when a change persists.
-    fn detect_change(&mut self, r: f64) -> bool {
-        self.drift = 0.5 * self.drift + 0.5 * r;
-        let off = 1.3f64.ln();
-        self.run = match (r > off, r < -off) {
-            (true, _) => self.run.max(0) + 1,
-            (_, true) => self.run.min(0) - 1,
-            _ => 0,
-        };
-        if self.run.abs() >= 3 && self.drift.abs() > 1.6f64.ln() {
-            self.run = 0;
-            self.drift = 0.0;
-            return true;
-        }
-        false
     }
 
     /// Tokens of `size`, and whether they were counted (or converted with
@@ -208,7 +187,9 @@ impl Rates {
             decode_ms,
             answer_tokens,
             service_ms: prefill + answer_tokens * decode_ms,
-            prefill_ms: self.prefill.at(1000.0, 0.0) / 1000.0 * self.prefill_bend.at(full),
+            prefill_ms: self.prefill.at(1000.0, 0.0) / 1000.0
+                * self.level.exp()
+                * self.prefill_bend.at(full),
         })
     }
 
@@ -218,22 +199,31 @@ impl Rates {
             return Prediction::NoData;
         }
         let load = &query.load;
-        let Some((wait_ms, busy_at_start)) = slot_wait(load, self.pace(load.slots)) else {
+        let Some((slot_ms, busy_at_start)) = slot_wait(load, self.pace(load.slots)) else {
             return Prediction::NoData;
         };
         let (tokens, counted) = self.tokens(query.prompt);
         let tokens = tokens.max(1);
         let cached = self.tokens(query.cached).0.min(tokens - 1);
-        // The prompts other slots are still prefilling share the batches.
+        // The prompts other slots are still prefilling fill the batches
+        // first (in slot order; assumed ahead): this prefill ends when they
+        // and it are done. The curve is convex, so its part beyond theirs
+        // grows with them, and the whole grows with the slots busy.
         let beside: u64 = load
             .in_flight
             .iter()
             .take(load.busy as usize)
             .map(|f| u64::from(f.prefill_left))
             .sum();
-        let new = f64::from(tokens - cached) + beside as f64;
-        let prefill_ms =
-            self.prefill.at(new, f64::from(cached)) * self.prefill_bend.at(busy_at_start);
+        let (b, c) = (beside as f64, f64::from(cached));
+        let own = f64::from(tokens - cached);
+        let factor = self.level.exp() * self.prefill_bend.at(busy_at_start);
+        let fixed = self.prefill.at(0.0, c);
+        let variable = |n: f64| (self.prefill.at(n, c) - fixed).max(0.0);
+        let ahead_ms = factor * variable(b);
+        let prefill_ms = factor * (fixed + (variable(b + own) - variable(b)).max(0.0));
+        // A slot freeing and the prompts ahead overlap: the later one counts.
+        let wait_ms = slot_ms.max(ahead_ms);
         let overhead_ms = self.overhead.get().unwrap_or(0.0);
         let high = self.observations >= CONFIDENT_AFTER
             && counted
@@ -273,7 +263,7 @@ impl Rates {
         let done = f64::from(p.processed.saturating_sub(cache)).min(own);
         let new = own + f64::from(prefill_others);
         let c = f64::from(cache);
-        let bend = self.prefill_bend.at(busy_others);
+        let bend = self.prefill_bend.at(busy_others) * self.level.exp();
         let whole = self.prefill.at(new, c) * bend;
         let (left, speed) = if done > 0.0 {
             let so_far = self.prefill.at(done, c) * bend;
@@ -314,7 +304,7 @@ impl Rates {
 
     /// The learned figures, for tests and reports.
     pub(super) fn snapshot(&self) -> super::Learned {
-        let c = self.prefill.coefficients();
+        let c = self.prefill.coefficients().map(|v| v * self.level.exp());
         super::Learned {
             observations: self.observations,
             prefill_fixed_ms: c[0],

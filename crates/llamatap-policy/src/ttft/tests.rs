@@ -237,10 +237,11 @@ fn adapts_after_the_rate_changes() {
             want,
         ));
     }
-    // Decay alone would still be more than half the old rate after six
-    // requests (0.9⁶ of the weight); the change detector lets go sooner.
-    assert!(errors[5] < 0.15, "{errors:?}");
-    assert!(errors[11] < 0.05, "{errors:?}");
+    // Decay alone would still hold three quarters of the old rate after six
+    // requests (0.95⁶ of the weight); the level follows within a few, and
+    // stays close while the curve's shape catches up.
+    assert!(errors[3] < 0.25, "{errors:?}");
+    assert!(errors[5..].iter().all(|e| *e < 0.12), "{errors:?}");
     // And back (a restart on the old hardware).
     for _ in 0..8 {
         let new = rng.random_range(100..1500);
