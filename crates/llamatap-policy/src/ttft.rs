@@ -7,10 +7,12 @@
 //!   flight, their remaining tokens and the measured decode rate;
 //! - **the prefill** (`ttft/fit.rs`, `ttft/bend.rs`): the tokens not cached
 //!   (the prompt's tokens minus the caller's estimate of the cached prefix)
-//!   plus the tokens other slots still have to prefill (llama-server fills
-//!   each batch with every pending prompt), on the member's learned prefill
-//!   curve, times the learned factor for the slots busy beside it (their
-//!   decode tokens share each batch);
+//!   on the member's learned prefill curve, after the share of the prompts
+//!   other slots still have to prefill that goes through its batches
+//!   (llama-server fills each batch with every pending prompt in slot order;
+//!   the share is learned, half until then), times the learned factor for
+//!   the slots busy beside it (their decode tokens share each batch) and
+//!   the member's speed now;
 //! - **the fixed overhead** outside `prompt_ms` (parsing, templating,
 //!   tokenizing, the first event's way back).
 //!

@@ -35,6 +35,11 @@ pub struct Observation {
     /// pending prompt, in slot order, so this one's `prompt_ms` covers them
     /// too.
     pub prefill_others: u32,
+    /// The prompt tokens the busy slots still had to prefill when this
+    /// request was dispatched (the sum of [`InFlight::prefill_left`] it was
+    /// predicted with): with `prefill_others`, it teaches how much of them
+    /// goes through this request's batches.
+    pub beside_at_dispatch: u32,
     /// The prompt's size in the caller's byte measure (the same measure it
     /// passes as [`PromptSize::Bytes`]), to learn bytes per token; `None`
     /// when not known.

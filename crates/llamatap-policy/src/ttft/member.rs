@@ -46,6 +46,10 @@ const LEVEL_STEP: f64 = 0.4;
 const MIN_BAND: f64 = 0.223;
 /// Observations before an estimate is of high confidence.
 const CONFIDENT_AFTER: u32 = 4;
+/// The share of the prompts other slots are prefilling that is expected to
+/// go through this one's batches, before one was learned: llama-server fills
+/// each batch in slot order, and the slot a request gets is not known.
+const BESIDE_SHARE: f64 = 0.5;
 /// Prefill tokens below which a ratio says little about the per-token rate.
 const MIN_RATIO_TOKENS: u32 = 32;
 
@@ -92,6 +96,9 @@ pub(super) struct Rates {
     overhead: Mean,
     lead: Mean,
     bytes: BytesToTokens,
+    /// The share of the prompts prefilling beside at dispatch that went
+    /// through this one's batches.
+    share: Mean,
     /// Decayed mean of |ln(measured / predicted)|: the usual scatter.
     noise: Mean,
     /// ln of the member's speed now against the curve's: the decayed mean
@@ -108,6 +115,10 @@ impl Rates {
         let total = u64::from(t.prompt_n) + u64::from(t.cache_n);
         if let Some(bytes) = obs.prompt_bytes.filter(|_| total > 0) {
             self.bytes.add(bytes as f64, total as f64);
+        }
+        if obs.beside_at_dispatch >= MIN_RATIO_TOKENS {
+            let seen = f64::from(obs.prefill_others) / f64::from(obs.beside_at_dispatch);
+            self.share.add(seen.min(1.0));
         }
         if t.prompt_n > 0 && t.prompt_ms.is_finite() && t.prompt_ms >= 0.0 {
             let new = t.prompt_n.saturating_add(obs.prefill_others);
@@ -215,7 +226,8 @@ impl Rates {
             .take(load.busy as usize)
             .map(|f| u64::from(f.prefill_left))
             .sum();
-        let (b, c) = (beside as f64, f64::from(cached));
+        let share = self.share.get().unwrap_or(BESIDE_SHARE);
+        let (b, c) = (share * beside as f64, f64::from(cached));
         let own = f64::from(tokens - cached);
         let factor = self.level.exp() * self.prefill_bend.at(busy_at_start);
         let fixed = self.prefill.at(0.0, c);

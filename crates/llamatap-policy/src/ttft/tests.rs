@@ -57,6 +57,7 @@ impl Member {
             },
             busy_others: busy,
             prefill_others: 0,
+            beside_at_dispatch: 0,
             prompt_bytes: Some(u64::from(new + cached) * 3),
             ttft_ms: (busy == 0).then_some(prompt_ms + self.overhead),
             started_ms: (busy == 0).then_some(self.overhead * 0.75),
@@ -511,8 +512,6 @@ fn members_of_different_hardware_learn_apart() {
 #[test]
 fn a_prompt_prefilling_beside_shares_the_batches() {
     let m = Member::cpu();
-    let book = trained(&m, 200, 0.0, 12);
-    let alone = estimate(book.predict(&0, &busy_query(300, 1)));
     let flights = [InFlight {
         generated: 0,
         max_tokens: Some(64),
@@ -525,21 +524,45 @@ fn a_prompt_prefilling_beside_shares_the_batches() {
         },
         ..busy_query(300, 1)
     };
-    let e = estimate(book.predict(&0, &beside));
-    // About the prefill of both prompts, not of this one alone.
+    // Requests sent beside a prefill of 900 tokens, all of which went
+    // through their batches (their slot came second): prompt_ms covers both.
+    let taught = |share: f64| {
+        let mut book = trained(&m, 200, 0.0, 12);
+        for _ in 0..8 {
+            let others = (900.0 * share) as u32;
+            let mut o = m.observation(300, 0, 1, 1.0);
+            o.timings.prompt_ms = m.prefill(300 + others, 0, 1);
+            o.prefill_others = others;
+            o.beside_at_dispatch = 900;
+            book.observe(&0, &o);
+        }
+        book
+    };
+    let all = taught(1.0);
+    let e = estimate(all.predict(&0, &beside));
     let want = m.prefill(1200, 0, 1) + m.overhead;
     assert!(rel_err(e.ttft_ms, want) < 0.1, "{e:?} vs {want}");
-    assert!(e.ttft_ms > 2.5 * alone.ttft_ms);
-    // Learning from such a request teaches the same curve, not a bend.
-    let mut book = trained(&m, 200, 0.0, 12);
-    for _ in 0..5 {
-        let mut o = m.observation(300, 0, 1, 1.0);
-        o.timings.prompt_ms = m.prefill(1200, 0, 1);
-        o.prefill_others = 900;
-        book.observe(&0, &o);
-    }
-    let l = book.learned(&0).unwrap();
+    // The part of the others' prefill is a wait; this prompt's own part is
+    // what the curve adds beyond it.
+    assert!(e.wait_ms > e.prefill_ms, "{e:?}");
+    // Learning from such requests teaches the share and keeps the curve
+    // and the bend.
+    let l = all.learned(&0).unwrap();
     assert!(rel_err(l.prefill_bend[1], 1.25) < 0.05, "{l:?}");
+    // When none of it went through (their slot came first, or they were
+    // done), the prediction is that of the prompt alone.
+    let none = taught(0.0);
+    let alone = estimate(none.predict(&0, &busy_query(300, 1)));
+    let e = estimate(none.predict(&0, &beside));
+    assert!(
+        rel_err(e.ttft_ms, alone.ttft_ms) < 0.05,
+        "{e:?} vs {alone:?}"
+    );
+    // Before any share was learned: half.
+    let fresh = trained(&m, 200, 0.0, 12);
+    let e = estimate(fresh.predict(&0, &beside)).ttft_ms;
+    let half = m.prefill(750, 0, 1) + m.overhead;
+    assert!(rel_err(e, half) < 0.1, "{e} vs {half}");
 }
 
 #[test]
