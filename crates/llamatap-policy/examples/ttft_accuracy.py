@@ -339,7 +339,7 @@ class Runner:
                 prompt_ms=timings["prompt_ms"], cache_n=timings["cache_n"],
                 predicted_n=timings["predicted_n"], predicted_ms=timings["predicted_ms"],
                 busy_others=busy_at_start, prefill_others=rec["overlap_tokens"],
-                beside_at_dispatch=beside_at_send,
+                beside_at_dispatch=beside_at_send, max_tokens=max_tokens,
                 prompt_bytes=sum(sizes),
                 ttft_ms=ttft if at_once else None,
                 started_ms=first_progress if at_once else None,

@@ -5,7 +5,7 @@
 //! One JSON object per line in, one per line out:
 //! - `{"op":"observe","key":K,"prompt_n":..,"prompt_ms":..,"cache_n":..,
 //!   "predicted_n":..,"predicted_ms":..,"busy_others":..,"prefill_others":..,
-//!   "beside_at_dispatch":..,"prompt_bytes":..,"ttft_ms":..,"started_ms":..}` → `{"ok":true}` (the
+//!   "beside_at_dispatch":..,"max_tokens":..,"prompt_bytes":..,"ttft_ms":..,"started_ms":..}` → `{"ok":true}` (the
 //!   last three may be null);
 //! - `{"op":"predict","key":K,"tokens":N}` or `"bytes":N`, with `"cached":N`
 //!   (tokens) or `"cached_bytes":N`, `"slots":N,"busy":N,"queue_ahead":N,
@@ -76,6 +76,10 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                 busy_others: u32_of(v, "busy_others"),
                 prefill_others: u32_of(v, "prefill_others"),
                 beside_at_dispatch: u32_of(v, "beside_at_dispatch"),
+                max_tokens: v
+                    .get("max_tokens")
+                    .and_then(Value::as_u64)
+                    .map(|m| m as u32),
                 prompt_bytes: v.get("prompt_bytes").and_then(Value::as_u64),
                 ttft_ms: f64_of(v, "ttft_ms"),
                 started_ms: f64_of(v, "started_ms"),

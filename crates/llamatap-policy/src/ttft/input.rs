@@ -40,6 +40,9 @@ pub struct Observation {
     /// predicted with): with `prefill_others`, it teaches how much of them
     /// goes through this request's batches.
     pub beside_at_dispatch: u32,
+    /// The request's `max_tokens`, if it set one: teaches the share of it
+    /// answers use, for when a busy slot will free.
+    pub max_tokens: Option<u32>,
     /// The prompt's size in the caller's byte measure (the same measure it
     /// passes as [`PromptSize::Bytes`]), to learn bytes per token; `None`
     /// when not known.

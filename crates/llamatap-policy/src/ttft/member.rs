@@ -91,6 +91,8 @@ pub(super) struct Rates {
     decode: Mean,
     decode_bend: Bend,
     answer_tokens: Mean,
+    /// The share of `max_tokens` answers used.
+    used: Mean,
     /// Prefill ms as measured (for the typical service).
     prefill_typical: Mean,
     overhead: Mean,
@@ -135,6 +137,10 @@ impl Rates {
         }
         if t.predicted_n > 0 {
             self.answer_tokens.add(f64::from(t.predicted_n));
+            if let Some(max) = obs.max_tokens.filter(|m| *m > 0) {
+                self.used
+                    .add((f64::from(t.predicted_n) / f64::from(max)).min(1.0));
+            }
         }
         let timed = t.prompt_ms.is_finite() && t.prompt_ms >= 0.0;
         if let Some(ttft) = obs.ttft_ms.filter(|v| v.is_finite() && *v >= 0.0 && timed) {
@@ -197,6 +203,7 @@ impl Rates {
         Some(Pace {
             decode_ms,
             answer_tokens,
+            used: self.used.get(),
             service_ms: prefill + answer_tokens * decode_ms,
             prefill_ms: self.prefill.at(1000.0, 0.0) / 1000.0
                 * self.level.exp()

@@ -58,6 +58,7 @@ impl Member {
             busy_others: busy,
             prefill_others: 0,
             beside_at_dispatch: 0,
+            max_tokens: Some(64),
             prompt_bytes: Some(u64::from(new + cached) * 3),
             ttft_ms: (busy == 0).then_some(prompt_ms + self.overhead),
             started_ms: (busy == 0).then_some(self.overhead * 0.75),
@@ -594,4 +595,42 @@ fn bytes_become_tokens_on_a_line_with_the_template_overhead() {
     let e = estimate(book.predict(&0, &q));
     let want = m.ttft(800, 220, 0);
     assert!(rel_err(e.ttft_ms, want) < 0.05, "{e:?} vs {want}");
+}
+
+#[test]
+fn answers_that_run_to_max_tokens_hold_their_slot_to_the_end() {
+    let m = Member::cpu();
+    // Every answer here runs to its max_tokens (64): typical length 64.
+    let book = trained(&m, 100, 0.0, 13);
+    let long = [InFlight {
+        generated: 10,
+        max_tokens: Some(400),
+        prefill_left: 0,
+    }];
+    let full = Query {
+        load: Load {
+            slots: 1,
+            busy: 1,
+            queue_ahead: 0,
+            in_flight: &long,
+        },
+        ..idle(100, 0)
+    };
+    let e = estimate(book.predict(&0, &full));
+    let decode = book.learned(&0).unwrap().decode_ms_per_token.unwrap();
+    // 390 tokens left at the learned decode rate, not what is left of a
+    // typical 64-token answer.
+    assert!(rel_err(e.wait_ms, 390.0 * decode) < 0.05, "{e:?}");
+    // Answers that stop at a quarter of their max_tokens: a quarter is
+    // expected of this one too.
+    let mut quarter = TtftBook::new(1);
+    let mut rng = StdRng::seed_from_u64(14);
+    for _ in 0..50 {
+        let mut o = m.observation(rng.random_range(20..1500), 0, 0, 1.0);
+        o.max_tokens = Some(256);
+        quarter.observe(&0, &o);
+    }
+    let e = estimate(quarter.predict(&0, &full));
+    let decode = quarter.learned(&0).unwrap().decode_ms_per_token.unwrap();
+    assert!(rel_err(e.wait_ms, 90.0 * decode) < 0.05, "{e:?}");
 }

@@ -26,6 +26,8 @@ pub(super) struct Pace {
     pub decode_ms: f64,
     /// Tokens of a typical answer.
     pub answer_tokens: f64,
+    /// The share of its `max_tokens` an answer typically uses, once known.
+    pub used: Option<f64>,
     /// A typical service: prefill plus answer, ms.
     pub service_ms: f64,
     /// Prefill milliseconds per token with every slot busy.
@@ -53,7 +55,7 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
     for (i, t) in at.iter_mut().enumerate().take(busy as usize) {
         *t = match load.in_flight.get(i) {
             Some(a) => {
-                let left = remaining(a.generated, a.max_tokens, pace.answer_tokens);
+                let left = remaining(a.generated, a.max_tokens, &pace);
                 left * pace.decode_ms + f64::from(a.prefill_left) * pace.prefill_ms
             }
             None => pace.answer_tokens / 2.0 * pace.decode_ms,
@@ -73,10 +75,15 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
 }
 
 /// Tokens an answer still has to decode: what is left of a typical answer
-/// (at least a quarter of one, since it has not stopped yet), never more
-/// than its `max_tokens` allow.
-fn remaining(generated: u32, max_tokens: Option<u32>, typical: f64) -> f64 {
+/// (with a `max_tokens`, the share of it answers typically use), at least a
+/// quarter of one since it has not stopped yet, never more than its
+/// `max_tokens` allow.
+fn remaining(generated: u32, max_tokens: Option<u32>, pace: &Pace) -> f64 {
     let g = f64::from(generated);
+    let typical = match (max_tokens, pace.used) {
+        (Some(m), Some(used)) => f64::from(m) * used,
+        _ => pace.answer_tokens,
+    };
     let expected = (typical - g).max(typical / 4.0).max(1.0);
     match max_tokens {
         Some(m) => expected.min(f64::from(m.saturating_sub(generated)).max(1.0)),
