@@ -11,6 +11,9 @@
 //! - [`cachebreak`]: where a turn stopped matching the previous one, the
 //!   cause and the cost.
 //! - [`secret`]: a key whose `Debug` never shows it.
+//! - [`ttft`]: time to first token predicted before dispatch, learned
+//!   online per member and model from `timings`, and corrected by
+//!   llama-server's prefill progress.
 //! - [`answer`]: why an answer was cut and continued, and what became of it
 //!   (the typed causes the proxy decides by and telemetry records).
 //!
@@ -24,3 +27,4 @@ pub mod queue;
 pub mod router;
 pub mod secret;
 pub mod tenant;
+pub mod ttft;
