@@ -68,6 +68,8 @@ pub struct RawClass {
     /// pause a running answer of this class (it continues later); default
     /// false.
     pub preemptible: Option<bool>,
+    /// Default TTFT objective of this class's requests, ms ([`super::slo`]).
+    pub ttft_slo_ms: Option<u64>,
 }
 
 /// Validated `[queue]`.
@@ -95,6 +97,8 @@ pub struct Queue {
     pub lease: Duration,
     /// How often the shared view is read.
     pub sync: Duration,
+    /// Default TTFT objectives per tenant and class ([`super::slo`]).
+    pub slo: super::slo::Slos,
 }
 
 /// Default `queue.lease_ms`.
@@ -115,6 +119,7 @@ impl Default for Queue {
             shared: false,
             lease: Duration::from_millis(DEFAULT_LEASE_MS),
             sync: Duration::from_millis(DEFAULT_SYNC_MS),
+            slo: super::slo::Slos::default(),
         }
     }
 }
@@ -219,6 +224,7 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
         shared: raw.shared.unwrap_or(false),
         lease: Duration::from_millis(lease_ms),
         sync: Duration::from_millis(sync_ms),
+        slo: super::slo::Slos::default(),
     })
 }
 

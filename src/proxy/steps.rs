@@ -28,7 +28,7 @@ use pingora::{Error, Result};
 use super::cachebreak::Breaks;
 use super::context::RequestCtx;
 use super::moves::Moves;
-use super::{attempt, bodies, conversation, request_head, routing, tenant};
+use super::{attempt, bodies, conversation, predict, request_head, routing, tenant};
 use crate::admission::{self, Secured};
 use crate::config::Config;
 use crate::fleet::Fleet;
@@ -53,6 +53,8 @@ pub struct Steps {
     pub(super) admission: Arc<admission::Admission>,
     /// The answers that can be told to move (drain, pre-emption).
     pub(super) moves: Arc<Moves>,
+    /// The TTFT predictor ([`crate::ttft`]).
+    pub(super) predictor: Arc<crate::ttft::Predictor>,
 }
 
 impl Steps {
@@ -84,6 +86,7 @@ impl Steps {
             breaks,
             admission,
             moves,
+            predictor: Arc::default(),
         }
     }
 
@@ -106,6 +109,7 @@ impl Steps {
             .await;
         }
         let address = routing::choose(&self.fleet, ctx)?;
+        predict::dispatched(self, ctx);
         Ok(Box::new(attempt::peer(&self.config, address)))
     }
 
@@ -127,6 +131,7 @@ impl Steps {
                 Secured::Kept => return Ok(peer),
                 Secured::Reroute => {
                     let address = routing::choose(&self.fleet, ctx)?;
+                    predict::dispatched(self, ctx);
                     peer = Box::new(attempt::peer(&self.config, address));
                 }
             }
@@ -234,7 +239,7 @@ impl Steps {
         for (name, value) in llamatap_policy::tenant::window::quota_headers(&ctx.who.quota) {
             resp.insert_header(name, value)?;
         }
-        Ok(())
+        predict::head(resp, ctx)
     }
 
     /// An answer body chunk, passed unchanged ([`bodies::response_chunk`]).

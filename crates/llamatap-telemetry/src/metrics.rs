@@ -134,6 +134,8 @@ pub struct Metrics {
     pub queue: super::queue::QueueMetrics,
     /// `llamatap_continuations_total{reason,result}`.
     pub continuation: super::continuation::ContinuationMetrics,
+    /// The TTFT prediction's families.
+    pub ttft: super::ttft::TtftMetrics,
     /// The OTLP metrics (off unless OTLP metrics export is on).
     pub genai: Arc<GenAiMetrics>,
 }
@@ -220,6 +222,7 @@ impl Metrics {
         let cachebreak = super::cachebreak::CacheBreakMetrics::register(&mut r);
         let queue = super::queue::QueueMetrics::register(&mut r);
         let continuation = super::continuation::ContinuationMetrics::register(&mut r);
+        let ttft = super::ttft::TtftMetrics::register(&mut r);
         let upstream_models = Family::<ServedLabels, Gauge>::default();
         r.register(
             "llamatap_upstream_models",
@@ -257,6 +260,7 @@ impl Metrics {
             cachebreak,
             queue,
             continuation,
+            ttft,
             genai: Arc::new(GenAiMetrics::new()),
         };
         m.build_info

@@ -113,6 +113,7 @@ impl Metrics {
         self.cachebreak.record(rec);
         self.queue.record(rec);
         self.continuation.record(rec);
+        self.ttft.record(rec, model);
         self.genai.record(rec, models, exemplar.map(|e| e.span));
     }
 }

@@ -74,6 +74,7 @@ impl RequestRecord {
                 waited: true,
             }),
             continuations: Vec::new(),
+            ttft: None,
         }
     }
 }

@@ -1,0 +1,71 @@
+//! The default TTFT objectives: `ttft_slo_ms` of a tenant (`[[auth.keys]]`)
+//! and of a class (`[queue.classes.<name>]`), validated.
+//!
+//! A request's own `x-slo-ttft-ms` header wins over both; a tenant's
+//! default wins over its class's. Deliberately not here: predicting,
+//! choosing a member or refusing (`crate::ttft`).
+
+use llamatap_policy::tenant::{Priority, TenantId};
+
+use super::queue::RawQueue;
+use super::tenant::RawKey;
+use super::{invalid, ConfigError};
+
+/// Largest `ttft_slo_ms`: ten minutes.
+pub const MAX_SLO_MS: u64 = 600_000;
+
+/// Validated default objectives, ms.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Slos {
+    /// Per named tenant, in `[[auth.keys]]` order (its [`TenantId::Named`]).
+    pub tenants: Vec<Option<u32>>,
+    /// Per class, in [`Priority::ALL`] order.
+    pub classes: [Option<u32>; 3],
+}
+
+impl Slos {
+    /// The default objective of a request from `tenant` in `class`.
+    pub fn default_for(&self, tenant: TenantId, class: Priority) -> Option<u32> {
+        let own = match tenant {
+            TenantId::Named(i) => self.tenants.get(i).copied().flatten(),
+            TenantId::Anonymous => None,
+        };
+        own.or_else(|| self.classes.get(class as usize).copied().flatten())
+    }
+
+    /// No default anywhere: only a request's header sets an objective.
+    pub fn is_empty(&self) -> bool {
+        self.tenants.iter().all(Option::is_none) && self.classes.iter().all(Option::is_none)
+    }
+}
+
+/// Validates every `ttft_slo_ms`: 1 to [`MAX_SLO_MS`].
+pub fn slos(keys: Option<&[RawKey]>, queue: &RawQueue) -> Result<Slos, ConfigError> {
+    let check = |key: &'static str, who: &str, v: Option<u64>| match v {
+        None => Ok(None),
+        Some(ms @ 1..=MAX_SLO_MS) => Ok(u32::try_from(ms).ok()),
+        Some(ms) => Err(invalid(
+            key,
+            &format!("{who}: ttft_slo_ms {ms} is not between 1 and {MAX_SLO_MS}"),
+        )),
+    };
+    let mut tenants = Vec::new();
+    for k in keys.unwrap_or_default() {
+        let who = format!("tenant {:?}", k.name.trim());
+        tenants.push(check("auth.keys", &who, k.ttft_slo_ms)?);
+    }
+    let mut classes = [None; 3];
+    for (name, c) in &queue.classes {
+        // An unknown class name is refused by the queue's own validation.
+        let Some(p) = Priority::parse(name) else {
+            continue;
+        };
+        if let Some(slot) = classes.get_mut(p as usize) {
+            *slot = check("queue.classes.ttft_slo_ms", name, c.ttft_slo_ms)?;
+        }
+    }
+    Ok(Slos { tenants, classes })
+}
+
+#[cfg(test)]
+mod tests;
