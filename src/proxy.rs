@@ -167,7 +167,10 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
-        if Box::pin(predict::admit(session, ctx, &self.steps)).await? {
+        let s = &self.steps;
+        let slos = &s.config.queue.slo;
+        let using = (&*s.predictor, &*s.fleet);
+        if Box::pin(predict::admit(session, ctx, using, slos, &s.admission)).await? {
             return Ok(true);
         }
         if let Some(r) = Box::pin(queue(session, ctx, &self.steps.admission)).await? {
@@ -247,7 +250,7 @@ impl ProxyHttp for LlamaProxy {
         let path = logged_path(req);
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, end.outcome(), end.error(), client);
-        predict::finish(&self.steps, ctx, &mut rec);
+        predict::finish(&self.steps.predictor, ctx, &mut rec);
         rec.upstream = routing::finish(&self.steps.fleet, ctx, &rec, &end);
         rec.cache_break = self.steps.breaks.finish(
             ctx.attempt.routed.prompt.take(),

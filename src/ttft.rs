@@ -146,16 +146,17 @@ impl Default for Predictor {
 }
 
 impl Predictor {
-    /// The predicted TTFT of a prompt of `prompt_bytes` (its prefix
-    /// `chain`) for `model` on `member` now, with `counted` when the
-    /// request is already in the member's in-flight count.
+    /// The predicted TTFT of a prompt of `prompt_bytes` for `model` on
+    /// `member` now, `cached_bytes` of it likely in the member's cache (the
+    /// affinity book's estimate: [`Fleet::cached_bytes`] before routing,
+    /// the decision's own after), with `counted` when the request is
+    /// already in the member's in-flight count.
     pub fn predict(
         &self,
         fleet: &Fleet,
         member: usize,
         model: Option<&str>,
-        chain: &Chain,
-        prompt_bytes: u64,
+        (prompt_bytes, cached_bytes): (u64, u64),
         counted: bool,
     ) -> Predicted {
         let key = key(member, model);
@@ -178,7 +179,7 @@ impl Predictor {
         } else {
             busy_others.saturating_sub(slots).max(deferred)
         };
-        let cached = fleet.cached_bytes(member, chain).min(prompt_bytes);
+        let cached = cached_bytes.min(prompt_bytes);
         let query = Query {
             prompt: PromptSize::Bytes(prompt_bytes),
             cached: PromptSize::Bytes(cached),

@@ -124,6 +124,15 @@ impl Default for Queue {
     }
 }
 
+impl Queue {
+    /// This queue with the tenants' default TTFT objectives
+    /// ([`super::slo::tenants`]).
+    pub fn with_tenant_slos(mut self, tenants: Vec<Option<u32>>) -> Queue {
+        self.slo.tenants = tenants;
+        self
+    }
+}
+
 /// Validates `[queue]`.
 pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
     let priority_header = match raw.priority_header.as_deref().map(str::trim) {
@@ -161,6 +170,7 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
     }
     let mut classes = [ClassRules::default(); 3];
     let mut preemptible = [false; 3];
+    let mut slo = super::slo::Slos::default();
     for (name, c) in raw.classes {
         let Some(p) = Priority::parse(&name) else {
             return Err(invalid(
@@ -198,6 +208,9 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
                 "interactive: no class is more urgent, so nothing could pause it",
             ));
         }
+        if let Some(slot) = slo.classes.get_mut(p as usize) {
+            *slot = super::slo::check("queue.classes.ttft_slo_ms", &name, c.ttft_slo_ms)?;
+        }
         if let Some(slot) = preemptible.get_mut(p as usize) {
             *slot = c.preemptible.unwrap_or(false);
         }
@@ -224,7 +237,7 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
         shared: raw.shared.unwrap_or(false),
         lease: Duration::from_millis(lease_ms),
         sync: Duration::from_millis(sync_ms),
-        slo: super::slo::Slos::default(),
+        slo,
     })
 }
 

@@ -7,7 +7,6 @@
 
 use llamatap_policy::tenant::{Priority, TenantId};
 
-use super::queue::RawQueue;
 use super::tenant::RawKey;
 use super::{invalid, ConfigError};
 
@@ -39,32 +38,30 @@ impl Slos {
     }
 }
 
-/// Validates every `ttft_slo_ms`: 1 to [`MAX_SLO_MS`].
-pub fn slos(keys: Option<&[RawKey]>, queue: &RawQueue) -> Result<Slos, ConfigError> {
-    let check = |key: &'static str, who: &str, v: Option<u64>| match v {
+/// Validates one `ttft_slo_ms` (1 to [`MAX_SLO_MS`]) of `who`, under `key`.
+pub fn check(key: &'static str, who: &str, v: Option<u64>) -> Result<Option<u32>, ConfigError> {
+    match v {
         None => Ok(None),
         Some(ms @ 1..=MAX_SLO_MS) => Ok(u32::try_from(ms).ok()),
         Some(ms) => Err(invalid(
             key,
             &format!("{who}: ttft_slo_ms {ms} is not between 1 and {MAX_SLO_MS}"),
         )),
-    };
-    let mut tenants = Vec::new();
-    for k in keys.unwrap_or_default() {
-        let who = format!("tenant {:?}", k.name.trim());
-        tenants.push(check("auth.keys", &who, k.ttft_slo_ms)?);
     }
-    let mut classes = [None; 3];
-    for (name, c) in &queue.classes {
-        // An unknown class name is refused by the queue's own validation.
-        let Some(p) = Priority::parse(name) else {
-            continue;
-        };
-        if let Some(slot) = classes.get_mut(p as usize) {
-            *slot = check("queue.classes.ttft_slo_ms", name, c.ttft_slo_ms)?;
-        }
-    }
-    Ok(Slos { tenants, classes })
+}
+
+/// Validates the tenants' `ttft_slo_ms`, in `[[auth.keys]]` order.
+pub fn tenants(keys: Option<&[RawKey]>) -> Result<Vec<Option<u32>>, ConfigError> {
+    keys.unwrap_or_default()
+        .iter()
+        .map(|k| {
+            check(
+                "auth.keys",
+                &format!("tenant {:?}", k.name.trim()),
+                k.ttft_slo_ms,
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,8 +22,10 @@ use pingora::Result;
 
 use super::context::RequestCtx;
 use super::reply::{write_error, write_error_with, ErrorReply};
-use super::steps::Steps;
-use crate::ttft::{self, slo, Finished, Predicted};
+use crate::admission::Admission;
+use crate::config::slo::Slos;
+use crate::fleet::Fleet;
+use crate::ttft::{self, slo, Finished, Predicted, Predictor};
 use llamatap_policy::tenant::Priority;
 use llamatap_policy::ttft::{Confidence, Timings};
 use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
@@ -36,7 +38,13 @@ pub const PREDICTED_HEADER: &str = "x-llamatap-predicted-ttft-ms";
 /// Reads the request's objective and judges it; `Ok(true)` when llamatap
 /// answered (a malformed header, or an objective no member is predicted
 /// to meet).
-pub async fn admit(session: &mut Session, ctx: &mut RequestCtx, steps: &Steps) -> Result<bool> {
+pub async fn admit(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    (predictor, fleet): (&Predictor, &Fleet),
+    slos: &Slos,
+    admission: &Admission,
+) -> Result<bool> {
     if !ctx.asked.route.uses_slot() {
         return Ok(false);
     }
@@ -48,12 +56,10 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx, steps: &Steps) -
         .and_then(|v| v.trim().parse::<u64>().ok());
     let plan = &mut ctx.attempt.routed.ttft;
     plan.prompt_bytes = ttft::prompt_bytes(&ctx.attempt.routed.chain, body_bytes);
-    let slos = &steps.config.queue.slo;
     let default = if slos.is_empty() {
         None
     } else {
-        let class = steps
-            .admission
+        let class = admission
             .class_of(req, ctx.who.tenant)
             .unwrap_or(Priority::Default);
         slos.default_for(ctx.who.tenant, class)
@@ -79,24 +85,20 @@ pub async fn admit(session: &mut Session, ctx: &mut RequestCtx, steps: &Steps) -
     let model = ctx.asked.request.model.as_deref();
     let chain = &ctx.attempt.routed.chain;
     let bytes = plan.prompt_bytes;
-    let members: Vec<(usize, llamatap_policy::ttft::Prediction)> = steps
-        .fleet
+    let members: Vec<(usize, llamatap_policy::ttft::Prediction)> = fleet
         .servers(model)
         .into_iter()
         .map(|m| {
-            let p = steps
-                .predictor
-                .predict(&steps.fleet, m, model, chain, bytes, false);
+            let sizes = (bytes, fleet.cached_bytes(m, chain));
+            let p = predictor.predict(fleet, m, model, sizes, false);
             (m, p.prediction)
         })
         .collect();
     match slo::judge(slo_ms, &members) {
         None => Ok(false),
         Some(slo::Verdict::Unattainable { best: (member, ms) }) => {
-            let predicted =
-                steps
-                    .predictor
-                    .predict(&steps.fleet, member, model, chain, bytes, false);
+            let sizes = (bytes, fleet.cached_bytes(member, chain));
+            let predicted = predictor.predict(fleet, member, model, sizes, false);
             plan.predicted = Some(predicted);
             refuse(session, ctx, slo_ms, ms).await;
             Ok(true)
@@ -137,20 +139,26 @@ async fn refuse(session: &mut Session, ctx: &mut RequestCtx, slo_ms: u32, best_m
 
 /// The prediction for the attempt's member, just chosen (and counted in
 /// its in-flight load).
-pub fn dispatched(steps: &Steps, ctx: &mut RequestCtx) {
+pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     let Some(member) = ctx.attempt.member else {
         return;
     };
     if !ctx.asked.route.uses_slot() {
         return;
     }
+    // The router's own estimate at its choice: the chain is in the
+    // member's index now, so a second look would find all of it.
+    let cached = ctx
+        .attempt
+        .routed
+        .decision
+        .map_or(0, |d| d.prediction.bytes);
     let plan = &mut ctx.attempt.routed.ttft;
-    plan.predicted = Some(steps.predictor.predict(
-        &steps.fleet,
+    plan.predicted = Some(predictor.predict(
+        fleet,
         member,
         ctx.asked.request.model.as_deref(),
-        &ctx.attempt.routed.chain,
-        plan.prompt_bytes,
+        (plan.prompt_bytes, cached),
         true,
     ));
 }
@@ -164,7 +172,7 @@ pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
 }
 
 /// The record's [`TtftFacts`], and the book learns from the answer.
-pub fn finish(steps: &Steps, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
+pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
     let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
     let Some(p) = plan.predicted else {
         return;
@@ -201,7 +209,7 @@ pub fn finish(steps: &Steps, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
             .zip(dispatched)
             .and_then(|(f, d)| f.checked_sub(d)),
     };
-    steps.predictor.learn(&p, &done);
+    predictor.learn(&p, &done);
 }
 
 fn confidence(p: &Predicted) -> &'static str {

@@ -109,7 +109,7 @@ impl Steps {
             .await;
         }
         let address = routing::choose(&self.fleet, ctx)?;
-        predict::dispatched(self, ctx);
+        predict::dispatched(&self.predictor, &self.fleet, ctx);
         Ok(Box::new(attempt::peer(&self.config, address)))
     }
 
@@ -131,7 +131,7 @@ impl Steps {
                 Secured::Kept => return Ok(peer),
                 Secured::Reroute => {
                     let address = routing::choose(&self.fleet, ctx)?;
-                    predict::dispatched(self, ctx);
+                    predict::dispatched(&self.predictor, &self.fleet, ctx);
                     peer = Box::new(attempt::peer(&self.config, address));
                 }
             }

@@ -8,7 +8,8 @@
 //!   weighed through the prediction of each).
 //! - When every member is predicted over it, the request is refused only
 //!   if each of those predictions is of [`Confidence::High`]; otherwise it
-//!   is admitted, to the member predicted fastest, and the verdict says so
+//!   is admitted, leaving out only the members surely over it (so that
+//!   the unsure ones go on learning), and the verdict says so
 //!   ([`Verdict::Unsure`]).
 //!
 //! Pure: no clock, no I/O. Deliberately not here: pausing a running
@@ -27,9 +28,9 @@ pub enum Verdict {
         avoid: Vec<usize>,
     },
     /// No member is predicted within it, but some prediction is of low
-    /// confidence: admit to the fastest, leaving out the others.
+    /// confidence: admit, leaving out the members surely over it.
     Unsure {
-        /// Every member but the fastest.
+        /// The members predicted over it with high confidence.
         avoid: Vec<usize>,
         /// The fastest member's prediction, ms.
         best_ms: f64,
@@ -56,6 +57,7 @@ impl Verdict {
 pub fn judge(slo_ms: u32, members: &[(usize, Prediction)]) -> Option<Verdict> {
     let slo = f64::from(slo_ms);
     let mut avoid = Vec::new();
+    let mut surely_over = Vec::new();
     let mut meets = false;
     let mut sure = true;
     let mut best: Option<(usize, f64)> = None;
@@ -73,6 +75,8 @@ pub fn judge(slo_ms: u32, members: &[(usize, Prediction)]) -> Option<Verdict> {
                 }
                 if e.confidence != Confidence::High {
                     sure = false;
+                } else if e.ttft_ms > slo {
+                    surely_over.push(m);
                 }
                 if best.is_none_or(|(_, b)| e.ttft_ms < b) {
                     best = Some((m, e.ttft_ms));
@@ -90,9 +94,8 @@ pub fn judge(slo_ms: u32, members: &[(usize, Prediction)]) -> Option<Verdict> {
     if sure {
         return Some(Verdict::Unattainable { best });
     }
-    avoid.retain(|&m| m != best.0);
     Some(Verdict::Unsure {
-        avoid,
+        avoid: surely_over,
         best_ms: best.1,
     })
 }

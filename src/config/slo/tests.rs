@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::queue::RawClass;
+use crate::config::queue::{queue, RawClass, RawQueue};
 
 fn key(name: &str, slo: Option<u64>) -> RawKey {
     RawKey {
@@ -9,18 +9,25 @@ fn key(name: &str, slo: Option<u64>) -> RawKey {
     }
 }
 
-#[test]
-fn a_tenant_default_wins_over_its_class() {
-    let mut queue = RawQueue::default();
-    queue.classes.insert(
-        "interactive".into(),
+fn class(name: &str, slo: u64) -> RawQueue {
+    let mut raw = RawQueue::default();
+    raw.classes.insert(
+        name.into(),
         RawClass {
-            ttft_slo_ms: Some(300),
+            ttft_slo_ms: Some(slo),
             ..RawClass::default()
         },
     );
+    raw
+}
+
+#[test]
+fn a_tenant_default_wins_over_its_class() {
     let keys = [key("a", Some(200)), key("b", None)];
-    let s = slos(Some(&keys), &queue).unwrap();
+    let q = queue(class("interactive", 300))
+        .unwrap()
+        .with_tenant_slos(tenants(Some(&keys)).unwrap());
+    let s = &q.slo;
     assert_eq!(
         s.default_for(TenantId::Named(0), Priority::Interactive),
         Some(200)
@@ -35,28 +42,21 @@ fn a_tenant_default_wins_over_its_class() {
         Some(300)
     );
     assert!(!s.is_empty());
-    assert!(slos(None, &RawQueue::default()).unwrap().is_empty());
+    assert!(queue(RawQueue::default()).unwrap().slo.is_empty());
 }
 
 #[test]
 fn out_of_range_objectives_are_one_line_errors() {
     for bad in [0, MAX_SLO_MS + 1] {
-        let e = slos(Some(&[key("a", Some(bad))]), &RawQueue::default()).unwrap_err();
-        let line = e.to_string();
+        let line = tenants(Some(&[key("a", Some(bad))]))
+            .unwrap_err()
+            .to_string();
         assert!(
             line.contains("auth.keys") && line.contains("ttft_slo_ms"),
             "{line}"
         );
         assert!(!line.contains('\n'));
-        let mut queue = RawQueue::default();
-        queue.classes.insert(
-            "batch".into(),
-            RawClass {
-                ttft_slo_ms: Some(bad),
-                ..RawClass::default()
-            },
-        );
-        let e = slos(None, &queue).unwrap_err().to_string();
+        let e = queue(class("batch", bad)).unwrap_err().to_string();
         assert!(
             e.contains("queue.classes.ttft_slo_ms") && e.contains("batch"),
             "{e}"

@@ -51,7 +51,7 @@ fn every_member_surely_over_it_is_a_refusal_naming_the_fastest() {
 }
 
 #[test]
-fn a_low_confidence_miss_is_admitted_to_the_fastest_and_said_so() {
+fn a_low_confidence_miss_is_admitted_leaving_out_the_sure_misses() {
     let v = judge(
         300,
         &[
@@ -65,6 +65,30 @@ fn a_low_confidence_miss_is_admitted_to_the_fastest_and_said_so() {
         Some(Verdict::Unsure {
             avoid: vec![0, 2],
             best_ms: 450.0
+        })
+    );
+    // The unsure one may be the slower: it is kept, to go on learning.
+    let v = judge(
+        300,
+        &[
+            (0, est(400.0, Confidence::High)),
+            (1, Prediction::NoData),
+            (2, est(900.0, Confidence::Low)),
+        ],
+    );
+    assert_eq!(v, Some(Verdict::Meets { avoid: vec![0, 2] }));
+    let v = judge(
+        300,
+        &[
+            (0, est(400.0, Confidence::High)),
+            (2, est(900.0, Confidence::Low)),
+        ],
+    );
+    assert_eq!(
+        v,
+        Some(Verdict::Unsure {
+            avoid: vec![0],
+            best_ms: 400.0
         })
     );
 }
