@@ -198,6 +198,96 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     assert!(metric_sum(&metrics, "llamatap_ttft_slo_refusals_total", &[]) >= 11.0);
 }
 
+/// Three clients at once on two members of two slots each, every request
+/// with the same objective: the share refused, how fast, and the share of
+/// admitted requests whose first token came within it (printed; asserted:
+/// the shapes, refusals at once, and most admitted requests meeting it).
+#[test]
+fn under_load_an_objective_is_met_or_refused_at_once() {
+    let _one = serial();
+    let servers = start_servers(2, "medium", &[]);
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let proxy = Llamatap::start_fleet(&urls, &["--routing-policy", "least_busy"]);
+    let up = wait_for(Duration::from_secs(15), || {
+        let m = proxy.metrics();
+        servers.iter().all(|s| upstream_up(&m, s) == Some(1.0))
+    });
+    assert!(up.is_some(), "upstreams never up: {}", proxy.stderr());
+    let addr = proxy.addr();
+    let base = servers[0].prompt_of_tokens(500);
+    // Warm-up, two at a time so that a busy slot beside is measured too.
+    let mut idle = Vec::new();
+    for round in 0..8 {
+        let (a, b) = std::thread::scope(|sc| {
+            let one = sc.spawn(|| chat(&addr, &format!("warm{round}a {base}"), None));
+            let two = sc.spawn(|| chat(&addr, &format!("warm{round}b {base}"), None));
+            (one.join().unwrap(), two.join().unwrap())
+        });
+        for s in [a, b] {
+            assert_eq!(s.status, 200, "{}", s.body);
+            if round >= 4 {
+                idle.push(s.ttft.unwrap().as_secs_f64() * 1000.0);
+            }
+        }
+    }
+    // An objective the members meet while not too busy: 1.5 times the
+    // median TTFT seen two at a time.
+    let slo = (median(idle) * 1.5).round() as u64;
+    let slo_text = slo.to_string();
+    let results: Vec<Seen> = std::thread::scope(|sc| {
+        let clients: Vec<_> = (0..3)
+            .map(|c| {
+                let (addr, base, slo_text) = (&addr, &base, &slo_text);
+                sc.spawn(move || {
+                    (0..12)
+                        .map(|i| chat(addr, &format!("load{c}x{i} {base}"), Some(slo_text)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let refused: Vec<&Seen> = results.iter().filter(|s| s.status == 503).collect();
+    let served: Vec<&Seen> = results.iter().filter(|s| s.status == 200).collect();
+    assert_eq!(refused.len() + served.len(), results.len());
+    for r in &refused {
+        assert!(r.body.contains("ttft_slo_unattainable"), "{}", r.body);
+    }
+    let met = served
+        .iter()
+        .filter(|s| s.ttft.is_some_and(|t| t.as_millis() as u64 <= slo))
+        .count();
+    let refusal_ms: Vec<f64> = refused
+        .iter()
+        .map(|s| s.head.as_secs_f64() * 1000.0)
+        .collect();
+    let worst_refusal = refusal_ms.iter().copied().fold(0.0, f64::max);
+    let served_ttft: Vec<f64> = served
+        .iter()
+        .filter_map(|s| s.ttft)
+        .map(|t| t.as_secs_f64() * 1000.0)
+        .collect();
+    eprintln!(
+        "objective {slo} ms, {} requests (3 clients): {} refused ({:.0}%, worst send to head {worst_refusal:.2} ms), {} served, {met} met it ({:.0}% of served); served TTFT median {:.0} ms",
+        results.len(),
+        refused.len(),
+        100.0 * refused.len() as f64 / results.len() as f64,
+        served.len(),
+        100.0 * met as f64 / served.len().max(1) as f64,
+        if served_ttft.is_empty() { 0.0 } else { median(served_ttft.clone()) },
+    );
+    assert!(worst_refusal < 100.0, "{refusal_ms:?}");
+    assert!(!served.is_empty(), "every request refused");
+    assert!(
+        met * 10 >= served.len() * 7,
+        "{met} of {} served requests met {slo} ms: {served_ttft:.0?}",
+        served.len()
+    );
+}
+
 #[test]
 fn ttft_slo_ms_out_of_range_is_a_one_line_config_error() {
     for (name, toml) in [
