@@ -17,9 +17,13 @@ TTFT, from what a proxy would know at that moment:
 
 After each answer the predictor learns from llama-server's `timings`, the
 slots busy beside the request when its prefill started (first
-`prompt_progress` event), and, for requests that started at once, the
-measured TTFT and the time to the first progress event. At the first
-progress event the corrected prediction is recorded too.
+`prompt_progress` event), the tokens of other prompts prefilled during its
+prefill (pro rata of the overlap of their prefill intervals), the tokens the
+busy slots had left to prefill when it was sent, its `max_tokens`, and, for
+requests that started at once (a free slot, no prompt prefilling beside),
+the measured TTFT and the time to the first progress event. At the first
+progress event, and at the first one with part of the prompt done, the
+corrected prediction is recorded too.
 
 The workload: multi-turn conversations (each its own system prompt, turns
 reuse the cache; some turns change the system prompt: a cache break the

@@ -34,7 +34,7 @@
 //! llama-server's own count, and the prefill's measured speed so far scales
 //! what is left.
 //!
-//! Memory is bounded: a fixed-size record per key (about 700 bytes) and at
+//! Memory is bounded: a fixed-size record per key (at most 640 bytes) and at
 //! most `capacity` keys; a new key at capacity replaces the one updated
 //! longest ago (a scan of the table, once per new key). A prediction and an
 //! update are O(1) (a hash lookup, fixed loops over 8 busy-slot buckets and

@@ -2,11 +2,15 @@
 //!
 //! Learned from each finished request ([`Observation`]):
 //! - the prefill curve on an idle member (`fit.rs`), from `prompt_n` (plus
-//!   the tokens other slots still had to prefill: they share the batches),
-//!   `cache_n` and `prompt_ms` divided by the bend at the busy slots then;
+//!   the tokens of other prompts prefilled during it: they shared its
+//!   batches), `cache_n` and `prompt_ms` divided by the bend at the busy
+//!   slots then;
 //! - the prefill bend and the decode bend with other busy slots (`bend.rs`);
-//! - the decode time per token on an idle member, the typical answer length
-//!   and a typical prefill (for the queue, `wait.rs`);
+//! - the share of the prompts prefilling beside at dispatch that went
+//!   through the request's batches;
+//! - the decode time per token on an idle member, the typical answer length,
+//!   the share of `max_tokens` answers use and a typical prefill (for when a
+//!   busy slot frees, `wait.rs`);
 //! - the per-request overhead outside `prompt_ms` (`ttft − prompt_ms`, from
 //!   requests that started at once), and the part of it before the slot
 //!   starts (from the first progress event);

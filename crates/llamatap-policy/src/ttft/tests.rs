@@ -634,3 +634,10 @@ fn answers_that_run_to_max_tokens_hold_their_slot_to_the_end() {
     let decode = quarter.learned(&0).unwrap().decode_ms_per_token.unwrap();
     assert!(rel_err(e.wait_ms, 90.0 * decode) < 0.05, "{e:?}");
 }
+
+#[test]
+fn a_members_record_is_small_and_fixed() {
+    // No allocation inside: the record is its size, whatever it learned.
+    let size = std::mem::size_of::<member::Rates>();
+    assert!(size <= 640, "{size} bytes");
+}
