@@ -93,9 +93,6 @@ pub struct Plan {
     pub slo_ms: Option<u32>,
     /// Members left out of routing: predicted over the objective.
     pub avoid: Vec<usize>,
-    /// No member was predicted within the objective with high confidence:
-    /// it was admitted on a low-confidence or missing prediction.
-    pub unsure: bool,
     /// The prompt's size in bytes ([`prompt_bytes`]).
     pub prompt_bytes: u64,
     /// The current attempt's prediction.

@@ -104,7 +104,6 @@ pub async fn admit(
             Ok(true)
         }
         Some(v) => {
-            plan.unsure = matches!(v, slo::Verdict::Unsure { .. });
             plan.avoid = v.avoid().to_vec();
             Ok(false)
         }
