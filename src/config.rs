@@ -16,6 +16,7 @@ mod locate;
 mod otlp_metrics;
 pub mod queue;
 mod raw;
+pub mod slo;
 mod suggest;
 pub mod telemetry;
 pub mod tenant;
@@ -262,9 +263,10 @@ impl Config {
         }
         let tm = &raw.upstream_timeouts;
         let api_keys = api_keys(o.api_keys.clone().or(raw.auth.api_keys))?;
+        let tenant_slos = slo::tenants(raw.auth.keys.as_deref())?;
         let tenants = tenant::tenants(api_keys.clone(), raw.auth.keys, &|v| std::env::var(v).ok())?;
         let store = tenant::store(raw.auth.store)?;
-        let queue = queue::queue(raw.queue)?;
+        let queue = queue::queue(raw.queue)?.with_tenant_slos(tenant_slos);
         if queue.shared && store.is_none() {
             return Err(invalid(
                 "queue.shared",

@@ -339,6 +339,29 @@ impl Fleet {
         })
     }
 
+    /// Text bytes of `chain` the affinity book says member `i` holds in
+    /// its cache (0 when none, or not known).
+    pub fn cached_bytes(&self, i: usize, chain: &Chain) -> u64 {
+        let links = self
+            .router
+            .lock()
+            .ok()
+            .and_then(|r| r.index(i).map(|index| index.matched(chain.links()).links));
+        links.map_or(0, |n| chain.bytes(n))
+    }
+
+    /// The usable members that can serve a request for `model` (every
+    /// usable one when the fleet serves one model), by id.
+    pub fn servers(&self, model: Option<&str>) -> Vec<usize> {
+        let filter = self.serves_several_models();
+        self.serving()
+            .iter()
+            .filter(|m| m.healthy() && !self.ejected(m))
+            .filter(|m| !filter || model.is_none_or(|name| m.serves(name)))
+            .map(|m| m.id)
+            .collect()
+    }
+
     /// The request counted by [`Fleet::choose`] on member `i` is over.
     pub fn release(&self, i: usize) {
         if let Some(m) = self.member(i) {

@@ -37,4 +37,5 @@ pub mod replay;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod ttft;
 pub mod upstream;

@@ -31,6 +31,7 @@ mod guard;
 mod lookup;
 pub mod moves;
 mod outcome;
+mod predict;
 mod reply;
 mod request_head;
 mod routing;
@@ -222,6 +223,12 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
+        let s = &self.steps;
+        let slos = &s.config.queue.slo;
+        let using = (&*s.predictor, &*s.fleet);
+        if Box::pin(predict::admit(session, ctx, using, slos, &s.admission)).await? {
+            return Ok(true);
+        }
         if let Some(r) = Box::pin(queue(session, ctx, &self.steps.admission)).await? {
             Box::pin(reply::write_refusal(session, ctx, &r)).await;
             return Ok(true);
@@ -309,6 +316,7 @@ impl ProxyHttp for LlamaProxy {
         let path = logged_path(req);
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, end.outcome(), end.error(), client);
+        predict::finish(&self.steps.predictor, ctx, &mut rec);
         rec.upstream = routing::finish(&self.steps.fleet, ctx, &rec, &end);
         rec.cache_break = self.steps.breaks.finish(
             ctx.attempt.routed.prompt.take(),

@@ -68,6 +68,8 @@ pub struct RawClass {
     /// pause a running answer of this class (it continues later); default
     /// false.
     pub preemptible: Option<bool>,
+    /// Default TTFT objective of this class's requests, ms ([`super::slo`]).
+    pub ttft_slo_ms: Option<u64>,
 }
 
 /// Validated `[queue]`.
@@ -95,6 +97,8 @@ pub struct Queue {
     pub lease: Duration,
     /// How often the shared view is read.
     pub sync: Duration,
+    /// Default TTFT objectives per tenant and class ([`super::slo`]).
+    pub slo: super::slo::Slos,
 }
 
 /// Default `queue.lease_ms`.
@@ -115,7 +119,17 @@ impl Default for Queue {
             shared: false,
             lease: Duration::from_millis(DEFAULT_LEASE_MS),
             sync: Duration::from_millis(DEFAULT_SYNC_MS),
+            slo: super::slo::Slos::default(),
         }
+    }
+}
+
+impl Queue {
+    /// This queue with the tenants' default TTFT objectives
+    /// ([`super::slo::tenants`]).
+    pub fn with_tenant_slos(mut self, tenants: Vec<Option<u32>>) -> Queue {
+        self.slo.tenants = tenants;
+        self
     }
 }
 
@@ -156,6 +170,7 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
     }
     let mut classes = [ClassRules::default(); 3];
     let mut preemptible = [false; 3];
+    let mut slo = super::slo::Slos::default();
     for (name, c) in raw.classes {
         let Some(p) = Priority::parse(&name) else {
             return Err(invalid(
@@ -193,6 +208,9 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
                 "interactive: no class is more urgent, so nothing could pause it",
             ));
         }
+        if let Some(slot) = slo.classes.get_mut(p as usize) {
+            *slot = super::slo::check("queue.classes.ttft_slo_ms", &name, c.ttft_slo_ms)?;
+        }
         if let Some(slot) = preemptible.get_mut(p as usize) {
             *slot = c.preemptible.unwrap_or(false);
         }
@@ -219,6 +237,7 @@ pub fn queue(raw: RawQueue) -> Result<Queue, ConfigError> {
         shared: raw.shared.unwrap_or(false),
         lease: Duration::from_millis(lease_ms),
         sync: Duration::from_millis(sync_ms),
+        slo,
     })
 }
 

@@ -42,6 +42,8 @@ pub struct RawKey {
     pub max_concurrent: Option<u32>,
     /// The key may use llama-server's administrative routes.
     pub admin: Option<bool>,
+    /// Default TTFT objective of its requests, ms ([`super::slo`]).
+    pub ttft_slo_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for RawKey {

@@ -222,6 +222,14 @@ impl Member {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// llama-server's `requests_deferred` at the last read, if known.
+    pub fn deferred(&self) -> Option<u32> {
+        match self.deferred.load(Ordering::Relaxed) {
+            u32::MAX => None,
+            n => Some(n),
+        }
+    }
+
     /// Slots listed by its last `/slots` answer, if read.
     pub fn total_slots(&self) -> Option<u32> {
         match self.total_slots.load(Ordering::Relaxed) {

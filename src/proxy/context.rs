@@ -164,6 +164,8 @@ pub struct Routed {
     /// The current attempt's member was ejected already (a failed connect,
     /// an unwell answer): `logging` does not eject it a second time.
     pub ejected: bool,
+    /// Its TTFT objective and prediction ([`crate::ttft`]).
+    pub ttft: crate::ttft::Plan,
 }
 
 impl RequestCtx {
@@ -290,6 +292,7 @@ impl RequestCtx {
                     .unwrap_or_else(|| now.saturating_duration_since(self.asked.received)),
                 waited: a.waited,
             }),
+            ttft: None,
         };
         if let (Some(body), Some(format)) =
             (self.seen.json_body.take(), self.asked.route.stream_format())

@@ -155,15 +155,21 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         ctx.who.session,
         &ctx.attempt.routed.tried,
     );
+    let avoid = &ctx.attempt.routed.ttft.avoid;
     let choose = |full: &[usize]| {
         // The member holding the request's conversation: a replay's
         // whatever its load, a follow-up's while it has a slot.
         if let Some(p) = held.filter(|p| p.strict || !full.contains(&p.member)) {
             return fleet.pin(p.member).ok_or(NoRoute::Exhausted);
         }
-        // The admission queue leaves out upstreams without a free slot.
+        // The admission queue leaves out upstreams without a free slot; a
+        // TTFT objective those predicted over it, while another is left.
         let exclude: Vec<usize> = tried.iter().chain(full).copied().collect();
-        fleet.choose(model, chain, session, &exclude)
+        let slo: Vec<usize> = exclude.iter().chain(avoid).copied().collect();
+        match fleet.choose(model, chain, session, &slo) {
+            Err(_) if !avoid.is_empty() => fleet.choose(model, chain, session, &exclude),
+            chosen => chosen,
+        }
     };
     let ticket = ctx.admission.as_deref_mut().and_then(|h| h.ticket.as_mut());
     let chosen = match ticket {

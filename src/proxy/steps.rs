@@ -28,7 +28,7 @@ use pingora::{Error, Result};
 use super::cachebreak::Breaks;
 use super::context::RequestCtx;
 use super::moves::Moves;
-use super::{attempt, bodies, conversation, request_head, routing, tenant};
+use super::{attempt, bodies, conversation, predict, request_head, routing, tenant};
 use crate::admission::{self, Secured};
 use crate::config::Config;
 use crate::conversations::Conversations;
@@ -56,6 +56,8 @@ pub struct Steps {
     pub(super) moves: Arc<Moves>,
     /// Which member holds which resumable stream.
     pub(super) conversations: Arc<Conversations>,
+    /// The TTFT predictor ([`crate::ttft`]).
+    pub(super) predictor: Arc<crate::ttft::Predictor>,
 }
 
 impl Steps {
@@ -92,6 +94,7 @@ impl Steps {
             breaks,
             admission,
             moves,
+            predictor: Arc::default(),
         }
     }
 
@@ -114,6 +117,7 @@ impl Steps {
             .await;
         }
         let address = routing::choose(&self.fleet, ctx)?;
+        predict::dispatched(&self.predictor, &self.fleet, ctx);
         Ok(Box::new(attempt::peer(&self.config, address)))
     }
 
@@ -135,6 +139,7 @@ impl Steps {
                 Secured::Kept => return Ok(peer),
                 Secured::Reroute => {
                     let address = routing::choose(&self.fleet, ctx)?;
+                    predict::dispatched(&self.predictor, &self.fleet, ctx);
                     peer = Box::new(attempt::peer(&self.config, address));
                 }
             }
@@ -247,7 +252,7 @@ impl Steps {
         for (name, value) in llamatap_policy::tenant::window::quota_headers(&ctx.who.quota) {
             resp.insert_header(name, value)?;
         }
-        Ok(())
+        predict::head(resp, ctx)
     }
 
     /// An answer body chunk, passed unchanged ([`bodies::response_chunk`]).

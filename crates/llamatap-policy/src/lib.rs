@@ -13,6 +13,9 @@
 //! - [`secret`]: a key whose `Debug` never shows it.
 //! - [`conversation`]: which fleet member holds which resumable stream
 //!   (the bounded conversation book).
+//! - [`ttft`]: time to first token predicted before dispatch, learned
+//!   online per member and model from `timings`, and corrected by
+//!   llama-server's prefill progress.
 //! - [`answer`]: why an answer was cut and continued, and what became of it
 //!   (the typed causes the proxy decides by and telemetry records).
 //!
@@ -27,3 +30,4 @@ pub mod queue;
 pub mod router;
 pub mod secret;
 pub mod tenant;
+pub mod ttft;

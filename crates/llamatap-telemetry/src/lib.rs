@@ -29,6 +29,7 @@ pub mod served;
 pub mod settings;
 pub mod spans;
 pub mod tenant;
+pub mod ttft;
 pub mod upstreams;
 
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -136,6 +136,8 @@ pub struct Metrics {
     pub continuation: super::continuation::ContinuationMetrics,
     /// `llamatap_conversation_*`.
     pub conversation: super::conversation::ConversationMetrics,
+    /// The TTFT prediction's families.
+    pub ttft: super::ttft::TtftMetrics,
     /// The OTLP metrics (off unless OTLP metrics export is on).
     pub genai: Arc<GenAiMetrics>,
 }
@@ -223,6 +225,7 @@ impl Metrics {
         let queue = super::queue::QueueMetrics::register(&mut r);
         let continuation = super::continuation::ContinuationMetrics::register(&mut r);
         let conversation = super::conversation::ConversationMetrics::register(&mut r);
+        let ttft = super::ttft::TtftMetrics::register(&mut r);
         let upstream_models = Family::<ServedLabels, Gauge>::default();
         r.register(
             "llamatap_upstream_models",
@@ -261,6 +264,7 @@ impl Metrics {
             queue,
             continuation,
             conversation,
+            ttft,
             genai: Arc::new(GenAiMetrics::new()),
         };
         m.build_info

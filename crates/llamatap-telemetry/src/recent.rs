@@ -63,6 +63,9 @@ pub struct RecentRequest {
     /// Each continuation of the answer (at most
     /// [`crate::continuation::MAX_KEPT`]).
     pub continuations: Vec<ContinuationMark>,
+    /// Where the predicted first token fell, from arrival (dispatch plus
+    /// the prediction), when one was made and the request was dispatched.
+    pub predicted_first_token: Option<Duration>,
 }
 
 /// A continuation as the page marks it: when (from arrival), why, how it
@@ -114,6 +117,10 @@ impl RecentRequest {
                 .iter()
                 .map(|c| (c.at, c.reason.as_str(), c.result.as_str(), c.pause))
                 .collect(),
+            predicted_first_token: rec.ttft.and_then(|t| {
+                let ms = t.predicted_ms?;
+                Some(t.dispatched? + Duration::from_millis(ms))
+            }),
         }
     }
 }

@@ -202,6 +202,35 @@ pub struct RequestRecord {
     /// [`crate::continuation::MAX_KEPT`]), each one cut mid-stream (its
     /// upstream failed or drained, or its slot was taken).
     pub continuations: Vec<crate::continuation::Continued>,
+    /// The TTFT predicted before dispatch; `None` for a request that uses
+    /// no slot, or one refused before its prediction.
+    pub ttft: Option<TtftFacts>,
+}
+
+/// The TTFT predicted for a request before its dispatch, and its objective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TtftFacts {
+    /// The prediction, whole milliseconds; `None`: the predictor had no
+    /// data for the member and model.
+    pub predicted_ms: Option<u64>,
+    /// `high`, `low` or `none` (no data).
+    pub confidence: &'static str,
+    /// The request's TTFT objective, ms, when it had one.
+    pub slo_ms: Option<u32>,
+    /// Arrival to dispatch (the prediction's start); `None` when refused
+    /// before dispatch.
+    pub dispatched: Option<Duration>,
+}
+
+impl TtftFacts {
+    /// The measured TTFT over the predicted one (the first token on any
+    /// channel, from dispatch), when both are known and the prediction is
+    /// above 0.
+    pub fn ratio(&self, first_token_any: Option<Duration>) -> Option<f64> {
+        let predicted = self.predicted_ms.filter(|ms| *ms > 0)? as f64;
+        let actual = first_token_any?.checked_sub(self.dispatched?)?;
+        Some(actual.as_secs_f64() * 1000.0 / predicted)
+    }
 }
 
 /// A request's passage through the admission queue.

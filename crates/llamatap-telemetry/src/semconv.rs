@@ -78,6 +78,12 @@ pub const LLAMATAP_ROUTE_FAILOVERS: &str = "llamatap.route.failovers";
 pub const LLAMATAP_ROUTE_PREDICTED_CACHED_TOKENS: &str = "llamatap.route.predicted_cached_tokens";
 /// The prediction against `cache_n`: confirmed, shortfall, unpredicted, cold.
 pub const LLAMATAP_ROUTE_PREDICTION: &str = "llamatap.route.prediction";
+/// The TTFT predicted before dispatch, milliseconds (int).
+pub const LLAMATAP_TTFT_PREDICTED_MS: &str = "llamatap.ttft.predicted_ms";
+/// The prediction's confidence: `high`, `low` or `none` (no data).
+pub const LLAMATAP_TTFT_CONFIDENCE: &str = "llamatap.ttft.confidence";
+/// The request's TTFT objective, milliseconds (int).
+pub const LLAMATAP_TTFT_SLO_MS: &str = "llamatap.ttft.slo_ms";
 
 /// `http.request.method`.
 pub const HTTP_REQUEST_METHOD: &str = "http.request.method";

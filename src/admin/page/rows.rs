@@ -24,16 +24,17 @@ pub(super) fn requests(
         ("t", "headers → first token"),
         ("s", "first token → end (streaming)"),
         ("m", "first sentence complete"),
+        ("pr", "predicted first token"),
         ("p", "llama-server prefill"),
         ("d", "llama-server decode"),
     ] {
         if cls == "q" && !queue {
             continue;
         }
-        let style = if cls == "m" {
-            " style=\"background:var(--sent);width:3px\""
-        } else {
-            ""
+        let style = match cls {
+            "m" => " style=\"background:var(--sent);width:3px\"",
+            "pr" => " style=\"border-left:2px dashed #0f766e;width:0;height:10px\"",
+            _ => "",
         };
         let _ = write!(h, "<span><i class={cls}{style}></i>{what}</span>");
     }
@@ -202,8 +203,12 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
         Some(q) => format!("queued {} · ", ms(Some(q))),
         None => String::new(),
     };
+    let predicted = match r.predicted_first_token {
+        Some(p) => format!("predicted first token {} · ", ms(Some(p))),
+        None => String::new(),
+    };
     let title = format!(
-        "{queued}headers {} · first token {} · first sentence {} · end {} · prefill {} · decode {} (ms)",
+        "{queued}{predicted}headers {} · first token {} · first sentence {} · end {} · prefill {} · decode {} (ms)",
         ms(r.upstream_headers),
         ms(r.first_token),
         ms(r.first_sentence),
@@ -237,6 +242,10 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
     if let Some(s) = r.first_sentence.map(ms_f) {
         let left = (s / scale * 100.0).clamp(0.0, 99.5);
         let _ = write!(h, "<i class=m style='left:{left:.2}%'></i>");
+    }
+    if let Some(p) = r.predicted_first_token.map(ms_f) {
+        let left = (p / scale * 100.0).clamp(0.0, 99.5);
+        let _ = write!(h, "<i class=pr style='left:{left:.2}%'></i>");
     }
     for (at, ..) in &r.continuations {
         let left = (ms_f(*at) / scale * 100.0).clamp(0.0, 99.5);

@@ -28,6 +28,7 @@ fn req(model: &str, outcome: &'static str, end_ms: u64) -> RecentRequest {
         tenant: None,
         class: None,
         continuations: Vec::new(),
+        predicted_first_token: None,
     }
 }
 

@@ -70,6 +70,8 @@ fn a_line_has_every_field() {
         "priority": null,
         "queued_ms": null,
         "ttft_ms": 30.5,
+        "predicted_ttft_ms": null,
+        "ttft_slo_ms": null,
         "first_sentence_ms": 90.0,
         "e2e_ms": 310.0,
         "prompt_tokens": 10,
@@ -176,4 +178,18 @@ fn a_continued_answer_lists_its_cuts() {
         serde_json::json!([{"reason": "stalled", "result": "continued", "to": "gpu-b",
             "tokens_before": 40, "pause_ms": 370.5}])
     );
+}
+
+#[test]
+fn the_predicted_ttft_and_the_objective_are_fields() {
+    let mut rec = record();
+    rec.ttft = Some(crate::record::TtftFacts {
+        predicted_ms: Some(420),
+        confidence: "high",
+        slo_ms: Some(500),
+        dispatched: Some(std::time::Duration::from_millis(2)),
+    });
+    let v = parse(&line(&rec, "tiny", None));
+    assert_eq!(v["predicted_ttft_ms"], 420);
+    assert_eq!(v["ttft_slo_ms"], 500);
 }

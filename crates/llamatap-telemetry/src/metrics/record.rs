@@ -114,6 +114,7 @@ impl Metrics {
         self.queue.record(rec);
         self.continuation.record(rec);
         self.conversation.record(rec);
+        self.ttft.record(rec, model);
         self.genai.record(rec, models, exemplar.map(|e| e.span));
     }
 }

@@ -75,6 +75,7 @@ impl RequestRecord {
                 waited: true,
             }),
             continuations: Vec::new(),
+            ttft: None,
         }
     }
 }

@@ -37,6 +37,7 @@ fn record() -> RequestRecord {
         queue: None,
         conversation: None,
         continuations: Vec::new(),
+        ttft: None,
     }
 }
 
@@ -55,4 +56,28 @@ fn bound_cuts_every_client_or_upstream_string() {
         r.path.capacity() <= MAX_PATH_BYTES,
         "the cut frees the rest"
     );
+}
+
+#[test]
+fn the_ttft_ratio_is_measured_from_dispatch() {
+    use std::time::Duration;
+    let facts = TtftFacts {
+        predicted_ms: Some(400),
+        confidence: "high",
+        slo_ms: None,
+        dispatched: Some(Duration::from_millis(100)),
+    };
+    let ratio = facts.ratio(Some(Duration::from_millis(600))).unwrap();
+    assert!((ratio - 1.25).abs() < 1e-9, "{ratio}");
+    assert_eq!(facts.ratio(None), None);
+    let refused = TtftFacts {
+        dispatched: None,
+        ..facts
+    };
+    assert_eq!(refused.ratio(Some(Duration::from_millis(600))), None);
+    let zero = TtftFacts {
+        predicted_ms: Some(0),
+        ..facts
+    };
+    assert_eq!(zero.ratio(Some(Duration::from_millis(600))), None);
 }

@@ -56,6 +56,16 @@ impl Tracing {
                 v.push(KeyValue::new(sc::LLAMATAP_ROUTE_PREDICTION, p));
             }
         }
+        if let Some(t) = &rec.ttft {
+            v.push(KeyValue::new(sc::LLAMATAP_TTFT_CONFIDENCE, t.confidence));
+            if let Some(ms) = t.predicted_ms {
+                let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_PREDICTED_MS, ms));
+            }
+            if let Some(ms) = t.slo_ms {
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_SLO_MS, i64::from(ms)));
+            }
+        }
         let mut put = |k: &'static str, val: Option<Value>| {
             if let Some(val) = val {
                 v.push(KeyValue::new(k, val));

@@ -1,0 +1,124 @@
+//! What the predictor is given: a finished request's facts to learn from
+//! ([`Observation`]), a request to predict ([`Query`], [`Load`]), and a
+//! prefill's progress to correct by ([`Progress`]).
+//!
+//! Plain values, copied from llama-server's JSON and the proxy's own counts
+//! by the caller; nothing here parses or measures.
+
+/// llama-server's `timings` of a finished answer (the final stream event,
+/// or a non-streamed response's `timings`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    /// `prompt_n`: prompt tokens newly processed (the cached ones excluded).
+    pub prompt_n: u32,
+    /// `prompt_ms`: the prefill's time, milliseconds.
+    pub prompt_ms: f64,
+    /// `cache_n`: prompt tokens reused from the KV cache.
+    pub cache_n: u32,
+    /// `predicted_n`: tokens generated.
+    pub predicted_n: u32,
+    /// `predicted_ms`: the decode's time, milliseconds.
+    pub predicted_ms: f64,
+}
+
+/// One finished request, as the predictor learns from it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Observation {
+    /// llama-server's `timings`.
+    pub timings: Timings,
+    /// Slots of the member busy with other requests when this one's
+    /// prefill started (its first progress event; else when dispatched).
+    pub busy_others: u32,
+    /// Prompt tokens of other requests prefilled while this one prefilled
+    /// (each other prefill's new tokens times the share of its time that
+    /// overlapped this one's): llama-server fills each batch with every
+    /// pending prompt, in slot order, so this one's `prompt_ms` covers them
+    /// too.
+    pub prefill_others: u32,
+    /// The prompt tokens the busy slots still had to prefill when this
+    /// request was dispatched (the sum of [`InFlight::prefill_left`] it was
+    /// predicted with): with `prefill_others`, it teaches how much of them
+    /// goes through this request's batches.
+    pub beside_at_dispatch: u32,
+    /// The request's `max_tokens`, if it set one: teaches the share of it
+    /// answers use, for when a busy slot will free.
+    pub max_tokens: Option<u32>,
+    /// The prompt's size in the caller's byte measure (the same measure it
+    /// passes as [`PromptSize::Bytes`]), to learn bytes per token; `None`
+    /// when not known.
+    pub prompt_bytes: Option<u64>,
+    /// The TTFT measured by the caller (request sent → first token, ms),
+    /// only when the request started at once (a free slot, nothing queued
+    /// ahead, no other prompt prefilling when it was sent): it teaches the
+    /// fixed per-request overhead (`ttft − prompt_ms`). `None` otherwise.
+    pub ttft_ms: Option<f64>,
+    /// Request sent → llama-server's first `prompt_progress` event (the 0%
+    /// one, when the slot started), ms, when the request asked for progress
+    /// and started at once: the part of the overhead before the prefill.
+    pub started_ms: Option<f64>,
+}
+
+/// How big a prompt is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptSize {
+    /// Tokens, counted (the member's tokenizer, or token ids in the body).
+    Tokens(u32),
+    /// Bytes only: converted with the tokens-per-bytes line learned from
+    /// this member's observations that carried `prompt_bytes` (4 bytes per
+    /// token until then).
+    Bytes(u64),
+}
+
+/// An answer in flight on the member, for when a slot will free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// Tokens generated so far.
+    pub generated: u32,
+    /// The request's `max_tokens` (or `n_predict`), if it set one.
+    pub max_tokens: Option<u32>,
+    /// Prompt tokens it still has to prefill (0 once its first token came;
+    /// its estimate of new tokens before its first progress event).
+    pub prefill_left: u32,
+}
+
+/// The member's load when the request would be dispatched.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Load<'a> {
+    /// The member's slots (`-np`); 0 when unknown (a free slot is assumed,
+    /// and the estimate is of low confidence).
+    pub slots: u32,
+    /// Slots busy now.
+    pub busy: u32,
+    /// Requests that will take a slot of this member before this one
+    /// (queued in the proxy for it, or deferred inside llama-server).
+    pub queue_ahead: u32,
+    /// What is known of the busy slots' answers: the first `busy` entries
+    /// are used; a busy slot without one is assumed half way through a
+    /// typical answer.
+    pub in_flight: &'a [InFlight],
+}
+
+/// A request to predict.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Query<'a> {
+    /// The whole prompt's size (cached part included).
+    pub prompt: PromptSize,
+    /// The part of the prompt the member most likely holds in its KV cache
+    /// (the affinity book's estimate, in tokens or bytes; 0 when none).
+    pub cached: PromptSize,
+    /// The member's load.
+    pub load: Load<'a>,
+}
+
+/// A `prompt_progress` event of llama-server (`"return_progress": true`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// `total`: the prompt's tokens.
+    pub total: u32,
+    /// `cache`: tokens reused from the KV cache.
+    pub cache: u32,
+    /// `processed`: tokens in the slot so far, the cached ones included.
+    pub processed: u32,
+    /// `time_ms`: milliseconds since the slot started this prompt.
+    pub time_ms: u64,
+}

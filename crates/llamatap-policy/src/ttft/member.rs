@@ -1,0 +1,342 @@
+//! One member and model's learned rates, and the prediction from them.
+//!
+//! Learned from each finished request ([`Observation`]):
+//! - the prefill curve on an idle member (`fit.rs`), from `prompt_n` (plus
+//!   the tokens of other prompts prefilled during it: they shared its
+//!   batches), `cache_n` and `prompt_ms` divided by the bend at the busy
+//!   slots then;
+//! - the prefill bend and the decode bend with other busy slots (`bend.rs`);
+//! - the share of the prompts prefilling beside at dispatch that went
+//!   through the request's batches;
+//! - the decode time per token on an idle member, the typical answer length,
+//!   the share of `max_tokens` answers use and a typical prefill (for when a
+//!   busy slot frees, `wait.rs`);
+//! - the per-request overhead outside `prompt_ms` (`ttft − prompt_ms`, from
+//!   requests that started at once), and the part of it before the slot
+//!   starts (from the first progress event);
+//! - prompt tokens per prompt byte (`bytes.rs`).
+//!
+//! Every mean is exponentially decayed with a bounded weight, so old
+//! hardware is forgotten. The curve is fitted by relative least squares and
+//! moves slowly (about twenty prefills weigh); a level, the decayed mean of
+//! the last prefills' offsets from the curve (each taken in up to a factor
+//! of 1.5, the newest weighing 0.3), scales it to the member's speed now:
+//! other work on its machine, or a restart on other hardware, shows within a
+//! few requests. A prefill off the expectation is clipped, for the curve, to
+//! three times the usual scatter (at least ±25%, at most a factor of 3).
+//!
+//! Fixed size (no allocation), O(1) per update and per prediction.
+//! Deliberately not here: the bounded table of members (`ttft.rs`).
+
+use super::bend::Bend;
+use super::bytes::BytesToTokens;
+use super::fit::PrefillFit;
+use super::input::{Observation, Progress, PromptSize, Query};
+use super::wait::{slot_wait, Pace};
+use super::{Confidence, Estimate, Prediction};
+
+/// Decay of the prefill fit per observation (about twenty observations weigh).
+const DECAY: f64 = 0.95;
+/// Decay of the other means per observation.
+const MEAN_DECAY: f64 = 0.85;
+/// Outliers are clipped to this factor of the current estimate.
+const CLIP: f64 = 3.0;
+/// The weight of the newest prefill in the level (a decayed mean).
+const LEVEL_RATE: f64 = 0.3;
+/// The largest offset (ln) from the curve one prefill brings to the level:
+/// a factor of 1.5.
+const LEVEL_STEP: f64 = 0.4;
+/// The narrowest clipping band (ln): ±25% around the curve.
+const MIN_BAND: f64 = 0.223;
+/// Observations before an estimate is of high confidence.
+const CONFIDENT_AFTER: u32 = 4;
+/// The share of the prompts other slots are prefilling that is expected to
+/// go through this one's batches, before one was learned: llama-server fills
+/// each batch in slot order, and the slot a request gets is not known.
+const BESIDE_SHARE: f64 = 0.5;
+/// Prefill tokens below which a ratio says little about the per-token rate.
+const MIN_RATIO_TOKENS: u32 = 32;
+
+/// A decayed mean with a bounded weight.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mean {
+    sum: f64,
+    weight: f64,
+}
+
+impl Mean {
+    fn add(&mut self, x: f64) {
+        if x.is_finite() {
+            self.sum = self.sum * MEAN_DECAY + x;
+            self.weight = self.weight * MEAN_DECAY + 1.0;
+        }
+    }
+
+    fn get(&self) -> Option<f64> {
+        (self.weight > 0.0).then(|| self.sum / self.weight)
+    }
+
+    /// `x` clipped to `1/CLIP..=CLIP` times the mean (plus `slack`), once
+    /// the mean has some weight.
+    fn clip(&self, x: f64, slack: f64) -> f64 {
+        match self.get() {
+            Some(m) if self.weight >= 2.0 => x.clamp(m / CLIP - slack, m * CLIP + slack),
+            _ => x,
+        }
+    }
+}
+
+/// The learned rates of one member and model.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Rates {
+    prefill: PrefillFit,
+    prefill_bend: Bend,
+    /// Idle decode ms per token.
+    decode: Mean,
+    decode_bend: Bend,
+    answer_tokens: Mean,
+    /// The share of `max_tokens` answers used.
+    used: Mean,
+    /// Prefill ms as measured (for the typical service).
+    prefill_typical: Mean,
+    overhead: Mean,
+    lead: Mean,
+    bytes: BytesToTokens,
+    /// The share of the prompts prefilling beside at dispatch that went
+    /// through this one's batches.
+    share: Mean,
+    /// Decayed mean of |ln(measured / predicted)|: the usual scatter.
+    noise: Mean,
+    /// ln of the member's speed now against the curve's: the decayed mean
+    /// of the last prefills' offsets from it (0: as fitted).
+    level: f64,
+    observations: u32,
+}
+
+impl Rates {
+    /// Learns from one finished request.
+    pub(super) fn observe(&mut self, obs: &Observation) {
+        let t = &obs.timings;
+        let busy = obs.busy_others;
+        let total = u64::from(t.prompt_n) + u64::from(t.cache_n);
+        if let Some(bytes) = obs.prompt_bytes.filter(|_| total > 0) {
+            self.bytes.add(bytes as f64, total as f64);
+        }
+        if obs.beside_at_dispatch >= MIN_RATIO_TOKENS {
+            let seen = f64::from(obs.prefill_others) / f64::from(obs.beside_at_dispatch);
+            self.share.add(seen.min(1.0));
+        }
+        if t.prompt_n > 0 && t.prompt_ms.is_finite() && t.prompt_ms >= 0.0 {
+            let new = t.prompt_n.saturating_add(obs.prefill_others);
+            self.observe_prefill(new, t.cache_n, t.prompt_ms, busy);
+            self.prefill_typical.add(t.prompt_ms);
+        }
+        if t.predicted_n >= 2 && t.predicted_ms.is_finite() && t.predicted_ms > 0.0 {
+            let per = t.predicted_ms / f64::from(t.predicted_n);
+            if let Some(idle) = self.decode.get().filter(|_| busy > 0) {
+                self.decode_bend.add(busy, per / idle, MEAN_DECAY);
+            }
+            let idle = self.decode.clip(per / self.decode_bend.at(busy), 0.0);
+            self.decode.add(idle);
+        }
+        if t.predicted_n > 0 {
+            self.answer_tokens.add(f64::from(t.predicted_n));
+            if let Some(max) = obs.max_tokens.filter(|m| *m > 0) {
+                self.used
+                    .add((f64::from(t.predicted_n) / f64::from(max)).min(1.0));
+            }
+        }
+        let timed = t.prompt_ms.is_finite() && t.prompt_ms >= 0.0;
+        if let Some(ttft) = obs.ttft_ms.filter(|v| v.is_finite() && *v >= 0.0 && timed) {
+            let over = (ttft - t.prompt_ms).max(0.0);
+            self.overhead.add(self.overhead.clip(over, 20.0).max(0.0));
+        }
+        if let Some(lead) = obs.started_ms.filter(|v| v.is_finite() && *v >= 0.0) {
+            self.lead.add(self.lead.clip(lead, 20.0).max(0.0));
+        }
+        self.observations = self.observations.saturating_add(1);
+    }
+
+    fn observe_prefill(&mut self, new: u32, cached: u32, ms: f64, busy: u32) {
+        let (n, c) = (f64::from(new), f64::from(cached));
+        let known = self.prefill.weight() >= 1.0;
+        let curve = self.prefill.at(n, c);
+        let expected = curve * self.level.exp();
+        let mut y = ms / self.prefill_bend.at(busy);
+        if known && curve > 0.0 {
+            if busy > 0 && new >= MIN_RATIO_TOKENS {
+                self.prefill_bend.add(busy, ms / expected, MEAN_DECAY);
+                y = ms / self.prefill_bend.at(busy);
+            }
+            // The level is the recent mean of where prefills fall against
+            // the (slower) curve: the member's speed now, with other work on
+            // its machine or after a restart on other hardware.
+            let off = (y / curve).ln().clamp(-LEVEL_STEP, LEVEL_STEP);
+            self.level += LEVEL_RATE * (off - self.level);
+            let surprise = (y / expected).clamp(1.0 / CLIP, CLIP).ln();
+            if self.prefill.weight() >= 2.0 {
+                // Clipped to a band of three times the usual scatter.
+                let band = self
+                    .noise
+                    .get()
+                    .map_or(CLIP.ln(), |s| (3.0 * s).clamp(MIN_BAND, CLIP.ln()))
+                    .exp();
+                y = y.clamp(expected / band, expected * band);
+            }
+            self.noise.add(surprise.abs());
+        }
+        self.prefill.add(n, c, y, DECAY);
+    }
+
+    /// Tokens of `size`, and whether they were counted (or converted with
+    /// a learned line).
+    fn tokens(&self, size: PromptSize) -> (u32, bool) {
+        match size {
+            PromptSize::Tokens(n) => (n, true),
+            PromptSize::Bytes(b) => (self.bytes.tokens(b), self.bytes.learned()),
+        }
+    }
+
+    /// The pace of the queue, once a decode rate is known.
+    fn pace(&self, slots: u32) -> Option<Pace> {
+        let idle = self.decode.get()?;
+        let full = slots.saturating_sub(1);
+        let decode_ms = idle * self.decode_bend.at(full);
+        let answer_tokens = self.answer_tokens.get().unwrap_or(1.0).max(1.0);
+        let prefill = self.prefill_typical.get().unwrap_or(0.0);
+        Some(Pace {
+            decode_ms,
+            answer_tokens,
+            used: self.used.get(),
+            service_ms: prefill + answer_tokens * decode_ms,
+            prefill_ms: self.prefill.at(1000.0, 0.0) / 1000.0
+                * self.level.exp()
+                * self.prefill_bend.at(full),
+        })
+    }
+
+    /// The prediction for `query`.
+    pub(super) fn predict(&self, query: &Query<'_>) -> Prediction {
+        if self.prefill.weight() <= 0.0 {
+            return Prediction::NoData;
+        }
+        let load = &query.load;
+        let Some((slot_ms, busy_at_start)) = slot_wait(load, self.pace(load.slots)) else {
+            return Prediction::NoData;
+        };
+        let (tokens, counted) = self.tokens(query.prompt);
+        let tokens = tokens.max(1);
+        let cached = self.tokens(query.cached).0.min(tokens - 1);
+        // The prompts other slots are still prefilling fill the batches
+        // first (in slot order; assumed ahead): this prefill ends when they
+        // and it are done. The curve is convex, so its part beyond theirs
+        // grows with them, and the whole grows with the slots busy.
+        let beside: u64 = load
+            .in_flight
+            .iter()
+            .take(load.busy as usize)
+            .map(|f| u64::from(f.prefill_left))
+            .sum();
+        let share = self.share.get().unwrap_or(BESIDE_SHARE);
+        let (b, c) = (share * beside as f64, f64::from(cached));
+        let own = f64::from(tokens - cached);
+        let factor = self.level.exp() * self.prefill_bend.at(busy_at_start);
+        let fixed = self.prefill.at(0.0, c);
+        let variable = |n: f64| (self.prefill.at(n, c) - fixed).max(0.0);
+        let ahead_ms = factor * variable(b);
+        let prefill_ms = factor * (fixed + (variable(b + own) - variable(b)).max(0.0));
+        // A slot freeing and the prompts ahead overlap: the later one counts.
+        let wait_ms = slot_ms.max(ahead_ms);
+        let overhead_ms = self.overhead.get().unwrap_or(0.0);
+        let high = self.observations >= CONFIDENT_AFTER
+            && counted
+            && self.overhead.get().is_some()
+            && self.prefill_bend.seen(busy_at_start)
+            && load.slots > 0;
+        Prediction::Estimate(Estimate {
+            ttft_ms: wait_ms + prefill_ms + overhead_ms,
+            wait_ms,
+            prefill_ms,
+            overhead_ms,
+            prompt_tokens: tokens,
+            confidence: if high {
+                Confidence::High
+            } else {
+                Confidence::Low
+            },
+        })
+    }
+
+    /// The prediction corrected by a progress event that arrived
+    /// `since_sent_ms` after the request was sent, with `busy_others` other
+    /// slots busy and `prefill_others` tokens still to prefill in them.
+    pub(super) fn correct(
+        &self,
+        p: &Progress,
+        since_sent_ms: f64,
+        busy_others: u32,
+        prefill_others: u32,
+    ) -> Prediction {
+        if self.prefill.weight() <= 0.0 || !since_sent_ms.is_finite() {
+            return Prediction::NoData;
+        }
+        let total = p.total.max(1);
+        let cache = p.cache.min(total - 1);
+        let own = f64::from(total - cache);
+        let done = f64::from(p.processed.saturating_sub(cache)).min(own);
+        let new = own + f64::from(prefill_others);
+        let c = f64::from(cache);
+        let bend = self.prefill_bend.at(busy_others) * self.level.exp();
+        let whole = self.prefill.at(new, c) * bend;
+        let (left, speed) = if done > 0.0 {
+            let so_far = self.prefill.at(done, c) * bend;
+            let elapsed = p.time_ms as f64;
+            // How fast this prefill really runs, trusted the more the more
+            // of it is done.
+            let speed = if done >= f64::from(MIN_RATIO_TOKENS) && so_far > 0.0 && elapsed > 0.0 {
+                let r = (elapsed / so_far).clamp(0.25, 4.0);
+                (done / (done + 256.0) * r.ln()).exp()
+            } else {
+                1.0
+            };
+            ((whole - so_far).max(0.0), speed)
+        } else {
+            (whole, 1.0)
+        };
+        let remaining = left * speed;
+        let tail = match (self.overhead.get(), self.lead.get()) {
+            (Some(o), Some(l)) => (o - l).max(0.0),
+            _ => 0.0,
+        };
+        let spent = p.time_ms as f64;
+        // The event cannot arrive before the slot's own elapsed time.
+        let since = since_sent_ms.max(spent);
+        Prediction::Estimate(Estimate {
+            ttft_ms: since + remaining + tail,
+            wait_ms: (since - spent).max(0.0),
+            prefill_ms: spent + remaining,
+            overhead_ms: tail,
+            prompt_tokens: total,
+            confidence: if self.observations >= CONFIDENT_AFTER && self.lead.get().is_some() {
+                Confidence::High
+            } else {
+                Confidence::Low
+            },
+        })
+    }
+
+    /// The learned figures, for tests and reports.
+    pub(super) fn snapshot(&self) -> super::Learned {
+        let c = self.prefill.coefficients().map(|v| v * self.level.exp());
+        super::Learned {
+            observations: self.observations,
+            prefill_fixed_ms: c[0],
+            prefill_ms_per_1k_tokens: c[1],
+            prefill_context_ms: c[2],
+            prefill_bend: std::array::from_fn(|b| self.prefill_bend.at(b as u32)),
+            decode_ms_per_token: self.decode.get(),
+            overhead_ms: self.overhead.get(),
+            bytes_per_token: self.bytes.bytes_per_token(),
+        }
+    }
+}

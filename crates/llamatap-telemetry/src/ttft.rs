@@ -1,0 +1,95 @@
+//! The TTFT prediction's families: how far the measured TTFT fell from the
+//! predicted one, by model and upstream, and the requests refused because
+//! no upstream was predicted to meet their objective.
+//!
+//! Labels are bounded: the model label is the bounded one of every family
+//! (at most 16 names and `other`), the upstream a configured or discovered
+//! member name (at most 64 at once). Deliberately not here: predicting
+//! (`llamatap_policy::ttft`) or deciding anything from it.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::record::RequestRecord;
+
+/// Buckets of the measured over predicted ratio: 1 is exact.
+pub const RATIO_BUCKETS: [f64; 12] = [
+    0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0, 10.0,
+];
+
+/// `{model,upstream}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelUpstreamLabels {
+    /// The bounded model label.
+    pub model: String,
+    /// The upstream's name.
+    pub upstream: String,
+}
+
+/// `{model}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// The bounded model label.
+    pub model: String,
+}
+
+fn ratio_histogram() -> Histogram {
+    Histogram::new(RATIO_BUCKETS)
+}
+
+/// The TTFT prediction's families.
+#[derive(Clone)]
+pub struct TtftMetrics {
+    /// `llamatap_ttft_prediction_ratio{model,upstream}`.
+    pub ratio: Family<ModelUpstreamLabels, Histogram, fn() -> Histogram>,
+    /// `llamatap_ttft_slo_refusals_total{model}`.
+    pub refused: Family<RefusedLabels, Counter>,
+}
+
+impl TtftMetrics {
+    /// Creates the families and registers them in `r`.
+    pub fn register(r: &mut Registry) -> TtftMetrics {
+        let m = TtftMetrics {
+            ratio: Family::new_with_constructor(ratio_histogram),
+            refused: Family::default(),
+        };
+        r.register(
+            "llamatap_ttft_prediction_ratio",
+            "Measured TTFT (dispatch to first token on any channel) over the TTFT predicted before dispatch; 1 is exact",
+            m.ratio.clone(),
+        );
+        r.register(
+            "llamatap_ttft_slo_refusals",
+            "Requests refused at once (503 ttft_slo_unattainable): no upstream was predicted to meet their x-slo-ttft-ms",
+            m.refused.clone(),
+        );
+        m
+    }
+
+    /// Records one finished request under the bounded `model` label.
+    pub fn record(&self, rec: &RequestRecord, model: &str) {
+        let Some(t) = rec.ttft else {
+            return;
+        };
+        if rec.error_type == Some("ttft_slo_unattainable") {
+            self.refused
+                .get_or_create(&RefusedLabels {
+                    model: model.to_string(),
+                })
+                .inc();
+            return;
+        }
+        let (Some(u), Some(ratio)) = (&rec.upstream, t.ratio(rec.first_token_any)) else {
+            return;
+        };
+        self.ratio
+            .get_or_create(&ModelUpstreamLabels {
+                model: model.to_string(),
+                upstream: u.name.clone(),
+            })
+            .observe(ratio);
+    }
+}

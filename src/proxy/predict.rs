@@ -1,0 +1,220 @@
+//! The TTFT prediction in the proxy hooks ([`crate::ttft`]): the objective
+//! and its verdict before the queue, the prediction at each dispatch, its
+//! header, and what `logging` records and teaches.
+//!
+//! - [`admit`] (in `request_filter`, routes that use a slot): reads the
+//!   objective (`x-slo-ttft-ms`, else the tenant's or class's
+//!   `ttft_slo_ms`); with one, predicts each serving member and either
+//!   leaves out those predicted over it, or refuses at once (503,
+//!   `ttft_slo_unattainable`).
+//! - [`dispatched`] (in [`super::Steps::peer`], every attempt): the
+//!   prediction for the member chosen.
+//! - [`head`] (the client's response head): `x-llamatap-predicted-ttft-ms`.
+//! - [`finish`] (in `logging`): the record's [`TtftFacts`], and the book
+//!   learns from the answer's `timings`.
+//!
+//! Nothing here runs per streamed chunk. Deliberately not here: pausing a
+//! pre-emptible answer to meet an objective (not done).
+
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use pingora::Result;
+
+use super::context::RequestCtx;
+use super::reply::{write_error, write_error_with, ErrorReply};
+use crate::admission::Admission;
+use crate::config::slo::Slos;
+use crate::fleet::Fleet;
+use crate::ttft::{self, slo, Finished, Predicted, Predictor};
+use llamatap_policy::tenant::Priority;
+use llamatap_policy::ttft::{Confidence, Timings};
+use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
+
+/// The request header carrying a TTFT objective, integer milliseconds.
+pub const SLO_HEADER: &str = "x-slo-ttft-ms";
+/// The response header carrying the predicted TTFT, integer milliseconds.
+pub const PREDICTED_HEADER: &str = "x-llamatap-predicted-ttft-ms";
+
+/// Reads the request's objective and judges it; `Ok(true)` when llamatap
+/// answered (a malformed header, or an objective no member is predicted
+/// to meet).
+pub async fn admit(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    (predictor, fleet): (&Predictor, &Fleet),
+    slos: &Slos,
+    admission: &Admission,
+) -> Result<bool> {
+    if !ctx.asked.route.uses_slot() {
+        return Ok(false);
+    }
+    let req = session.req_header();
+    let body_bytes = req
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let plan = &mut ctx.attempt.routed.ttft;
+    plan.prompt_bytes = ttft::prompt_bytes(&ctx.attempt.routed.chain, body_bytes);
+    let default = if slos.is_empty() {
+        None
+    } else {
+        let class = admission
+            .class_of(req, ctx.who.tenant)
+            .unwrap_or(Priority::Default);
+        slos.default_for(ctx.who.tenant, class)
+    };
+    let header = req.headers.get(SLO_HEADER).map(|v| v.as_bytes());
+    let slo_ms = match slo::objective(header, default) {
+        Ok(Some(ms)) => ms,
+        Ok(None) => return Ok(false),
+        Err(message) => {
+            ctx.seen.ended = Some(std::time::Instant::now());
+            ctx.seen.failure = Some((Outcome::ClientError, "invalid_ttft_slo", message.clone()));
+            let reply = ErrorReply {
+                status: 400,
+                kind: "invalid_request_error",
+                code: "invalid_ttft_slo",
+                message: &message,
+            };
+            write_error(session, ctx, reply).await;
+            return Ok(true);
+        }
+    };
+    plan.slo_ms = Some(slo_ms);
+    let model = ctx.asked.request.model.as_deref();
+    let chain = &ctx.attempt.routed.chain;
+    let bytes = plan.prompt_bytes;
+    let members: Vec<(usize, llamatap_policy::ttft::Prediction)> = fleet
+        .servers(model)
+        .into_iter()
+        .map(|m| {
+            let sizes = (bytes, fleet.cached_bytes(m, chain));
+            let p = predictor.predict(fleet, m, model, sizes, false);
+            (m, p.prediction)
+        })
+        .collect();
+    match slo::judge(slo_ms, &members) {
+        None => Ok(false),
+        Some(slo::Verdict::Unattainable { best: (member, ms) }) => {
+            let sizes = (bytes, fleet.cached_bytes(member, chain));
+            let predicted = predictor.predict(fleet, member, model, sizes, false);
+            plan.predicted = Some(predicted);
+            refuse(session, ctx, slo_ms, ms).await;
+            Ok(true)
+        }
+        Some(v) => {
+            plan.avoid = v.avoid().to_vec();
+            Ok(false)
+        }
+    }
+}
+
+/// 503 `ttft_slo_unattainable`: the fastest member's prediction in the
+/// message and the header, `Retry-After` the excess in whole seconds (at
+/// least 1).
+async fn refuse(session: &mut Session, ctx: &mut RequestCtx, slo_ms: u32, best_ms: f64) {
+    let best = ttft::round_ms(best_ms);
+    let message = format!(
+        "no upstream is predicted to send the first token within {slo_ms} ms (x-slo-ttft-ms); \
+         the fastest is predicted at {best} ms"
+    );
+    ctx.seen.ended = Some(std::time::Instant::now());
+    ctx.seen.failure = Some((Outcome::Rejected, "ttft_slo_unattainable", message.clone()));
+    let excess = best.saturating_sub(u64::from(slo_ms));
+    let retry = excess.div_ceil(1000).max(1);
+    let extra = [
+        ("retry-after", retry.to_string()),
+        (PREDICTED_HEADER, best.to_string()),
+    ];
+    let reply = ErrorReply {
+        status: 503,
+        kind: "unavailable_error",
+        code: "ttft_slo_unattainable",
+        message: &message,
+    };
+    write_error_with(session, ctx, reply, &extra).await;
+}
+
+/// The prediction for the attempt's member, just chosen (and counted in
+/// its in-flight load).
+pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
+    let Some(member) = ctx.attempt.member else {
+        return;
+    };
+    if !ctx.asked.route.uses_slot() {
+        return;
+    }
+    // The router's own estimate at its choice: the chain is in the
+    // member's index now, so a second look would find all of it.
+    let cached = ctx
+        .attempt
+        .routed
+        .decision
+        .map_or(0, |d| d.prediction.bytes);
+    let plan = &mut ctx.attempt.routed.ttft;
+    plan.predicted = Some(predictor.predict(
+        fleet,
+        member,
+        ctx.asked.request.model.as_deref(),
+        (plan.prompt_bytes, cached),
+        true,
+    ));
+}
+
+/// `x-llamatap-predicted-ttft-ms` on the client's head, when predicted.
+pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
+    if let Some(ms) = ctx.attempt.routed.ttft.predicted.and_then(|p| p.ms()) {
+        resp.insert_header(PREDICTED_HEADER, ms.to_string())?;
+    }
+    Ok(())
+}
+
+/// The record's [`TtftFacts`], and the book learns from the answer.
+pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
+    let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
+    let Some(p) = plan.predicted else {
+        return;
+    };
+    let dispatched = p.sent.checked_duration_since(ctx.asked.received);
+    let refused = rec.error_type == Some("ttft_slo_unattainable");
+    rec.ttft = Some(TtftFacts {
+        predicted_ms: p.ms(),
+        confidence: confidence(&p),
+        slo_ms: plan.slo_ms,
+        dispatched: if refused { None } else { dispatched },
+    });
+    if refused || rec.outcome != Outcome::Ok {
+        return;
+    }
+    let Some(t) = rec.timings.as_ref() else {
+        return;
+    };
+    let n = |v: Option<u64>| v.map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX));
+    let done = Finished {
+        timings: Timings {
+            prompt_n: n(t.prompt_n),
+            prompt_ms: t.prompt_ms.unwrap_or(0.0),
+            cache_n: n(t.cache_n),
+            predicted_n: n(t.predicted_n),
+            predicted_ms: t.predicted_ms.unwrap_or(0.0),
+        },
+        max_tokens: rec
+            .request
+            .max_tokens
+            .map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
+        ttft: rec
+            .first_token_any
+            .zip(dispatched)
+            .and_then(|(f, d)| f.checked_sub(d)),
+    };
+    predictor.learn(&p, &done);
+}
+
+fn confidence(p: &Predicted) -> &'static str {
+    match p.confidence() {
+        Some(Confidence::High) => "high",
+        Some(Confidence::Low) => "low",
+        None => "none",
+    }
+}

@@ -1,0 +1,234 @@
+//! The TTFT predictor in the proxy: one [`TtftBook`] for the process, keyed
+//! by (member, model), fed from finished requests and asked before each
+//! dispatch.
+//!
+//! - [`Predictor::predict`]: the query of a request on one member, from the
+//!   prompt's size (the text bytes of its prefix chain, or its body's bytes
+//!   when the chain is unknown), the bytes of it the affinity book says
+//!   that member holds, and the member's load now (its slots from
+//!   `/slots`, the in-flight count the fleet keeps as busy slots, those
+//!   beyond its slots and llama-server's `requests_deferred` as the queue
+//!   ahead).
+//! - [`Predictor::learn`]: a finished request's `timings`, busy slots at
+//!   dispatch, prompt bytes, `max_tokens`, and its measured TTFT when it
+//!   started at once.
+//!
+//! The book's lock is held for one lookup or one update (microseconds),
+//! never across an await; nothing here runs per streamed chunk.
+//!
+//! Deliberately not here: the tokens generated so far by the answers in
+//! flight (the fleet does not count them; the book assumes each busy slot
+//! half way through a typical answer), the admission queue's waiting
+//! requests (a request is predicted when it is dispatched, after its wait),
+//! the mid-prefill correction from `prompt_progress` (llamatap does not ask
+//! llama-server for progress events), and any decision by the prediction
+//! ([`slo`]).
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use llamatap_policy::router::Chain;
+use llamatap_policy::ttft::{
+    Confidence, Load, Observation, Prediction, PromptSize, Query, Timings, TtftBook,
+};
+
+use crate::fleet::Fleet;
+
+pub mod slo;
+#[cfg(test)]
+mod tests;
+
+/// Most (member, model) pairs learned at once.
+pub const CAPACITY: usize = 256;
+
+/// A member's id and its model's hash.
+pub type Key = (usize, u64);
+
+/// The process's predictor.
+#[derive(Debug)]
+pub struct Predictor {
+    book: Mutex<TtftBook<Key>>,
+}
+
+/// What a request was predicted with at its dispatch: plain data kept in
+/// its context until `logging` teaches the book from it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Predicted {
+    /// The member and model.
+    pub key: Key,
+    /// The prediction.
+    pub prediction: Prediction,
+    /// Other requests in flight on the member when it was dispatched.
+    pub busy_others: u32,
+    /// A free slot and nothing queued ahead at dispatch.
+    pub at_once: bool,
+    /// The prompt's size in bytes, in the measure [`Predictor::predict`]
+    /// used.
+    pub prompt_bytes: u64,
+    /// Dispatched at.
+    pub sent: Instant,
+}
+
+impl Predicted {
+    /// The predicted TTFT in whole milliseconds, if there is one.
+    pub fn ms(&self) -> Option<u64> {
+        self.prediction.ttft_ms().map(round_ms)
+    }
+
+    /// The prediction's confidence (`None`: no data).
+    pub fn confidence(&self) -> Option<Confidence> {
+        match self.prediction {
+            Prediction::NoData => None,
+            Prediction::Estimate(e) => Some(e.confidence),
+        }
+    }
+}
+
+/// A request's TTFT state across its attempts: plain data in its context.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// Its objective, ms (`x-slo-ttft-ms`, else the tenant's or class's
+    /// default).
+    pub slo_ms: Option<u32>,
+    /// Members left out of routing: predicted over the objective.
+    pub avoid: Vec<usize>,
+    /// The prompt's size in bytes ([`prompt_bytes`]).
+    pub prompt_bytes: u64,
+    /// The current attempt's prediction.
+    pub predicted: Option<Predicted>,
+}
+
+/// Milliseconds rounded to a whole number (finite, ≥ 0).
+pub fn round_ms(ms: f64) -> u64 {
+    if ms.is_finite() && ms > 0.0 {
+        ms.round().min(u64::MAX as f64) as u64
+    } else {
+        0
+    }
+}
+
+/// What a finished request tells the book.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Finished {
+    /// llama-server's `timings` (`prompt_n`, `prompt_ms`, `cache_n`, ...).
+    pub timings: Timings,
+    /// The request's `max_tokens`.
+    pub max_tokens: Option<u32>,
+    /// Dispatch to first token, when there was one.
+    pub ttft: Option<Duration>,
+}
+
+/// The key of `member` and `model` (no model named: the empty name).
+pub fn key(member: usize, model: Option<&str>) -> Key {
+    let mut h = DefaultHasher::new();
+    model.unwrap_or("").hash(&mut h);
+    (member, h.finish())
+}
+
+/// The prompt's size in bytes: its chain's text when read, else the body.
+pub fn prompt_bytes(chain: &Chain, body_bytes: Option<u64>) -> u64 {
+    match chain.total_bytes() {
+        0 => body_bytes.unwrap_or(0),
+        n => n,
+    }
+}
+
+impl Default for Predictor {
+    fn default() -> Self {
+        Predictor {
+            book: Mutex::new(TtftBook::new(CAPACITY)),
+        }
+    }
+}
+
+impl Predictor {
+    /// The predicted TTFT of a prompt of `prompt_bytes` for `model` on
+    /// `member` now, `cached_bytes` of it likely in the member's cache (the
+    /// affinity book's estimate: [`Fleet::cached_bytes`] before routing,
+    /// the decision's own after), with `counted` when the request is
+    /// already in the member's in-flight count.
+    pub fn predict(
+        &self,
+        fleet: &Fleet,
+        member: usize,
+        model: Option<&str>,
+        (prompt_bytes, cached_bytes): (u64, u64),
+        counted: bool,
+    ) -> Predicted {
+        let key = key(member, model);
+        let m = fleet.member(member);
+        let in_flight = m.as_ref().map_or(0, |m| m.in_flight());
+        let busy_others = if counted {
+            in_flight.saturating_sub(1)
+        } else {
+            in_flight
+        };
+        let slots = m.as_ref().and_then(|m| m.total_slots()).unwrap_or(0);
+        let deferred = m.as_ref().and_then(|m| m.deferred()).unwrap_or(0);
+        let busy = if slots == 0 {
+            busy_others
+        } else {
+            busy_others.min(slots)
+        };
+        let queue_ahead = if slots == 0 {
+            0
+        } else {
+            busy_others.saturating_sub(slots).max(deferred)
+        };
+        let cached = cached_bytes.min(prompt_bytes);
+        let query = Query {
+            prompt: PromptSize::Bytes(prompt_bytes),
+            cached: PromptSize::Bytes(cached),
+            load: Load {
+                slots,
+                busy,
+                queue_ahead,
+                in_flight: &[],
+            },
+        };
+        let prediction = match self.book.lock() {
+            Ok(book) => book.predict(&key, &query),
+            Err(_) => Prediction::NoData,
+        };
+        Predicted {
+            key,
+            prediction,
+            busy_others,
+            at_once: (slots == 0 || busy < slots) && queue_ahead == 0,
+            prompt_bytes,
+            sent: Instant::now(),
+        }
+    }
+
+    /// Learns from a finished request predicted as `p`.
+    pub fn learn(&self, p: &Predicted, done: &Finished) {
+        if done.timings.prompt_ms <= 0.0 && done.timings.prompt_n == 0 {
+            return;
+        }
+        let obs = Observation {
+            timings: done.timings,
+            busy_others: p.busy_others,
+            max_tokens: done.max_tokens,
+            prompt_bytes: (p.prompt_bytes > 0).then_some(p.prompt_bytes),
+            ttft_ms: done
+                .ttft
+                .filter(|_| p.at_once)
+                .map(|d| d.as_secs_f64() * 1000.0),
+            ..Observation::default()
+        };
+        if let Ok(mut book) = self.book.lock() {
+            book.observe(&p.key, &obs);
+        }
+    }
+
+    /// Keys learned.
+    pub fn len(&self) -> usize {
+        self.book.lock().map_or(0, |b| b.len())
+    }
+
+    /// Nothing learned yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,111 @@
+use super::*;
+use llamatap_policy::ttft::Estimate;
+
+fn est(ms: f64, confidence: Confidence) -> Prediction {
+    Prediction::Estimate(Estimate {
+        ttft_ms: ms,
+        wait_ms: 0.0,
+        prefill_ms: ms,
+        overhead_ms: 0.0,
+        prompt_tokens: 100,
+        confidence,
+    })
+}
+
+#[test]
+fn members_over_the_objective_are_left_out_while_one_meets_it() {
+    let v = judge(
+        300,
+        &[
+            (0, est(500.0, Confidence::High)),
+            (1, est(200.0, Confidence::Low)),
+        ],
+    );
+    assert_eq!(v, Some(Verdict::Meets { avoid: vec![0] }));
+    assert_eq!(v.unwrap().avoid(), &[0]);
+    // Exactly at the objective meets it.
+    let v = judge(300, &[(0, est(300.0, Confidence::High))]);
+    assert_eq!(v, Some(Verdict::Meets { avoid: vec![] }));
+}
+
+#[test]
+fn a_member_without_data_is_not_refused() {
+    let v = judge(
+        300,
+        &[(0, est(900.0, Confidence::High)), (3, Prediction::NoData)],
+    );
+    assert_eq!(v, Some(Verdict::Meets { avoid: vec![0] }));
+}
+
+#[test]
+fn every_member_surely_over_it_is_a_refusal_naming_the_fastest() {
+    let v = judge(
+        300,
+        &[
+            (0, est(900.0, Confidence::High)),
+            (2, est(450.0, Confidence::High)),
+        ],
+    );
+    assert_eq!(v, Some(Verdict::Unattainable { best: (2, 450.0) }));
+    assert!(v.unwrap().avoid().is_empty());
+}
+
+#[test]
+fn a_low_confidence_miss_is_admitted_leaving_out_the_sure_misses() {
+    let v = judge(
+        300,
+        &[
+            (0, est(900.0, Confidence::High)),
+            (1, est(450.0, Confidence::Low)),
+            (2, est(700.0, Confidence::High)),
+        ],
+    );
+    assert_eq!(
+        v,
+        Some(Verdict::Unsure {
+            avoid: vec![0, 2],
+            best_ms: 450.0
+        })
+    );
+    // The unsure one may be the slower: it is kept, to go on learning.
+    let v = judge(
+        300,
+        &[
+            (0, est(400.0, Confidence::High)),
+            (1, Prediction::NoData),
+            (2, est(900.0, Confidence::Low)),
+        ],
+    );
+    assert_eq!(v, Some(Verdict::Meets { avoid: vec![0, 2] }));
+    let v = judge(
+        300,
+        &[
+            (0, est(400.0, Confidence::High)),
+            (2, est(900.0, Confidence::Low)),
+        ],
+    );
+    assert_eq!(
+        v,
+        Some(Verdict::Unsure {
+            avoid: vec![0],
+            best_ms: 400.0
+        })
+    );
+}
+
+#[test]
+fn no_member_no_verdict() {
+    assert_eq!(judge(300, &[]), None);
+}
+
+#[test]
+fn the_header_wins_over_the_default_and_bad_values_are_refused() {
+    assert_eq!(objective(None, None), Ok(None));
+    assert_eq!(objective(None, Some(250)), Ok(Some(250)));
+    assert_eq!(objective(Some(b"120"), Some(250)), Ok(Some(120)));
+    assert_eq!(objective(Some(b" 120 "), None), Ok(Some(120)));
+    for bad in [&b"0"[..], b"-5", b"1.5", b"soon", b"\xff", b"99999999999"] {
+        let e = objective(Some(bad), Some(250)).unwrap_err();
+        assert!(e.contains("x-slo-ttft-ms"), "{e}");
+    }
+}

@@ -1,0 +1,118 @@
+use super::*;
+use crate::config::{Config, Overrides, RawConfig};
+
+fn fleet(n: usize) -> Fleet {
+    let o = Overrides {
+        upstreams: (0..n)
+            .map(|i| format!("http://127.0.0.1:{}", 9000 + i))
+            .collect(),
+        ..Overrides::default()
+    };
+    let config = Config::from_raw(RawConfig::default(), &o).unwrap();
+    let f = Fleet::new(&config);
+    for m in f.members() {
+        m.set_address(m.upstream.address.parse().unwrap());
+        m.set_health(Ok(()));
+        m.set_total_slots(Some(2));
+    }
+    f
+}
+
+/// A finished answer of `prompt_n` new tokens at 2 ms a token.
+fn finished(prompt_n: u32) -> Finished {
+    let prompt_ms = 2.0 * f64::from(prompt_n);
+    Finished {
+        timings: Timings {
+            prompt_n,
+            prompt_ms,
+            cache_n: 0,
+            predicted_n: 16,
+            predicted_ms: 160.0,
+        },
+        max_tokens: Some(16),
+        ttft: Some(Duration::from_secs_f64((prompt_ms + 5.0) / 1000.0)),
+    }
+}
+
+#[test]
+fn nothing_is_predicted_before_a_member_and_model_was_measured() {
+    let f = fleet(2);
+    let p = Predictor::default();
+    let got = p.predict(&f, 0, Some("m"), (4000, 0), false);
+    assert_eq!(got.prediction, Prediction::NoData);
+    assert_eq!(got.ms(), None);
+    assert_eq!(got.confidence(), None);
+    assert!(got.at_once);
+    assert!(p.is_empty());
+}
+
+#[test]
+fn a_member_and_model_learn_from_their_own_answers_only() {
+    let f = fleet(2);
+    let p = Predictor::default();
+    for i in 0..12u32 {
+        let prompt_n = 200 + 100 * (i % 4);
+        let bytes = u64::from(prompt_n) * 4;
+        let at = p.predict(&f, 0, Some("m"), (bytes, 0), false);
+        p.learn(&at, &finished(prompt_n));
+    }
+    assert_eq!(p.len(), 1);
+    let got = p.predict(&f, 0, Some("m"), (1600, 0), false);
+    let ms = got.ms().expect("a prediction after twelve answers");
+    // 400 tokens at 2 ms a token, and a few ms of overhead.
+    assert!((700..=1000).contains(&ms), "{ms} ms");
+    // Another member, and another model on the same member, know nothing.
+    let other = p.predict(&f, 1, Some("m"), (1600, 0), false);
+    assert_eq!(other.prediction, Prediction::NoData);
+    let model = p.predict(&f, 0, Some("n"), (1600, 0), false);
+    assert_eq!(model.prediction, Prediction::NoData);
+}
+
+#[test]
+fn the_load_counts_the_requests_in_flight_but_not_this_one() {
+    let f = fleet(1);
+    let p = Predictor::default();
+    let d = f.choose(None, &Chain::default(), None, &[]).unwrap();
+    let counted = p.predict(&f, d.upstream, None, (100, 0), true);
+    assert_eq!(counted.busy_others, 0);
+    assert!(counted.at_once);
+    let _second = f.choose(None, &Chain::default(), None, &[]).unwrap();
+    let _third = f.choose(None, &Chain::default(), None, &[]).unwrap();
+    // Three in flight on two slots: this one would queue behind them.
+    let next = p.predict(&f, 0, None, (100, 0), false);
+    assert_eq!(next.busy_others, 3);
+    assert!(!next.at_once);
+}
+
+#[test]
+fn an_answer_without_timings_teaches_nothing() {
+    let f = fleet(1);
+    let p = Predictor::default();
+    let at = p.predict(&f, 0, None, (100, 0), false);
+    p.learn(&at, &Finished::default());
+    assert!(p.is_empty());
+}
+
+#[test]
+fn helpers_round_and_measure() {
+    assert_eq!(round_ms(12.5), 13);
+    assert_eq!(round_ms(-3.0), 0);
+    assert_eq!(round_ms(f64::NAN), 0);
+    assert_eq!(prompt_bytes(&Chain::default(), Some(900)), 900);
+    assert_eq!(prompt_bytes(&Chain::default(), None), 0);
+    assert_ne!(key(0, Some("a")), key(0, Some("b")));
+    assert_eq!(key(1, None), key(1, Some("")));
+}
+
+#[test]
+fn sure_after_a_few_answers_started_at_once() {
+    let f = fleet(1);
+    let p = Predictor::default();
+    for i in 0..8u32 {
+        let prompt_n = 400 + 10 * (i % 3);
+        let at = p.predict(&f, 0, None, (u64::from(prompt_n) * 4, 0), false);
+        p.learn(&at, &finished(prompt_n));
+    }
+    let got = p.predict(&f, 0, None, (1600, 0), false);
+    assert_eq!(got.confidence(), Some(Confidence::High), "{got:?}");
+}
