@@ -3,14 +3,19 @@
 //! [`crate::conversations`]):
 //!
 //! - a replay gets the bytes from `from` on, as llama-server would have
-//!   replayed them; a copy of an answer that was cut (its member died
-//!   under it) ends with an error event naming why, never `[DONE]`;
+//!   replayed them; a copy of an answer that was cut (its member died or
+//!   drained under it) goes on with its rest generated on another member
+//!   ([`rest`]) when `[continuation]` is on, its request was kept with
+//!   it, and no other replay is generating that rest now; otherwise it
+//!   ends with an error event naming why, never `[DONE]`;
 //! - a stop forgets the copy (`204`): nothing generates the answer any
 //!   more.
 //!
 //! Deliberately not here: deciding that the member is gone
-//! ([`crate::conversations::lost`]); continuing a cut copy on another
-//! member (not built: the copy ends with the error event).
+//! ([`crate::conversations::lost`]); generating the rest (the forwarding
+//! loop's continuation).
+
+mod rest;
 
 use std::time::{Duration, Instant};
 
@@ -30,14 +35,21 @@ use llamatap_wire::conversation::stream_from;
 const WRITE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Answers the request from the copy of its conversation's answer, when
-/// one is kept; `false` when none is (`lost`: why its member cannot).
-pub async fn serve(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx, lost: &str) -> bool {
+/// one is kept; `false` when none is (`lost`: why its member cannot). An
+/// error is the rest's that could not come (the client hears it as an
+/// error event after the copy).
+pub async fn serve(
+    steps: &Steps,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    lost: &str,
+) -> Result<bool> {
     let Some(claim) = ctx.conversation.as_deref() else {
-        return false;
+        return Ok(false);
     };
     let conversations = &steps.conversations;
     let Some(copy) = conversations.copy(&claim.id) else {
-        return false;
+        return Ok(false);
     };
     if claim.usage == Use::Stop {
         conversations.forget_copy(&claim.id);
@@ -48,15 +60,31 @@ pub async fn serve(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx, l
             let _ = ds.write_response_header(Box::new(resp)).await;
             let _ = ds.finish_body().await;
         }
-        return true;
+        return Ok(true);
     }
     let Some(from) = stream_from(session.req_header().raw_path()) else {
-        return false;
+        return Ok(false);
     };
-    if let Err(e) = replay(session, ctx, &copy, from, lost).await {
+    let why = match (&copy.kept, copy.complete) {
+        (_, true) => None,
+        _ if !steps.config.continuation.enabled => Some("continuation is off"),
+        (None, _) => Some("its request was not kept (a route that is not continued, or a body over telemetry.max_inspect_bytes)"),
+        (Some(kept), _) if conversations.take_rest(&claim.id) => {
+            // The claim holds the rest from here: the replay's end gives
+            // it back, with what it grew (`Conversations::finish`).
+            let kept = kept.clone();
+            let done = Box::pin(rest::serve(steps, session, ctx, &copy, &kept, from, lost)).await;
+            return done.map(|()| true);
+        }
+        (Some(_), _) if conversations.rest_taken(&claim.id) => {
+            Some("another replay is generating its rest now")
+        }
+        (Some(_), _) => Some("its rest could not be taken"),
+    };
+    if let Err(e) = replay(session, ctx, &copy, from, lost, why).await {
         ctx.seen.failure = Some((Outcome::ClientHangup, "client_hangup", e.to_string()));
     }
-    true
+    Ok(true)
 }
 
 /// Writes `copy` from `from` on.
@@ -66,12 +94,16 @@ async fn replay(
     copy: &Copy,
     from: usize,
     lost: &str,
+    why: Option<&str>,
 ) -> Result<()> {
     let rest = copy.bytes.get(from..).unwrap_or(&[]);
     let mut body = rest.to_vec();
     if !copy.complete {
-        let message =
-            format!("{lost}; the answer was cut there, and this is all of it that was kept");
+        let why = why.map(|w| format!(", and its rest was not generated: {w}"));
+        let message = format!(
+            "{lost}; the answer was cut there, and this is all of it that was kept{}",
+            why.unwrap_or_default()
+        );
         let mid = !copy.bytes.ends_with(b"\n\n");
         body.extend_from_slice(&errors::sse_error_event(
             &message,

@@ -269,7 +269,9 @@ mod tests {
         // The grown copy replaces it, free again.
         c.keep("cut", "m2", (vec![1; 8], true), kept(2), t0);
         assert!(!c.rest_taken("cut"));
-        assert!(c.get("cut", t0).is_some_and(|x| x.complete && x.member == "m2"));
+        assert!(c
+            .get("cut", t0)
+            .is_some_and(|x| x.complete && x.member == "m2"));
         assert!(!c.take_rest("cut", t0 + KEEP_AFTER_END), "expired");
     }
 }
