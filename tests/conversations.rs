@@ -620,38 +620,51 @@ fn a_replica_without_the_store_finds_the_holder_by_asking_the_members() {
     assert_eq!(replay(&b.addr(), None, "nobody-has-it").0, 404);
 }
 
-#[test]
-fn a_copy_of_an_answer_cut_by_its_members_death_ends_with_an_error_event() {
-    let _serial = serial();
-    let (mut servers, proxy) = fleet_of_two(&[]);
-    let addr = proxy.addr();
+/// Starts an endless story under `conv` through `proxy`, hangs up after
+/// its first piece, and kills the member holding it while it generates:
+/// the bytes the client got, and which member was killed.
+fn start_and_kill(servers: &mut [LlamaServer], proxy: &Llamatap, conv: &str) -> (Vec<u8>, usize) {
     let body = serde_json::json!({
         "messages": [{"role": "user", "content": "Tell an endless story."}],
-        "stream": true, "max_tokens": 1800, "temperature": 0.0, "seed": 7,
+        "stream": true, "max_tokens": 1200, "temperature": 0.0, "seed": 7,
         "ignore_eos": true,
     })
     .to_string();
-    let h = [("X-Conversation-Id", "cut-1")];
+    let h = [("X-Conversation-Id", conv)];
+    let addr = proxy.addr();
     let mut r = http::send(&addr, "POST", "/v1/chat/completions", &h, body.as_bytes()).unwrap();
     assert_eq!(r.head.status, 200);
-    r.next_piece().unwrap().unwrap();
+    let heard = r.next_piece().unwrap().unwrap().to_vec();
     drop(r);
-    let at = holder(&servers, "cut-1").unwrap();
+    let at = holder(servers, conv).unwrap();
     // Killed while it still generates, with some of it buffered.
     let midway = fleet::wait_for(Duration::from_secs(30), || {
-        direct_lookup(&servers[at], &["cut-1"])
+        direct_lookup(&servers[at], &[conv])
             .first()
-            .is_some_and(|e| e["total_bytes"].as_u64().unwrap_or(0) > 20_000)
+            .is_some_and(|e| e["total_bytes"].as_u64().unwrap_or(0) > 12_000)
     });
     assert!(midway.is_some());
-    let done = direct_lookup(&servers[at], &["cut-1"])[0]["is_done"] == true;
+    let done = direct_lookup(&servers[at], &[conv])[0]["is_done"] == true;
     servers[at].kill();
     assert!(!done, "the answer ended before the kill: make it longer");
     let down = fleet::wait_for(Duration::from_secs(20), || {
         upstream_up(&proxy.metrics(), &servers[at]) == Some(0.0)
     });
     assert!(down.is_some());
-    let (s, all) = replay(&addr, None, "cut-1");
+    (heard, at)
+}
+
+#[test]
+fn a_copy_of_an_answer_cut_by_its_members_death_ends_with_an_error_event_without_continuation() {
+    let _serial = serial();
+    let off = temp_config("conv-cut-off", "[continuation]\nenabled = false\n");
+    let servers = start_servers(2, "tiny", &[]);
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let proxy = Llamatap::start_fleet(&urls, &["--config", off.to_str().unwrap()]);
+    let mut servers = servers;
+    wait_all_up(&proxy, &servers);
+    start_and_kill(&mut servers, &proxy, "cut-1");
+    let (s, all) = replay(&proxy.addr(), None, "cut-1");
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
     let events = http::sse_data(&all);
     eprintln!("events kept of the cut answer: {}", events.len());
@@ -659,6 +672,99 @@ fn a_copy_of_an_answer_cut_by_its_members_death_ends_with_an_error_event() {
     assert!(!events.iter().any(|e| e == "[DONE]"));
     let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
     assert_eq!(last["error"]["code"], "conversation_cut", "{last}");
+    let message = last["error"]["message"].as_str().unwrap();
+    assert!(message.contains("continuation is off"), "{message}");
+}
+
+/// The access line of the request to `path`, once written.
+fn logged(log: &std::path::Path, path: &str) -> serde_json::Value {
+    let mut line = None;
+    common::wait_until(Duration::from_secs(30), || {
+        line = access_lines(log).into_iter().find(|l| l["path"] == path);
+        line.is_some()
+    });
+    line.unwrap_or_else(|| panic!("no access line for {path}"))
+}
+
+/// The text of a chat stream's events, and their ids and finish reasons.
+fn chat_text(events: &[String]) -> (String, Vec<String>, Vec<String>) {
+    let (mut text, mut ids, mut finishes) = (String::new(), Vec::new(), Vec::new());
+    for e in events {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(e) else {
+            continue;
+        };
+        if let Some(id) = v["id"].as_str() {
+            ids.push(id.to_string());
+        }
+        for c in v["choices"].as_array().into_iter().flatten() {
+            text.push_str(c["delta"]["content"].as_str().unwrap_or(""));
+            if let Some(f) = c["finish_reason"].as_str() {
+                finishes.push(f.to_string());
+            }
+        }
+    }
+    ids.dedup();
+    (text, ids, finishes)
+}
+
+#[test]
+fn a_replay_of_an_answer_cut_by_its_members_death_gets_its_rest_from_the_other_member() {
+    let _serial = serial();
+    let servers = start_servers(2, "tiny", &[]);
+    let log = std::env::temp_dir().join(format!("llamatap-rest-{}.jsonl", servers[0].port));
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let proxy = Llamatap::start_fleet(&urls, &["--access-log", log.to_str().unwrap()]);
+    let mut servers = servers;
+    wait_all_up(&proxy, &servers);
+    let (heard, at) = start_and_kill(&mut servers, &proxy, "rest-1");
+    let other = 1 - at;
+    let generation = logged(&log, "/v1/chat/completions");
+    let (s, all) = replay(&proxy.addr(), None, "rest-1");
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
+    // One whole answer: what the first client heard first, one id, one
+    // finish, `[DONE]`, and no error event.
+    assert!(
+        all.starts_with(&heard),
+        "the replay starts with what was heard"
+    );
+    let events = http::sse_data(&all);
+    assert!(
+        whole(&all),
+        "{}",
+        String::from_utf8_lossy(&all[all.len().saturating_sub(600)..])
+    );
+    assert!(
+        !all.windows(8).any(|w| w == b"\"error\":"),
+        "no error event"
+    );
+    let (text, ids, finishes) = chat_text(&events);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(finishes, vec!["length".to_string()]);
+    assert!(!text.is_empty());
+    // The record: a replay from the copy, continued from the dead member
+    // on the other; charged only what the other generated.
+    let line = logged(&log, "/v1/stream");
+    assert_eq!(line["conversation"]["usage"], "replay", "{line}");
+    assert_eq!(line["conversation"]["from_copy"], true, "{line}");
+    let c = &line["continuations"][0];
+    assert_eq!(c["result"], "continued", "{line}");
+    assert_eq!(c["from"], fleet::upstream_name(&servers[at]), "{line}");
+    assert_eq!(c["to"], fleet::upstream_name(&servers[other]), "{line}");
+    let before = c["tokens_before"].as_u64().unwrap();
+    let generated = c["generated_tokens"].as_u64().unwrap();
+    assert!(before > 0 && generated > 0, "{c}");
+    assert_eq!(before + generated, 1200, "the whole answer, in tokens: {c}");
+    eprintln!(
+        "copy: {before} tokens from {}; rest: {generated} tokens on {}; generation charged {}, replay {}",
+        fleet::upstream_name(&servers[at]),
+        fleet::upstream_name(&servers[other]),
+        generation["completion_tokens"],
+        line["completion_tokens"]
+    );
+    // A later replay gets the grown copy, whole.
+    let (s, again) = replay(&proxy.addr(), None, "rest-1");
+    assert_eq!(s, 200);
+    assert_eq!(again, all, "the grown copy is the answer the replay got");
 }
 
 // === a member that drains away ===
