@@ -744,7 +744,7 @@ fn a_replay_of_an_answer_cut_by_its_members_death_gets_its_rest_from_the_other_m
     // The record: a replay from the copy, continued from the dead member
     // on the other; charged only what the other generated.
     let line = logged(&log, "/v1/stream");
-    assert_eq!(line["conversation"]["usage"], "replay", "{line}");
+    assert_eq!(line["conversation"]["use"], "replay", "{line}");
     assert_eq!(line["conversation"]["from_copy"], true, "{line}");
     let c = &line["continuations"][0];
     assert_eq!(c["result"], "continued", "{line}");
