@@ -623,19 +623,37 @@ fn a_replica_without_the_store_finds_the_holder_by_asking_the_members() {
 /// Starts an endless story under `conv` through `proxy`, hangs up after
 /// its first piece, and kills the member holding it while it generates:
 /// the bytes the client got, and which member was killed.
-fn start_and_kill(servers: &mut [LlamaServer], proxy: &Llamatap, conv: &str) -> (Vec<u8>, usize) {
+fn start_and_kill(
+    servers: &mut [LlamaServer],
+    proxy: &Llamatap,
+    key: Option<(&str, &str)>,
+    conv: &str,
+) -> (Vec<u8>, usize) {
     let body = serde_json::json!({
         "messages": [{"role": "user", "content": "Tell an endless story."}],
         "stream": true, "max_tokens": 1200, "temperature": 0.0, "seed": 7,
         "ignore_eos": true,
     })
     .to_string();
-    let h = [("X-Conversation-Id", conv)];
+    let auth = key.map(|(_, k)| format!("Bearer {k}"));
+    let mut h = vec![("X-Conversation-Id", conv)];
+    if let Some(a) = &auth {
+        h.push(("Authorization", a));
+    }
     let addr = proxy.addr();
     let mut r = http::send(&addr, "POST", "/v1/chat/completions", &h, body.as_bytes()).unwrap();
     assert_eq!(r.head.status, 200);
     let heard = r.next_piece().unwrap().unwrap().to_vec();
     drop(r);
+    // As llama-server sees it: scoped to the tenant.
+    let scoped = match key {
+        Some((tenant, _)) => format!(
+            "{}{conv}",
+            llamatap_wire::conversation::Scope::of_tenant(tenant).prefix()
+        ),
+        None => conv.to_string(),
+    };
+    let conv = scoped.as_str();
     let at = holder(servers, conv).unwrap();
     // Killed while it still generates, with some of it buffered.
     let midway = fleet::wait_for(Duration::from_secs(30), || {
@@ -663,7 +681,7 @@ fn a_copy_of_an_answer_cut_by_its_members_death_ends_with_an_error_event_without
     let proxy = Llamatap::start_fleet(&urls, &["--config", off.to_str().unwrap()]);
     let mut servers = servers;
     wait_all_up(&proxy, &servers);
-    start_and_kill(&mut servers, &proxy, "cut-1");
+    start_and_kill(&mut servers, &proxy, None, "cut-1");
     let (s, all) = replay(&proxy.addr(), None, "cut-1");
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
     let events = http::sse_data(&all);
@@ -707,20 +725,57 @@ fn chat_text(events: &[String]) -> (String, Vec<String>, Vec<String>) {
     (text, ids, finishes)
 }
 
+/// What the tenant has left of its tokens this minute, as a request's
+/// answer head says (charged for what ended before it).
+fn tokens_left(addr: &str, key: &str) -> u64 {
+    let auth = format!("Bearer {key}");
+    let h = [("Authorization", auth.as_str()), ("Connection", "close")];
+    let body = br#"{"content": "one"}"#;
+    let mut r = http::send(addr, "POST", "/tokenize", &h, body).unwrap();
+    let left = r
+        .head
+        .header("x-ratelimit-remaining-tokens")
+        .map(str::to_string);
+    r.read_all().unwrap();
+    left.unwrap().parse().unwrap()
+}
+
 #[test]
 fn a_replay_of_an_answer_cut_by_its_members_death_gets_its_rest_from_the_other_member() {
     let _serial = serial();
+    const LIMIT: u64 = 1_000_000;
+    let keys = temp_config(
+        "conv-rest",
+        &format!(
+            "[[auth.keys]]\nname = \"alice\"\nkey = \"{ALICE}\"\ntokens_per_minute = {LIMIT}\n"
+        ),
+    );
     let servers = start_servers(2, "tiny", &[]);
     let log = std::env::temp_dir().join(format!("llamatap-rest-{}.jsonl", servers[0].port));
     let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
-    let proxy = Llamatap::start_fleet(&urls, &["--access-log", log.to_str().unwrap()]);
+    let args = [
+        "--access-log",
+        log.to_str().unwrap(),
+        "--config",
+        keys.to_str().unwrap(),
+    ];
+    let proxy = Llamatap::start_fleet(&urls, &args);
     let mut servers = servers;
     wait_all_up(&proxy, &servers);
-    let (heard, at) = start_and_kill(&mut servers, &proxy, "rest-1");
+    let addr = proxy.addr();
+    let (heard, at) = start_and_kill(&mut servers, &proxy, Some(("alice", ALICE)), "rest-1");
     let other = 1 - at;
     let generation = logged(&log, "/v1/chat/completions");
-    let (s, all) = replay(&proxy.addr(), None, "rest-1");
+    // Each /tokenize is charged its own few tokens: the difference of two
+    // readings is what ended between them, plus the first reading's own.
+    let probe = {
+        let a = tokens_left(&addr, ALICE);
+        a - tokens_left(&addr, ALICE)
+    };
+    let before_replay = tokens_left(&addr, ALICE);
+    let (s, all) = replay(&addr, Some(ALICE), "rest-1");
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
+    let after_replay = tokens_left(&addr, ALICE);
     // One whole answer: what the first client heard first, one id, one
     // finish, `[DONE]`, and no error event.
     assert!(
@@ -728,11 +783,8 @@ fn a_replay_of_an_answer_cut_by_its_members_death_gets_its_rest_from_the_other_m
         "the replay starts with what was heard"
     );
     let events = http::sse_data(&all);
-    assert!(
-        whole(&all),
-        "{}",
-        String::from_utf8_lossy(&all[all.len().saturating_sub(600)..])
-    );
+    let tail = String::from_utf8_lossy(&all[all.len().saturating_sub(600)..]).into_owned();
+    assert!(whole(&all), "{tail}");
     assert!(
         !all.windows(8).any(|w| w == b"\"error\":"),
         "no error event"
@@ -742,7 +794,7 @@ fn a_replay_of_an_answer_cut_by_its_members_death_gets_its_rest_from_the_other_m
     assert_eq!(finishes, vec!["length".to_string()]);
     assert!(!text.is_empty());
     // The record: a replay from the copy, continued from the dead member
-    // on the other; charged only what the other generated.
+    // on the other.
     let line = logged(&log, "/v1/stream");
     assert_eq!(line["conversation"]["use"], "replay", "{line}");
     assert_eq!(line["conversation"]["from_copy"], true, "{line}");
@@ -754,15 +806,23 @@ fn a_replay_of_an_answer_cut_by_its_members_death_gets_its_rest_from_the_other_m
     let generated = c["generated_tokens"].as_u64().unwrap();
     assert!(before > 0 && generated > 0, "{c}");
     assert_eq!(before + generated, 1200, "the whole answer, in tokens: {c}");
+    // Charged once: the replay only what the other member generated.
+    let replay_charge = before_replay - after_replay - probe;
+    let generation_charge = LIMIT - before_replay - 2 * probe;
     eprintln!(
-        "copy: {before} tokens from {}; rest: {generated} tokens on {}; generation charged {}, replay {}",
+        "copy: {before} tokens from {}; rest: {generated} tokens on {}; \
+         generation charged {generation_charge} (prompt {}), replay charged {replay_charge}",
         fleet::upstream_name(&servers[at]),
         fleet::upstream_name(&servers[other]),
-        generation["completion_tokens"],
-        line["completion_tokens"]
+        generation["prompt_tokens"],
+    );
+    assert_eq!(replay_charge, generated);
+    assert!(
+        generation_charge >= before,
+        "{generation_charge} < {before}"
     );
     // A later replay gets the grown copy, whole.
-    let (s, again) = replay(&proxy.addr(), None, "rest-1");
+    let (s, again) = replay(&addr, Some(ALICE), "rest-1");
     assert_eq!(s, 200);
     assert_eq!(again, all, "the grown copy is the answer the replay got");
 }
