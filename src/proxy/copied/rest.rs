@@ -35,6 +35,12 @@ pub async fn serve(
     from: usize,
     lost: &str,
 ) -> Result<()> {
+    // A copy cut inside an event is served, and continued, from its last
+    // whole event, unless the replay's `from` is past it.
+    let bytes = match whole_events(&copy.bytes) {
+        n if n >= from => copy.bytes.get(..n).unwrap_or(&[]),
+        _ => copy.bytes.as_slice(),
+    };
     ctx.asked.route = kept.route;
     ctx.asked.request = request::inspect_body(&kept.body);
     ctx.resume = Some(Box::new(Resume {
@@ -45,7 +51,7 @@ pub async fn serve(
         c.from_copy = true;
         c.rest = true;
         c.holder = Some(copy.member.clone());
-        c.seen = copy.bytes.to_vec();
+        c.seen = bytes.to_vec();
     }
     // Its member, if still in the fleet, is not chosen for the rest.
     let member = steps
@@ -61,14 +67,14 @@ pub async fn serve(
         ctx.attempt.routed.tried.push(m.id);
     }
     ctx.seen.status = Some(200);
-    bodies::watch_copy(ctx, &copy.bytes, &steps.config, &steps.telemetry);
+    bodies::watch_copy(ctx, bytes, &steps.config, &steps.telemetry);
     let timeout = steps.config.client_write_timeout;
     let mut resp = ResponseHeader::build(200, Some(5))?;
     resp.insert_header("Content-Type", "text/event-stream")?;
     resp.insert_header("Transfer-Encoding", "chunked")?;
     steps.downstream_response(&mut resp, ctx)?;
     downstream::head(session, Box::new(resp), timeout).await?;
-    let rest = copy.bytes.get(from..).unwrap_or(&[]);
+    let rest = bytes.get(from..).unwrap_or(&[]);
     ctx.seen.response_bytes = rest.len() as u64;
     if !rest.is_empty() {
         let wrote = downstream::body(session, Bytes::copy_from_slice(rest), false, timeout);
@@ -76,4 +82,33 @@ pub async fn serve(
     }
     let cause = Error::explain(ErrorType::ConnectionClosed, lost.to_string()).into_up();
     forward::rest_of_copy(steps, session, ctx, reason, cause).await
+}
+
+/// The length of `bytes` up to the end of its last whole event.
+fn whole_events(bytes: &[u8]) -> usize {
+    memchr::memmem::rfind(bytes, b"\n\n").map_or(0, |i| i + 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_events;
+
+    #[test]
+    fn a_copy_cut_inside_an_event_goes_on_from_its_last_whole_event() {
+        let copy = b"data: {\"a\":1}\n\ndata: {\"b\":2}\n\ndata: {\"c\"";
+        assert_eq!(whole_events(copy), 30);
+        assert_eq!(
+            &copy[..whole_events(copy)],
+            b"data: {\"a\":1}\n\ndata: {\"b\":2}\n\n"
+        );
+        assert_eq!(whole_events(&copy[..30]), 30);
+        assert_eq!(whole_events(b"data: {"), 0);
+        for cut in 0..copy.len() {
+            let n = whole_events(&copy[..cut]);
+            assert!(
+                n <= cut && (n == 0 || copy[..n].ends_with(b"\n\n")),
+                "{cut}"
+            );
+        }
+    }
 }
