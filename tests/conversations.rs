@@ -704,6 +704,32 @@ fn logged(log: &std::path::Path, path: &str) -> serde_json::Value {
     line.unwrap_or_else(|| panic!("no access line for {path}"))
 }
 
+#[test]
+fn a_cut_copy_with_no_other_member_to_continue_it_ends_with_an_error_event_naming_why() {
+    let _serial = serial();
+    let (mut servers, proxy) = fleet_of_two(&[]);
+    let (heard, at) = start_and_kill(&mut servers, &proxy, None, "alone-1");
+    let other = 1 - at;
+    servers[other].kill();
+    let down = fleet::wait_for(Duration::from_secs(20), || {
+        upstream_up(&proxy.metrics(), &servers[other]) == Some(0.0)
+    });
+    assert!(down.is_some());
+    let (s, all) = replay(&proxy.addr(), None, "alone-1");
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
+    assert!(all.starts_with(&heard));
+    let events = http::sse_data(&all);
+    assert!(!events.iter().any(|e| e == "[DONE]"));
+    let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "conversation_cut", "{last}");
+    let message = last["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no_other_upstream"), "{message}");
+    // The rest was not taken for good: the copy is still there, cut.
+    let (s, again) = replay(&proxy.addr(), None, "alone-1");
+    assert_eq!(s, 200);
+    assert!(again.starts_with(&heard));
+}
+
 /// The text of a chat stream's events, and their ids and finish reasons.
 fn chat_text(events: &[String]) -> (String, Vec<String>, Vec<String>) {
     let (mut text, mut ids, mut finishes) = (String::new(), Vec::new(), Vec::new());

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
-use pingora::{Error, ErrorType, Result};
+use pingora::{Error, ErrorSource, ErrorType, Result};
 
 use super::context::RequestCtx;
 use super::{errors, Steps};
@@ -74,7 +74,15 @@ pub async fn serve(
             // it back, with what it grew (`Conversations::finish`).
             let kept = kept.clone();
             let done = Box::pin(rest::serve(steps, session, ctx, &copy, &kept, from, lost)).await;
-            return done.map(|()| true);
+            return match done {
+                Ok(()) => Ok(true),
+                Err(e) if e.esource() == &ErrorSource::Downstream => Err(e),
+                Err(e) if session.as_downstream().response_written().is_none() => Err(e),
+                Err(_) => {
+                    not_continued(session, ctx, lost).await;
+                    Ok(true)
+                }
+            };
         }
         (Some(_), _) if conversations.rest_taken(&claim.id) => {
             Some("another replay is generating its rest now")
@@ -85,6 +93,27 @@ pub async fn serve(
         ctx.seen.failure = Some((Outcome::ClientHangup, "client_hangup", e.to_string()));
     }
     Ok(true)
+}
+
+/// The rest of a cut copy could not come after the copy was sent: the
+/// stream ends with the copy's error event, naming why (the continuation's
+/// fixed word, as its record has it).
+async fn not_continued(session: &mut Session, ctx: &mut RequestCtx, lost: &str) {
+    let why = ctx
+        .resume
+        .as_deref()
+        .and_then(|r| r.log.last())
+        .and_then(|c| c.why)
+        .unwrap_or("target_failed");
+    let message =
+        format!("{lost}; the answer was cut there, and its rest was not generated: {why}");
+    let mid = ctx.seen.observer.as_ref().is_some_and(|o| o.mid_event());
+    let event = errors::sse_error_event(&message, "upstream_error", "conversation_cut", mid);
+    let ds = session.as_downstream_mut();
+    let write = ds.write_response_body(Bytes::from(event), true);
+    let _ = tokio::time::timeout(WRITE_LIMIT, write).await;
+    ctx.seen.ended = Some(Instant::now());
+    ctx.seen.failure = Some((Outcome::UpstreamError, "conversation_cut", message));
 }
 
 /// Writes `copy` from `from` on.
