@@ -19,7 +19,10 @@
 //!   [`KEEP_AFTER_END`]; a stop forgets it. At its end, what llamatap saw
 //!   of a generation is kept as its copy
 //!   ([`llamatap_policy::conversation::copies`]), which the proxy serves a
-//!   replay from when the holder is gone ([`Conversations::copy`]).
+//!   replay from when the holder is gone ([`Conversations::copy`]); a
+//!   cut copy keeps its request, and one replay at a time takes its rest
+//!   ([`Conversations::take_rest`]), the grown copy replacing it at that
+//!   replay's end.
 //!
 //! Deliberately not here: scoping ids per tenant
 //! ([`llamatap_wire::conversation`]), the lookup's exchange (the proxy's
