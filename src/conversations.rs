@@ -19,7 +19,10 @@
 //!   [`KEEP_AFTER_END`]; a stop forgets it. At its end, what llamatap saw
 //!   of a generation is kept as its copy
 //!   ([`llamatap_policy::conversation::copies`]), which the proxy serves a
-//!   replay from when the holder is gone ([`Conversations::copy`]).
+//!   replay from when the holder is gone ([`Conversations::copy`]); a
+//!   cut copy keeps its request, and one replay at a time takes its rest
+//!   ([`Conversations::take_rest`]), the grown copy replacing it at that
+//!   replay's end.
 //!
 //! Deliberately not here: scoping ids per tenant
 //! ([`llamatap_wire::conversation`]), the lookup's exchange (the proxy's
@@ -39,7 +42,7 @@ use crate::config::Config;
 use crate::fleet::{Fleet, Health, Member};
 use crate::store::Store;
 use crate::upstream::spare::Spares;
-use llamatap_policy::conversation::copies::{self, Copies, Copy};
+use llamatap_policy::conversation::copies::{self, Copies, Copy, Kept};
 use llamatap_policy::conversation::{Book, Claim, Use, DEFAULT_CAPACITY, KEEP_AFTER_END, MAX_OPEN};
 use llamatap_wire::conversation::{self, Scope};
 use llamatap_wire::request::Route;
@@ -155,14 +158,21 @@ impl Conversations {
     /// The request is over (`logging`): a generation's answer ended on
     /// `member`, and llama-server keeps it [`KEEP_AFTER_END`] from now;
     /// what llamatap saw of it is kept as its copy (`complete`: its
-    /// terminal event was seen; `answered`: it was a streamed `200`).
+    /// terminal event was seen; `answered`: it was a streamed `200`), with
+    /// its request when continuation kept it (`kept`). A replay that
+    /// generated the rest of a cut copy leaves the grown copy in its place.
     pub fn finish(
         &self,
         claim: &mut Claim,
         member: Option<&Member>,
-        answered: bool,
-        complete: bool,
+        answer: (bool, bool),
+        kept: Option<Kept>,
     ) {
+        let (answered, complete) = answer;
+        if claim.rest {
+            self.grown(claim, member, complete, kept);
+            return;
+        }
         let Some(member) = member else {
             return;
         };
@@ -173,7 +183,8 @@ impl Conversations {
         let seen = std::mem::take(&mut claim.seen);
         if answered && !claim.overflow {
             if let Ok(mut c) = self.copies.lock() {
-                c.keep(&claim.id, name, seen, complete, Instant::now());
+                let kept = kept.map(Arc::new);
+                c.keep(&claim.id, name, (seen, complete), kept, Instant::now());
             }
         }
         let held = self.book.lock().ok().is_some_and(|mut b| {
@@ -186,6 +197,45 @@ impl Conversations {
         if held {
             self.share(&claim.id, name, KEEP_AFTER_END.as_secs());
         }
+    }
+
+    /// A replay's rest ended: the copy it grew (the copy's bytes, then
+    /// the rest's) replaces the cut one, on the rest's member.
+    fn grown(
+        &self,
+        claim: &mut Claim,
+        member: Option<&Member>,
+        complete: bool,
+        kept: Option<Kept>,
+    ) {
+        claim.rest = false;
+        let seen = std::mem::take(&mut claim.seen);
+        let Ok(mut c) = self.copies.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        let name = match member {
+            Some(m) => m.upstream.name.clone(),
+            None => c.get(&claim.id, now).map(|x| x.member).unwrap_or_default(),
+        };
+        if claim.overflow || seen.is_empty() {
+            c.give_back(&claim.id);
+        } else {
+            c.keep(&claim.id, &name, (seen, complete), kept.map(Arc::new), now);
+        }
+    }
+
+    /// Takes the rest of `id`'s cut copy for one replay
+    /// ([`Copies::take_rest`]).
+    pub fn take_rest(&self, id: &str) -> bool {
+        self.copies
+            .lock()
+            .is_ok_and(|mut c| c.take_rest(id, Instant::now()))
+    }
+
+    /// A replay is generating the rest of `id`'s copy now.
+    pub fn rest_taken(&self, id: &str) -> bool {
+        self.copies.lock().is_ok_and(|c| c.rest_taken(id))
     }
 
     /// llamatap's copy of `id`'s answer, if one is kept.
@@ -284,7 +334,8 @@ pub fn pinned(
     model: Option<&str>,
     tried: &[usize],
 ) -> Result<Option<Pin>, Box<Error>> {
-    let Some(claim) = claim else {
+    // A replay's rest goes to any member but the one that cut it.
+    let Some(claim) = claim.filter(|c| !c.rest) else {
         return Ok(None);
     };
     let Some(name) = claim.holder.as_deref() else {

@@ -51,6 +51,7 @@ use crate::admission;
 use crate::config::Config;
 use crate::fleet::Fleet;
 use context::RequestCtx;
+use llamatap_policy::conversation::copies::Kept;
 use llamatap_telemetry::logs;
 use llamatap_telemetry::record::Outcome;
 use llamatap_telemetry::spans::Tracing;
@@ -96,8 +97,9 @@ fn logged_path(req: &RequestHeader) -> String {
 impl LlamaProxy {
     /// Reads the request's conversation and its holder
     /// ([`crate::conversations`]); `true` when a replay or stop was
-    /// answered with an error because its holder is gone.
-    async fn conversation(&self, session: &mut Session, ctx: &mut RequestCtx) -> bool {
+    /// answered (from llamatap's copy, or with an error) because its holder
+    /// is gone; an error is the copy's rest's, which could not come.
+    async fn conversation(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let scope = conversation::scope(ctx, &self.steps.config);
         let steps = &self.steps;
         let req = session.req_header();
@@ -127,10 +129,10 @@ impl LlamaProxy {
             .and_then(|c| crate::conversations::lost(&self.steps.fleet, c));
         ctx.conversation = claim;
         let Some(message) = lost else {
-            return false;
+            return Ok(false);
         };
-        if Box::pin(copied::serve(&self.steps, session, ctx, &message)).await {
-            return true;
+        if Box::pin(copied::serve(&self.steps, session, ctx, &message)).await? {
+            return Ok(true);
         }
         ctx.seen.ended = Some(std::time::Instant::now());
         ctx.seen.failure = Some((Outcome::UpstreamError, "conversation_lost", message.clone()));
@@ -141,7 +143,7 @@ impl LlamaProxy {
             message: &message,
         };
         reply::write_error(session, ctx, reply).await;
-        true
+        Ok(true)
     }
 }
 
@@ -209,7 +211,7 @@ impl ProxyHttp for LlamaProxy {
         {
             return Ok(true);
         }
-        if Box::pin(self.conversation(session, ctx)).await {
+        if Box::pin(self.conversation(session, ctx)).await? {
             return Ok(true);
         }
         if self.steps.fleet.is_fleet()
@@ -305,8 +307,13 @@ impl ProxyHttp for LlamaProxy {
             let facts = ctx.seen.stream_facts.as_deref();
             let facts = facts.or_else(|| ctx.seen.observer.as_ref().map(|o| o.facts()));
             let complete = facts.is_some_and(|f| f.done);
+            // A cut answer's request is kept with its copy, for its rest.
+            let kept = ctx.resume.as_deref().filter(|_| !complete).map(|r| Kept {
+                route: ctx.asked.route,
+                body: r.body.to_vec(),
+            });
             let conversations = &self.steps.conversations;
-            conversations.finish(&mut c, member.as_deref(), answered, complete);
+            conversations.finish(&mut c, member.as_deref(), (answered, complete), kept);
             ctx.conversation = Some(c);
         }
         // How it ended decides the record, ejection and the charge.

@@ -620,38 +620,69 @@ fn a_replica_without_the_store_finds_the_holder_by_asking_the_members() {
     assert_eq!(replay(&b.addr(), None, "nobody-has-it").0, 404);
 }
 
-#[test]
-fn a_copy_of_an_answer_cut_by_its_members_death_ends_with_an_error_event() {
-    let _serial = serial();
-    let (mut servers, proxy) = fleet_of_two(&[]);
-    let addr = proxy.addr();
+/// Starts an endless story under `conv` through `proxy`, hangs up after
+/// its first piece, and kills the member holding it while it generates:
+/// the bytes the client got, and which member was killed.
+fn start_and_kill(
+    servers: &mut [LlamaServer],
+    proxy: &Llamatap,
+    key: Option<(&str, &str)>,
+    conv: &str,
+) -> (Vec<u8>, usize) {
     let body = serde_json::json!({
         "messages": [{"role": "user", "content": "Tell an endless story."}],
-        "stream": true, "max_tokens": 1800, "temperature": 0.0, "seed": 7,
+        "stream": true, "max_tokens": 1200, "temperature": 0.0, "seed": 7,
         "ignore_eos": true,
     })
     .to_string();
-    let h = [("X-Conversation-Id", "cut-1")];
+    let auth = key.map(|(_, k)| format!("Bearer {k}"));
+    let mut h = vec![("X-Conversation-Id", conv)];
+    if let Some(a) = &auth {
+        h.push(("Authorization", a));
+    }
+    let addr = proxy.addr();
     let mut r = http::send(&addr, "POST", "/v1/chat/completions", &h, body.as_bytes()).unwrap();
     assert_eq!(r.head.status, 200);
-    r.next_piece().unwrap().unwrap();
+    let heard = r.next_piece().unwrap().unwrap().to_vec();
     drop(r);
-    let at = holder(&servers, "cut-1").unwrap();
+    // As llama-server sees it: scoped to the tenant.
+    let scoped = match key {
+        Some((tenant, _)) => format!(
+            "{}{conv}",
+            llamatap_wire::conversation::Scope::of_tenant(tenant).prefix()
+        ),
+        None => conv.to_string(),
+    };
+    let conv = scoped.as_str();
+    let at = holder(servers, conv).unwrap();
     // Killed while it still generates, with some of it buffered.
     let midway = fleet::wait_for(Duration::from_secs(30), || {
-        direct_lookup(&servers[at], &["cut-1"])
+        direct_lookup(&servers[at], &[conv])
             .first()
-            .is_some_and(|e| e["total_bytes"].as_u64().unwrap_or(0) > 20_000)
+            .is_some_and(|e| e["total_bytes"].as_u64().unwrap_or(0) > 12_000)
     });
     assert!(midway.is_some());
-    let done = direct_lookup(&servers[at], &["cut-1"])[0]["is_done"] == true;
+    let done = direct_lookup(&servers[at], &[conv])[0]["is_done"] == true;
     servers[at].kill();
     assert!(!done, "the answer ended before the kill: make it longer");
     let down = fleet::wait_for(Duration::from_secs(20), || {
         upstream_up(&proxy.metrics(), &servers[at]) == Some(0.0)
     });
     assert!(down.is_some());
-    let (s, all) = replay(&addr, None, "cut-1");
+    (heard, at)
+}
+
+#[test]
+fn a_copy_of_an_answer_cut_by_its_members_death_ends_with_an_error_event_without_continuation() {
+    let _serial = serial();
+    let off = temp_config("conv-cut-off", "[continuation]\nenabled = false\n");
+    let servers = start_servers(2, "tiny", &[]);
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let proxy = Llamatap::start_fleet(&urls, &["--config", off.to_str().unwrap()]);
+    let mut servers = servers;
+    wait_all_up(&proxy, &servers);
+    start_and_kill(&mut servers, &proxy, None, "cut-1");
+    let (s, all) = replay(&proxy.addr(), None, "cut-1");
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
     let events = http::sse_data(&all);
     eprintln!("events kept of the cut answer: {}", events.len());
@@ -659,6 +690,176 @@ fn a_copy_of_an_answer_cut_by_its_members_death_ends_with_an_error_event() {
     assert!(!events.iter().any(|e| e == "[DONE]"));
     let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
     assert_eq!(last["error"]["code"], "conversation_cut", "{last}");
+    let message = last["error"]["message"].as_str().unwrap();
+    assert!(message.contains("continuation is off"), "{message}");
+}
+
+/// The access line of the request to `path`, once written.
+fn logged(log: &std::path::Path, path: &str) -> serde_json::Value {
+    let mut line = None;
+    common::wait_until(Duration::from_secs(30), || {
+        line = access_lines(log).into_iter().find(|l| l["path"] == path);
+        line.is_some()
+    });
+    line.unwrap_or_else(|| panic!("no access line for {path}"))
+}
+
+#[test]
+fn a_cut_copy_with_no_other_member_to_continue_it_ends_with_an_error_event_naming_why() {
+    let _serial = serial();
+    let (mut servers, proxy) = fleet_of_two(&[]);
+    let (heard, at) = start_and_kill(&mut servers, &proxy, None, "alone-1");
+    let other = 1 - at;
+    servers[other].kill();
+    let down = fleet::wait_for(Duration::from_secs(20), || {
+        upstream_up(&proxy.metrics(), &servers[other]) == Some(0.0)
+    });
+    assert!(down.is_some());
+    let (s, all) = replay(&proxy.addr(), None, "alone-1");
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
+    assert!(all.starts_with(&heard));
+    let events = http::sse_data(&all);
+    assert!(!events.iter().any(|e| e == "[DONE]"));
+    let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "conversation_cut", "{last}");
+    let message = last["error"]["message"].as_str().unwrap();
+    // The other member is down too: none takes the rest (`no_other_upstream`),
+    // or the one the fleet still tries fails to connect (`target_failed`).
+    let why = message
+        .rsplit("its rest was not generated: ")
+        .next()
+        .unwrap();
+    assert!(
+        ["no_other_upstream", "target_failed", "no_upstream"].contains(&why),
+        "{message}"
+    );
+    // The rest was not taken for good: the copy is still there, cut.
+    let (s, again) = replay(&proxy.addr(), None, "alone-1");
+    assert_eq!(s, 200);
+    assert!(again.starts_with(&heard));
+}
+
+/// The text of a chat stream's events, and their ids and finish reasons.
+fn chat_text(events: &[String]) -> (String, Vec<String>, Vec<String>) {
+    let (mut text, mut ids, mut finishes) = (String::new(), Vec::new(), Vec::new());
+    for e in events {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(e) else {
+            continue;
+        };
+        if let Some(id) = v["id"].as_str() {
+            ids.push(id.to_string());
+        }
+        for c in v["choices"].as_array().into_iter().flatten() {
+            text.push_str(c["delta"]["content"].as_str().unwrap_or(""));
+            if let Some(f) = c["finish_reason"].as_str() {
+                finishes.push(f.to_string());
+            }
+        }
+    }
+    ids.dedup();
+    (text, ids, finishes)
+}
+
+/// What the tenant has left of its tokens this minute, as a request's
+/// answer head says (charged for what ended before it).
+fn tokens_left(addr: &str, key: &str) -> u64 {
+    let auth = format!("Bearer {key}");
+    let h = [("Authorization", auth.as_str()), ("Connection", "close")];
+    let body = br#"{"content": "one"}"#;
+    let mut r = http::send(addr, "POST", "/tokenize", &h, body).unwrap();
+    let left = r
+        .head
+        .header("x-ratelimit-remaining-tokens")
+        .map(str::to_string);
+    r.read_all().unwrap();
+    left.unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_replay_of_an_answer_cut_by_its_members_death_gets_its_rest_from_the_other_member() {
+    let _serial = serial();
+    const LIMIT: u64 = 1_000_000;
+    let keys = temp_config(
+        "conv-rest",
+        &format!(
+            "[[auth.keys]]\nname = \"alice\"\nkey = \"{ALICE}\"\ntokens_per_minute = {LIMIT}\n"
+        ),
+    );
+    let servers = start_servers(2, "tiny", &[]);
+    let log = std::env::temp_dir().join(format!("llamatap-rest-{}.jsonl", servers[0].port));
+    let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
+    let args = [
+        "--access-log",
+        log.to_str().unwrap(),
+        "--config",
+        keys.to_str().unwrap(),
+    ];
+    let proxy = Llamatap::start_fleet(&urls, &args);
+    let mut servers = servers;
+    wait_all_up(&proxy, &servers);
+    let addr = proxy.addr();
+    let (heard, at) = start_and_kill(&mut servers, &proxy, Some(("alice", ALICE)), "rest-1");
+    let other = 1 - at;
+    let generation = logged(&log, "/v1/chat/completions");
+    // Each /tokenize is charged its own few tokens: the difference of two
+    // readings is what ended between them, plus the first reading's own.
+    let probe = {
+        let a = tokens_left(&addr, ALICE);
+        a - tokens_left(&addr, ALICE)
+    };
+    let before_replay = tokens_left(&addr, ALICE);
+    let (s, all) = replay(&addr, Some(ALICE), "rest-1");
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&all));
+    let after_replay = tokens_left(&addr, ALICE);
+    // One whole answer: what the first client heard first, one id, one
+    // finish, `[DONE]`, and no error event.
+    assert!(
+        all.starts_with(&heard),
+        "the replay starts with what was heard"
+    );
+    let events = http::sse_data(&all);
+    let tail = String::from_utf8_lossy(&all[all.len().saturating_sub(600)..]).into_owned();
+    assert!(whole(&all), "{tail}");
+    assert!(
+        !all.windows(8).any(|w| w == b"\"error\":"),
+        "no error event"
+    );
+    let (text, ids, finishes) = chat_text(&events);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(finishes, vec!["length".to_string()]);
+    assert!(!text.is_empty());
+    // The record: a replay from the copy, continued from the dead member
+    // on the other.
+    let line = logged(&log, "/v1/stream");
+    assert_eq!(line["conversation"]["use"], "replay", "{line}");
+    assert_eq!(line["conversation"]["from_copy"], true, "{line}");
+    let c = &line["continuations"][0];
+    assert_eq!(c["result"], "continued", "{line}");
+    assert_eq!(c["from"], fleet::upstream_name(&servers[at]), "{line}");
+    assert_eq!(c["to"], fleet::upstream_name(&servers[other]), "{line}");
+    let before = c["tokens_before"].as_u64().unwrap();
+    let generated = c["generated_tokens"].as_u64().unwrap();
+    assert!(before > 0 && generated > 0, "{c}");
+    assert_eq!(before + generated, 1200, "the whole answer, in tokens: {c}");
+    // Charged once: the replay only what the other member generated.
+    let replay_charge = before_replay - after_replay - probe;
+    let generation_charge = LIMIT - before_replay - 2 * probe;
+    eprintln!(
+        "copy: {before} tokens from {}; rest: {generated} tokens on {}; \
+         generation charged {generation_charge} (prompt {}), replay charged {replay_charge}",
+        fleet::upstream_name(&servers[at]),
+        fleet::upstream_name(&servers[other]),
+        generation["prompt_tokens"],
+    );
+    assert_eq!(replay_charge, generated);
+    assert!(
+        generation_charge >= before,
+        "{generation_charge} < {before}"
+    );
+    // A later replay gets the grown copy, whole.
+    let (s, again) = replay(&addr, Some(ALICE), "rest-1");
+    assert_eq!(s, 200);
+    assert_eq!(again, all, "the grown copy is the answer the replay got");
 }
 
 // === a member that drains away ===

@@ -84,19 +84,40 @@ pub fn watch(ctx: &mut RequestCtx, resp: &ResponseHeader, config: &Config, telem
         ctx.seen.streaming = true;
         ctx.seen.stream_counted = true;
         telemetry.stream_active(true);
-        if let Some(f) = format {
-            let t = &config.telemetry;
-            let mut observer =
-                Box::new(StreamObserver::new(f, t.max_event_bytes, t.capture_content));
-            if ctx.resume.is_some() {
-                let ids = super::continuable::transcript_ids(ctx);
-                observer.keep_transcript(t.max_inspect_bytes, ids);
-            }
-            ctx.seen.observer = Some(observer);
-        }
+        ctx.seen.observer = observer(ctx, config);
     } else if format.is_some() && is_json(resp) {
         ctx.seen.json_body = Some(Vec::new());
     }
+}
+
+/// A replay about to generate the rest of a cut copy
+/// ([`super::copied`]): its answer is an event stream whose observer,
+/// keeping its transcript, has read the whole `copy`, as if its client
+/// had heard it all.
+pub fn watch_copy(ctx: &mut RequestCtx, copy: &[u8], config: &Config, telemetry: &Telemetry) {
+    ctx.seen.streaming = true;
+    ctx.seen.stream_counted = true;
+    telemetry.stream_active(true);
+    ctx.seen.observer = observer(ctx, config).map(|mut o| {
+        o.on_chunk(copy, Instant::now());
+        o
+    });
+}
+
+/// An observer for the request's event stream, keeping the transcript a
+/// continuation reads when the body was kept for one.
+fn observer(ctx: &RequestCtx, config: &Config) -> Option<Box<StreamObserver>> {
+    let t = &config.telemetry;
+    let mut observer = Box::new(StreamObserver::new(
+        ctx.format()?,
+        t.max_event_bytes,
+        t.capture_content,
+    ));
+    if ctx.resume.is_some() {
+        let ids = super::continuable::transcript_ids(ctx);
+        observer.keep_transcript(t.max_inspect_bytes, ids);
+    }
+    Some(observer)
 }
 
 /// An answer chunk: counted, handed to the observer (or to the JSON copy);

@@ -11,13 +11,17 @@
 //! - generated tokens: the largest of llama-server's count, the token
 //!   events the observer counted in the stream, and for a continued
 //!   answer the tokens the client had before the last cut plus what that
-//!   continuation generated.
+//!   continuation generated;
+//! - a replay that generated the rest of a cut copy (its member died or
+//!   drained): only what its continuations generated. The copy's tokens
+//!   and the prompt were charged to the generation that made them.
 //!
 //! Deliberately not here: the windows and the store the charge goes to
 //! ([`super::tenant`]), and reading the counts from the bytes (the
 //! observer, [`llamatap_wire::llama`]).
 
 use llamatap_policy::answer::ContinuationResult;
+use llamatap_policy::conversation::Use;
 use llamatap_telemetry::record::RequestRecord;
 use llamatap_wire::llama::StreamFormat;
 
@@ -32,6 +36,12 @@ pub const BYTES_PER_TOKEN: u64 = 4;
 /// Tokens to charge for `rec`, which ended as `end`, whose request body
 /// was `request_bytes`.
 pub fn tokens(rec: &RequestRecord, end: &End, request_bytes: u64) -> u64 {
+    if rec
+        .conversation
+        .is_some_and(|c| c.usage == Use::Replay && c.from_copy)
+    {
+        return rest_of_copy(rec);
+    }
     let continued = rec
         .continuations
         .iter()
@@ -56,6 +66,22 @@ pub fn tokens(rec: &RequestRecord, end: &End, request_bytes: u64) -> u64 {
         None => 0,
     };
     input.saturating_add(output)
+}
+
+/// A replay's rest: what its continuations generated (the target's
+/// counts, or the token events past the copy's when a target reported
+/// none).
+fn rest_of_copy(rec: &RequestRecord) -> u64 {
+    let continued = || {
+        rec.continuations
+            .iter()
+            .filter(|c| c.result == ContinuationResult::Continued)
+    };
+    let reported: u64 = continued().map(|c| c.generated.unwrap_or(0)).sum();
+    let copied = continued()
+        .next()
+        .map_or(rec.token_events, |c| c.tokens_before);
+    reported.max(rec.token_events.saturating_sub(copied))
 }
 
 /// The request is refused (400) because its answer could not be charged:

@@ -59,7 +59,45 @@ const MAX_EVENT_BYTES: usize = 1 << 20;
 /// An error goes to `fail_to_proxy` and `logging`.
 pub async fn run(steps: &Steps, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
     downstream::answer_continue(session, ctx).await?;
-    let mut attempt = Attempt::Request(None);
+    drive(steps, session, ctx, Attempt::Request(None)).await
+}
+
+/// The rest of an answer whose copy the client was just sent (a replay
+/// whose member died or drained, [`super::copied`]): the copy was cut
+/// for `reason` (`cause`: what the client hears if it cannot go on), and
+/// the same loop goes on from there. `ctx` holds the copy's request and
+/// an observer that has read the whole copy.
+pub async fn rest_of_copy(
+    steps: &Steps,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    reason: llamatap_policy::answer::Reason,
+    cause: Box<pingora::Error>,
+) -> Result<()> {
+    let next = Box::pin(resume::next(
+        steps,
+        session,
+        ctx,
+        Ending::Cut(reason, cause),
+    ))
+    .await;
+    match next {
+        Ok(Some(a)) => drive(steps, session, ctx, a).await,
+        Ok(None) => Ok(()),
+        Err(e) => {
+            record::close(ctx, Some(&e));
+            Err(e)
+        }
+    }
+}
+
+/// Attempts from `attempt` on, until the answer is whole or an error ends it.
+async fn drive(
+    steps: &Steps,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    mut attempt: Attempt,
+) -> Result<()> {
     loop {
         let ending = match attempt {
             Attempt::Request(replay) => request(steps, session, ctx, replay).await,

@@ -74,6 +74,9 @@ pub struct Claim {
     pub overflow: bool,
     /// A replay served from llamatap's copy (its member was gone).
     pub from_copy: bool,
+    /// A replay generating the rest of a cut copy on another member: its
+    /// bytes (the copy's, then the rest's) are kept for the grown copy.
+    pub rest: bool,
 }
 
 impl Claim {
@@ -87,13 +90,14 @@ impl Claim {
             seen: Vec::new(),
             overflow: false,
             from_copy: false,
+            rest: false,
         }
     }
 
-    /// Keeps a generation's `chunk` for its copy, within
-    /// [`copies::MAX_COPY`].
+    /// Keeps a generation's `chunk` (or the rest a replay generates) for
+    /// its copy, within [`copies::MAX_COPY`].
     pub fn see(&mut self, chunk: &[u8]) {
-        if self.usage != Use::Generate || self.overflow {
+        if !(self.usage == Use::Generate || self.rest) || self.overflow {
             return;
         }
         if self.seen.len() + chunk.len() > copies::MAX_COPY {

@@ -77,8 +77,10 @@ struct Conversation {
 struct Continuation<'a> {
     reason: &'static str,
     result: &'static str,
+    from: Option<&'a str>,
     to: Option<&'a str>,
     tokens_before: u64,
+    generated_tokens: Option<u64>,
     pause_ms: f64,
 }
 
@@ -140,8 +142,10 @@ pub fn line(rec: &RequestRecord, model: &str, ids: Option<&SpanIds>) -> String {
             .map(|c| Continuation {
                 reason: c.reason.as_str(),
                 result: c.result.as_str(),
+                from: c.from.as_deref(),
                 to: c.to.as_deref(),
                 tokens_before: c.tokens_before,
+                generated_tokens: c.generated,
                 pause_ms: ms(c.pause),
             })
             .collect(),

@@ -166,3 +166,54 @@ fn a_continued_answer_is_charged_before_and_after_its_cuts() {
     };
     assert_eq!(tokens(&rec, &end_of(&rec), 400), 100 + 30);
 }
+
+#[test]
+fn a_replays_rest_is_charged_only_what_its_continuation_generated() {
+    use llamatap_policy::conversation::Use;
+    use llamatap_telemetry::record::ConversationFacts;
+    let facts = |usage, from_copy| {
+        Some(ConversationFacts {
+            usage,
+            replayed_bytes: 900,
+            unsent_bytes: 0,
+            from_copy,
+        })
+    };
+    // The copy held 30 tokens; the rest generated 18 on another member.
+    // The observer read all 48, and the usage chunk says 48 generated of
+    // a 20-token prompt: none of the copy's, nor the prompt, again.
+    let rec = RequestRecord {
+        token_events: 48,
+        continuations: vec![continued(30, (45, 5), Some(18))],
+        conversation: facts(Use::Replay, true),
+        ..RequestRecord::example()
+    };
+    assert_eq!(tokens(&rec, &end_of(&rec), 1_000_000), 18);
+    // A target that reported nothing: the token events past the copy's.
+    let rec = RequestRecord {
+        token_events: 41,
+        continuations: vec![continued(30, (0, 0), None)],
+        conversation: facts(Use::Replay, true),
+        ..RequestRecord::example()
+    };
+    assert_eq!(tokens(&rec, &end_of(&rec), 1_000_000), 11);
+    // A rest that could not come: nothing was generated.
+    let mut refused = continued(30, (0, 0), None);
+    refused.result = ContinuationResult::Failed;
+    let rec = RequestRecord {
+        token_events: 30,
+        outcome: Outcome::UpstreamError,
+        continuations: vec![refused],
+        conversation: facts(Use::Replay, true),
+        ..RequestRecord::example()
+    };
+    assert_eq!(tokens(&rec, &end_of(&rec), 1_000_000), 0);
+    // The same counts on the generation itself are charged whole.
+    let rec = RequestRecord {
+        token_events: 48,
+        continuations: vec![continued(30, (45, 5), Some(18))],
+        conversation: facts(Use::Generate, false),
+        ..RequestRecord::example()
+    };
+    assert!(tokens(&rec, &end_of(&rec), 1_000_000) >= 48);
+}

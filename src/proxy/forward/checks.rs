@@ -64,9 +64,9 @@ pub fn register(steps: &Steps, ctx: &RequestCtx, signal: Arc<Signal>) -> Registr
 
 /// Another upstream could take the answer now.
 pub fn elsewhere(steps: &Steps, ctx: &RequestCtx) -> bool {
-    let Some(i) = ctx.attempt.member else {
-        return false;
-    };
+    // A replay's rest has no member yet (its copy's left, or is in
+    // `tried`): any member will do.
+    let i = ctx.attempt.member.unwrap_or(usize::MAX);
     steps.fleet.is_fleet()
         && steps.fleet.can_fail_over(
             ctx.asked.request.model.as_deref(),
@@ -85,8 +85,12 @@ pub async fn member_alive(steps: &Steps, ctx: &RequestCtx) -> bool {
     steps.fleet.answers_health(i, HEALTH_TIMEOUT).await
 }
 
-/// The name of the attempt's member, for the record.
+/// The name of the attempt's member, for the record (before a replay's
+/// rest has one: the member its copy was cut on).
 pub fn member_name(steps: &Steps, ctx: &RequestCtx) -> Option<String> {
-    let i = ctx.attempt.member?;
+    let Some(i) = ctx.attempt.member else {
+        let claim = ctx.conversation.as_deref().filter(|c| c.rest)?;
+        return claim.holder.clone();
+    };
     steps.fleet.member(i).map(|m| m.upstream.name.clone())
 }

@@ -175,8 +175,8 @@ fn a_continued_answer_lists_its_cuts() {
     let v: serde_json::Value = serde_json::from_str(&line(&r, "m", None)).unwrap();
     assert_eq!(
         v["continuations"],
-        serde_json::json!([{"reason": "stalled", "result": "continued", "to": "gpu-b",
-            "tokens_before": 40, "pause_ms": 370.5}])
+        serde_json::json!([{"reason": "stalled", "result": "continued", "from": "gpu-a",
+            "to": "gpu-b", "tokens_before": 40, "generated_tokens": null, "pause_ms": 370.5}])
     );
 }
 

@@ -427,3 +427,31 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         b = &b[line + 2 + n + 2..];
     }
 }
+
+#[tokio::test]
+async fn a_cut_copy_read_by_a_new_observer_plans_its_rest_from_what_it_holds() {
+    use crate::proxy::bodies;
+    use llamatap_wire::continuation::Next;
+    let plan = |copy: &str| {
+        let copy = copy.to_string();
+        async move {
+            let mut w = world("", &chat_request()).await;
+            continuable::keep_body(&mut w.ctx, true, bytes::Bytes::from_static(CHAT.as_bytes()));
+            let (config, telemetry) = (&w.steps.config, &w.steps.telemetry);
+            bodies::watch_copy(&mut w.ctx, copy.as_bytes(), config, telemetry);
+            match continuable::plan_next(&w.ctx) {
+                Next::Generate(rest) => Ok(rest.target.tokens_before),
+                Next::Refused(why) => Err(why),
+                Next::End { why, .. } => Err(why),
+            }
+        }
+    };
+    // Two tokens heard, as if by the replaying client: the rest follows them.
+    assert_eq!(plan(&format!("{}{}", EVENTS[0], EVENTS[1])).await, Ok(2));
+    // Cut inside an event: refused as it is (the replay trims the copy to
+    // its last whole event first).
+    let cut = format!("{}{}", EVENTS[0], &EVENTS[1][..30]);
+    assert_eq!(plan(&cut).await, Err("cut_mid_event"));
+    // Its finish was in the copy: only the end was lost.
+    assert!(plan(&EVENTS[..3].concat()).await.is_err());
+}
