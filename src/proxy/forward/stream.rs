@@ -116,7 +116,10 @@ pub async fn body(
             }
             r = session.as_downstream_mut().read_body_or_idle(true) => {
                 if let Err(e) = r {
-                    return Err(drain::after_hangup(steps, ctx, up, peer, e.into_down()).await);
+                    // Boxed: the drain's future is large and rare, and
+                    // every held stream's future would carry its size.
+                    let drain = drain::after_hangup(steps, ctx, up, peer, e.into_down());
+                    return Err(Box::pin(drain).await);
                 }
                 continue;
             }
@@ -167,7 +170,8 @@ pub async fn body(
                 let b = chunk.unwrap_or_default();
                 if !b.is_empty() || end {
                     if let Err(e) = downstream::body(session, b, end, client_timeout).await {
-                        return Err(drain::after_hangup(steps, ctx, up, peer, e).await);
+                        let drain = drain::after_hangup(steps, ctx, up, peer, e);
+                        return Err(Box::pin(drain).await);
                     }
                 }
                 ctx.seen.terminal_sent |= terminal_seen(ctx);
