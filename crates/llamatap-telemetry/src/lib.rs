@@ -246,6 +246,7 @@ impl Telemetry {
     pub fn upstream_left(&self, name: &str) {
         self.metrics.upstreams.forget_upstream(name);
         self.metrics.queue.forget_upstream(name);
+        self.metrics.ttft.forget_upstream(name);
         self.metrics.llamacpp.clear(name);
     }
 

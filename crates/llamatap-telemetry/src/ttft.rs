@@ -7,6 +7,9 @@
 //! member name (at most 64 at once). Deliberately not here: predicting
 //! (`llamatap_policy::ttft`) or deciding anything from it.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -47,6 +50,9 @@ pub struct TtftMetrics {
     pub ratio: Family<ModelUpstreamLabels, Histogram, fn() -> Histogram>,
     /// `llamatap_ttft_slo_refusals_total{model}`.
     pub refused: Family<RefusedLabels, Counter>,
+    /// The ratio's label sets, so that a member that leaves takes its
+    /// series with it (bounded as the labels are).
+    written: Arc<Mutex<HashSet<ModelUpstreamLabels>>>,
 }
 
 impl TtftMetrics {
@@ -55,6 +61,7 @@ impl TtftMetrics {
         let m = TtftMetrics {
             ratio: Family::new_with_constructor(ratio_histogram),
             refused: Family::default(),
+            written: Arc::default(),
         };
         r.register(
             "llamatap_ttft_prediction_ratio",
@@ -85,11 +92,71 @@ impl TtftMetrics {
         let (Some(u), Some(ratio)) = (&rec.upstream, t.ratio(rec.first_token_any)) else {
             return;
         };
-        self.ratio
-            .get_or_create(&ModelUpstreamLabels {
-                model: model.to_string(),
-                upstream: u.name.clone(),
-            })
-            .observe(ratio);
+        let labels = ModelUpstreamLabels {
+            model: model.to_string(),
+            upstream: u.name.clone(),
+        };
+        self.ratio.get_or_create(&labels).observe(ratio);
+        if let Ok(mut w) = self.written.lock() {
+            w.insert(labels);
+        }
+    }
+
+    /// Removes the series of upstream `name` (a discovered member left).
+    pub fn forget_upstream(&self, name: &str) {
+        let Ok(mut w) = self.written.lock() else {
+            return;
+        };
+        w.retain(|l| {
+            let gone = l.upstream == name;
+            if gone {
+                self.ratio.remove(l);
+            }
+            !gone
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use prometheus_client::encoding::text::encode;
+
+    use super::*;
+    use crate::record::TtftFacts;
+
+    fn served_by(name: &str) -> RequestRecord {
+        let mut rec = RequestRecord::example();
+        if let Some(u) = rec.upstream.as_mut() {
+            u.name = name.to_string();
+        }
+        rec.first_token_any = Some(Duration::from_millis(120));
+        rec.ttft = Some(TtftFacts {
+            predicted_ms: Some(100),
+            confidence: "high",
+            slo_ms: None,
+            dispatched: Some(Duration::from_millis(20)),
+        });
+        rec
+    }
+
+    #[test]
+    fn a_member_that_leaves_takes_its_ratio_series_with_it() {
+        let mut r = Registry::default();
+        let m = TtftMetrics::register(&mut r);
+        m.record(&served_by("gpu-a"), "m");
+        m.record(&served_by("gpu-b"), "m");
+        let text = |r: &Registry| {
+            let mut s = String::new();
+            encode(&mut s, r).unwrap();
+            s
+        };
+        let before = text(&r);
+        assert!(before.contains("upstream=\"gpu-a\""), "{before}");
+        m.forget_upstream("gpu-a");
+        let after = text(&r);
+        assert!(!after.contains("upstream=\"gpu-a\""), "{after}");
+        assert!(after.contains("upstream=\"gpu-b\""), "{after}");
     }
 }
