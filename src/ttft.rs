@@ -36,6 +36,7 @@ use llamatap_policy::ttft::{
 use crate::fleet::Fleet;
 
 pub mod slo;
+pub mod steer;
 #[cfg(test)]
 mod tests;
 
@@ -93,6 +94,9 @@ pub struct Plan {
     pub slo_ms: Option<u32>,
     /// Members left out of routing: predicted over the objective.
     pub avoid: Vec<usize>,
+    /// Members left out of this attempt's routing without an objective:
+    /// predicted much slower than the fastest ([`steer`]).
+    pub steered: Vec<usize>,
     /// The prompt's size in bytes ([`prompt_bytes`]).
     pub prompt_bytes: u64,
     /// The current attempt's prediction.

@@ -109,6 +109,25 @@ fn one_upstream_by_default_named_by_address() {
         llamatap_policy::router::Policy::PrefixAffinity
     );
     assert_eq!(c.routing.session_header, None);
+    assert_eq!(c.routing.ttft_steer_percent, None);
+}
+
+#[test]
+fn ttft_steering_is_a_percentage_over_110_or_off() {
+    let steer = |v: &str| load(&format!("[routing]\nttft_steer_percent = {v}"));
+    assert_eq!(steer("0").unwrap().routing.ttft_steer_percent, None);
+    assert_eq!(steer("150").unwrap().routing.ttft_steer_percent, Some(150));
+    assert_eq!(steer("110").unwrap().routing.ttft_steer_percent, Some(110));
+    assert_eq!(
+        steer("10000").unwrap().routing.ttft_steer_percent,
+        Some(10_000)
+    );
+    for bad in ["1", "100", "109", "10001"] {
+        let e = steer(bad).unwrap_err().to_string();
+        assert!(e.contains("routing.ttft_steer_percent"), "{bad}: {e}");
+        assert!(!e.contains('\n'), "{bad}: {e}");
+    }
+    assert!(steer("-1").is_err());
 }
 
 #[test]

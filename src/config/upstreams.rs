@@ -46,6 +46,9 @@ pub struct RawRouting {
     pub policy: Option<String>,
     /// Request header whose value pins a request to one upstream.
     pub session_header: Option<String>,
+    /// Without a TTFT objective, leave out upstreams predicted slower than
+    /// this percentage of the fastest one's TTFT; 0: off.
+    pub ttft_steer_percent: Option<u32>,
 }
 
 /// Validated routing settings.
@@ -55,7 +58,15 @@ pub struct Routing {
     pub policy: Policy,
     /// Lower-cased header name whose value sticks a request to one upstream.
     pub session_header: Option<String>,
+    /// Without a TTFT objective, upstreams predicted (with high
+    /// confidence) over this percentage of the fastest one's TTFT, and
+    /// slower by at least [`crate::ttft::steer::MARGIN_MS`], are left out
+    /// of routing; `None`: off.
+    pub ttft_steer_percent: Option<u32>,
 }
+
+/// Smallest and largest `ttft_steer_percent` (0 turns it off).
+pub const TTFT_STEER_PERCENT: std::ops::RangeInclusive<u32> = 110..=10_000;
 
 /// One upstream as given: URL, name, weight, `max_inflight`, `discover`.
 type Entry = (String, Option<String>, Option<u32>, Option<u32>, bool);
@@ -221,9 +232,24 @@ pub fn routing(flag: Option<&str>, raw: &RawRouting) -> Result<Routing, ConfigEr
             }
         }
     };
+    let ttft_steer_percent = match raw.ttft_steer_percent {
+        None | Some(0) => None,
+        Some(p) if TTFT_STEER_PERCENT.contains(&p) => Some(p),
+        Some(p) => {
+            return Err(invalid(
+                "routing.ttft_steer_percent",
+                &format!(
+                    "{p} is neither 0 (off) nor between {} and {}",
+                    TTFT_STEER_PERCENT.start(),
+                    TTFT_STEER_PERCENT.end()
+                ),
+            ))
+        }
+    };
     Ok(Routing {
         policy,
         session_header,
+        ttft_steer_percent,
     })
 }
 

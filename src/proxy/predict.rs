@@ -162,6 +162,35 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     ));
 }
 
+/// Without an objective, and with `[routing] ttft_steer_percent` set:
+/// the members predicted much slower than the fastest, to leave out of
+/// this attempt's routing ([`ttft::steer`]).
+pub fn steer(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx, percent: Option<u32>) {
+    let plan = &mut ctx.attempt.routed.ttft;
+    plan.steered.clear();
+    let Some(percent) = percent else {
+        return;
+    };
+    if plan.slo_ms.is_some() || !ctx.asked.route.uses_slot() || ctx.who.session.is_some() {
+        return;
+    }
+    let model = ctx.asked.request.model.as_deref();
+    let members = fleet.servers(model);
+    if members.len() < 2 {
+        return;
+    }
+    let chain = &ctx.attempt.routed.chain;
+    let bytes = plan.prompt_bytes;
+    let predicted: Vec<(usize, llamatap_policy::ttft::Prediction)> = members
+        .into_iter()
+        .map(|m| {
+            let sizes = (bytes, fleet.cached_bytes(m, chain));
+            (m, predictor.predict(fleet, m, model, sizes, false).prediction)
+        })
+        .collect();
+    plan.steered = ttft::steer::slower(percent, &predicted);
+}
+
 /// `x-llamatap-predicted-ttft-ms` on the client's head, when predicted.
 pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
     if let Some(ms) = ctx.attempt.routed.ttft.predicted.and_then(|p| p.ms()) {

@@ -155,7 +155,8 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         ctx.who.session,
         &ctx.attempt.routed.tried,
     );
-    let avoid = &ctx.attempt.routed.ttft.avoid;
+    let plan = &ctx.attempt.routed.ttft;
+    let avoid: Vec<usize> = plan.avoid.iter().chain(&plan.steered).copied().collect();
     let choose = |full: &[usize]| {
         // The member holding the request's conversation: a replay's
         // whatever its load, a follow-up's while it has a slot.
@@ -163,9 +164,10 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
             return fleet.pin(p.member).ok_or(NoRoute::Exhausted);
         }
         // The admission queue leaves out upstreams without a free slot; a
-        // TTFT objective those predicted over it, while another is left.
+        // TTFT objective (or, without one, the steering) those predicted
+        // over it, while another is left.
         let exclude: Vec<usize> = tried.iter().chain(full).copied().collect();
-        let slo: Vec<usize> = exclude.iter().chain(avoid).copied().collect();
+        let slo: Vec<usize> = exclude.iter().chain(&avoid).copied().collect();
         match fleet.choose(model, chain, session, &slo) {
             Err(_) if !avoid.is_empty() => fleet.choose(model, chain, session, &exclude),
             chosen => chosen,

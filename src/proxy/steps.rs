@@ -116,6 +116,8 @@ impl Steps {
             )
             .await;
         }
+        let steer = self.config.routing.ttft_steer_percent;
+        predict::steer(&self.predictor, &self.fleet, ctx, steer);
         let address = routing::choose(&self.fleet, ctx)?;
         predict::dispatched(&self.predictor, &self.fleet, ctx);
         Ok(Box::new(attempt::peer(&self.config, address)))

@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""Routing with and without the TTFT prediction, on real llama-servers.
+
+Runs one mixed chat workload through llamatap in front of two llama-servers,
+once per variant, restarting the llama-servers (and llamatap) between
+variants so each starts cold:
+
+- `off`: today's routing (`routing.policy`, default `prefix_affinity`);
+- `steer`: the same policy with `routing.ttft_steer_percent` set: members
+  predicted much slower than the fastest are left out of the choice.
+
+Two fleets:
+
+- `same`: both members serve `medium.gguf` (equal members on one machine);
+- `mixed`: member `b` serves `slow.gguf` under the same model name (a member
+  on slower hardware; `--alias` gives both the one name).
+
+The workload (seeded): three client threads; conversations of five turns,
+each with its own system prompt of 150 to 700 words and a user message of 10
+to 40 words a turn (a turn repeats the conversation so far); short (5 to 60
+words) and long (400 to 900 words) one-shot prompts between them; answers of
+8 to 40 tokens. TTFT, the upstream and the prediction come from llamatap's
+access log (TTFT from arrival to the first token).
+
+Run from the repository root, after `cargo build --release`:
+
+    scripts/ensure-deps.sh > /tmp/deps.env; set -a; . /tmp/deps.env; set +a
+    $LLAMATAP_PYTHON bench/ttft-steer.py --fleet mixed --out /tmp/steer.json
+
+It prints one table row per variant and writes every access line to --out.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+VOCAB = (
+    "the of and to in is was for on that with as by at from his her they this "
+    "have had not are but were which one all their there been has when who "
+    "will more would if out so said what up its about into than them can only "
+    "other new some could time these two may then do first any like now my "
+    "river stone house water light north garden market winter music paper "
+    "number table window letter summer station morning"
+).split()
+MODEL = "llm"
+
+
+def words(rng, n):
+    return " ".join(rng.choice(VOCAB) for _ in range(n))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(port, path, proc, what, timeout=180):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", path)
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not answer {path} within {timeout} s")
+
+
+def start_member(binary, model, logdir, name):
+    port = free_port()
+    args = [
+        binary, "-m", model, "--alias", MODEL, "--host", "127.0.0.1",
+        "--port", str(port), "--chat-template", "chatml", "-t", "1",
+        "-np", "2", "-c", "4096", "--cache-ram", "256", "--metrics", "--slots",
+    ]
+    log = open(os.path.join(logdir, f"{name}.log"), "w")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    wait_http(port, "/health", proc, f"llama-server {name}")
+    return proc, port
+
+
+def start_llamatap(binary, ports, steer, policy, logdir, variant):
+    port, admin = free_port(), free_port()
+    access = os.path.join(logdir, f"access-{variant}.jsonl")
+    ups = "".join(
+        f'[[upstreams]]\nurl = "http://127.0.0.1:{p}"\nname = "{n}"\n\n'
+        for n, p in zip("ab", ports)
+    )
+    conf = os.path.join(logdir, f"llamatap-{variant}.toml")
+    with open(conf, "w") as f:
+        f.write(
+            f'listen = "127.0.0.1:{port}"\nadmin_listen = "127.0.0.1:{admin}"\n\n'
+            f'[routing]\npolicy = "{policy}"\nttft_steer_percent = {steer}\n\n{ups}'
+        )
+    log = open(os.path.join(logdir, f"llamatap-{variant}.log"), "w")
+    proc = subprocess.Popen(
+        [binary, "--config", conf, "--access-log", access],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    wait_http(admin, "/readyz", proc, "llamatap")
+    return proc, port, access
+
+
+def jobs(seed, convs, shorts, longs):
+    """Three lists of jobs, one per client; a conversation stays on one."""
+    rng = random.Random(seed)
+    items = []
+    for _ in range(convs):
+        system = words(rng, rng.randint(150, 700))
+        turns = [(words(rng, rng.randint(10, 40)), rng.randint(8, 40)) for _ in range(5)]
+        items.append(("conv", system, turns))
+    for _ in range(shorts):
+        items.append(("one", words(rng, rng.randint(5, 60)), rng.randint(8, 40)))
+    for _ in range(longs):
+        items.append(("one", words(rng, rng.randint(400, 900)), rng.randint(8, 40)))
+    rng.shuffle(items)
+    return [items[i::3] for i in range(3)]
+
+
+def chat(port, messages, max_tokens):
+    body = json.dumps({
+        "model": MODEL, "messages": messages, "max_tokens": max_tokens,
+        "stream": True, "temperature": 0, "seed": 1,
+    })
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+    r = c.getresponse()
+    text = []
+    for raw in r:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        try:
+            ev = json.loads(line[6:])
+        except ValueError:
+            continue
+        for ch in ev.get("choices") or []:
+            text.append((ch.get("delta") or {}).get("content") or "")
+    c.close()
+    if r.status != 200:
+        raise RuntimeError(f"status {r.status}")
+    return "".join(text)
+
+
+def client(port, mine, errors):
+    for job in mine:
+        try:
+            if job[0] == "conv":
+                _, system, turns = job
+                messages = [{"role": "system", "content": system}]
+                for user, n in turns:
+                    messages.append({"role": "user", "content": user})
+                    answer = chat(port, messages, n)
+                    messages.append({"role": "assistant", "content": answer})
+            else:
+                _, prompt, n = job
+                chat(port, [{"role": "user", "content": prompt}], n)
+        except Exception as e:  # noqa: BLE001: reported and counted
+            errors.append(repr(e))
+
+
+def pct(values, q):
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+
+
+def run_variant(args, variant, steer, logdir):
+    models = [args.medium, args.medium if args.fleet == "same" else args.slow]
+    members = [start_member(args.llama_server, m, logdir, f"{variant}-{n}") for m, n in zip(models, "ab")]
+    proxy = None
+    try:
+        proxy, port, access = start_llamatap(
+            args.llamatap, [p for _, p in members], steer, args.policy, logdir, variant
+        )
+        errors = []
+        start = time.time()
+        threads = [
+            threading.Thread(target=client, args=(port, mine, errors))
+            for mine in jobs(args.seed, args.convs, args.shorts, args.longs)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.time() - start
+    finally:
+        if proxy:
+            proxy.terminate()
+            proxy.wait()
+        for p, _ in members:
+            p.kill()
+            p.wait()
+    lines = [json.loads(x) for x in open(access) if x.strip()]
+    ok = [x for x in lines if x["route"] == "chat_completions" and x["status"] == 200]
+    ttft = [x["ttft_ms"] for x in ok if x["ttft_ms"] is not None]
+    prompt = sum(x["prompt_tokens"] or 0 for x in ok)
+    cached = sum(x["cached_tokens"] or 0 for x in ok)
+    on_b = sum(1 for x in ok if x["upstream"] == "b")
+    return {
+        "variant": variant, "steer_percent": steer, "requests": len(ok),
+        "errors": errors, "wall_s": wall,
+        "ttft_p50": pct(ttft, 0.5), "ttft_p90": pct(ttft, 0.9),
+        "ttft_mean": statistics.fmean(ttft) if ttft else float("nan"),
+        "share_on_b": on_b / len(ok) if ok else float("nan"),
+        "cached_share": cached / prompt if prompt else float("nan"),
+        "lines": lines,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fleet", choices=["same", "mixed"], default="mixed")
+    ap.add_argument("--policy", default="prefix_affinity")
+    ap.add_argument("--steer", type=int, default=150, help="ttft_steer_percent of the steer variant")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--convs", type=int, default=6)
+    ap.add_argument("--shorts", type=int, default=10)
+    ap.add_argument("--longs", type=int, default=4)
+    ap.add_argument("--order", default="off,steer", help="variants in run order")
+    ap.add_argument("--llamatap", default="target/release/llamatap")
+    ap.add_argument("--llama-server", default=os.environ.get("LLAMATAP_LLAMA_SERVER"))
+    ap.add_argument("--medium", default=os.environ.get("LLAMATAP_MEDIUM_MODEL"))
+    ap.add_argument("--slow", default=os.environ.get("LLAMATAP_SLOW_MODEL"))
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    for need in ("llama_server", "medium", "slow"):
+        if not getattr(args, need):
+            sys.exit(f"ttft-steer: --{need.replace('_', '-')} not given (run scripts/ensure-deps.sh)")
+    logdir = tempfile.mkdtemp(prefix="ttft-steer-")
+    results = []
+    for variant in args.order.split(","):
+        steer = {"off": 0, "steer": args.steer}[variant]
+        load = os.getloadavg()[0]
+        r = run_variant(args, variant, steer, logdir)
+        r["load_before"], r["load_after"] = load, os.getloadavg()[0]
+        results.append(r)
+    print(f"fleet {args.fleet}, policy {args.policy}, seed {args.seed}, logs in {logdir}")
+    print("| variant | requests | errors | TTFT p50 ms | TTFT p90 ms | TTFT mean ms | on b | cached share | wall s | load 1 min |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        print(
+            f"| {r['variant']} ({r['steer_percent']}) | {r['requests']} | {len(r['errors'])} "
+            f"| {r['ttft_p50']:.0f} | {r['ttft_p90']:.0f} | {r['ttft_mean']:.0f} "
+            f"| {r['share_on_b']:.0%} | {r['cached_share']:.2f} | {r['wall_s']:.1f} "
+            f"| {r['load_before']:.1f} → {r['load_after']:.1f} |"
+        )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"fleet": args.fleet, "policy": args.policy, "seed": args.seed, "results": results}, f)
+    if any(r["errors"] for r in results):
+        sys.exit("ttft-steer: some requests failed: " + "; ".join(e for r in results for e in r["errors"][:3]))
+
+
+if __name__ == "__main__":
+    main()
