@@ -111,10 +111,11 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     let mut i = 0;
 
     // Warm-up: an objective of 1 ms is admitted while the predictor is
-    // unsure (no data, low confidence) and refused once it is sure.
+    // unsure (no data, low confidence, too few ratios for the bound) and
+    // refused once it is sure of both members.
     let mut refusal = None;
     let mut admitted_unsure = 0;
-    while i < 60 && refusal.is_none() {
+    while i < 200 && refusal.is_none() {
         let s = chat(&addr, &prompt(i), Some("1"));
         i += 1;
         match s.status {
@@ -127,9 +128,12 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     }
     let refusal = refusal
         .unwrap_or_else(|| panic!("no refusal after {i} requests; stderr:\n{}", proxy.stderr()));
+    // Each member: four answers before its predictions are sure, then
+    // MIN_RATIOS ratios of sure predictions before its bound is.
+    let per_member = 4 + llamatap_policy::ttft::MIN_RATIOS;
     assert!(
-        admitted_unsure >= 4,
-        "refused before four answers were learned"
+        admitted_unsure >= 2 * per_member,
+        "refused after {admitted_unsure} answers, before both bounds were sure"
     );
     let v: Value = serde_json::from_str(&refusal.body).unwrap();
     assert_eq!(
@@ -196,6 +200,14 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     let metrics = proxy.metrics();
     assert!(metric_sum(&metrics, "llamatap_ttft_prediction_ratio_count", &[]) >= 12.0);
     assert!(metric_sum(&metrics, "llamatap_ttft_slo_refusals_total", &[]) >= 11.0);
+    // While one member was surely over the objective and the other not yet,
+    // requests went to the other with their own reason.
+    let steered = metric_sum(
+        &metrics,
+        "llamatap_routing_decisions_total",
+        &["reason=\"ttft_slo\""],
+    );
+    assert!(steered >= 1.0, "no ttft_slo decision:\n{metrics}");
 }
 
 /// Three clients at once on two members of two slots each, every request
@@ -215,9 +227,10 @@ fn under_load_an_objective_is_met_or_refused_at_once() {
     assert!(up.is_some(), "upstreams never up: {}", proxy.stderr());
     let addr = proxy.addr();
     let base = servers[0].prompt_of_tokens(500);
-    // Warm-up, two at a time so that a busy slot beside is measured too.
+    // Warm-up, two at a time so that a busy slot beside is measured too,
+    // long enough for each member's bound to hold its minimum of ratios.
     let mut idle = Vec::new();
-    for round in 0..8 {
+    for round in 0..(6 + llamatap_policy::ttft::MIN_RATIOS) {
         let (a, b) = std::thread::scope(|sc| {
             let one = sc.spawn(|| chat(&addr, &format!("warm{round}a {base}"), None));
             let two = sc.spawn(|| chat(&addr, &format!("warm{round}b {base}"), None));
