@@ -640,6 +640,9 @@ fn a_members_record_is_small_and_fixed() {
     // No allocation inside: the record is its size, whatever it learned.
     let size = std::mem::size_of::<member::Rates>();
     assert!(size <= 640, "{size} bytes");
+    // The ratios beside it: 128 of 4 bytes and two counters.
+    let ratios = std::mem::size_of::<Ratios>();
+    assert!(ratios <= 4 * WINDOW + 16, "{ratios} bytes");
 }
 
 #[test]
