@@ -44,7 +44,8 @@
 //! [`secure`], [`requeue`] and [`Held::give_back`] on the request's
 //! [`Held`]; [`Ticket::route`] from its routing), the server's
 //! ([`Admission::new`], [`Admission::slot_sync`]) and the admin page's
-//! ([`SharedSlots`], a read-only [`SlotStatus`]). Nothing here reads the
+//! ([`SharedSlots`], a read-only [`SlotStatus`]), and a TTFT objective's
+//! ([`Admission::queued_ahead`]). Nothing here reads the
 //! proxy's request context or calls its routing: a lease refused elsewhere
 //! answers [`Secured::Reroute`], and the proxy routes again.
 //!
@@ -235,6 +236,17 @@ impl Admission {
     /// The queue is on.
     pub fn enabled(&self) -> bool {
         self.config.enabled
+    }
+
+    /// The requests queued here that a request of `class` naming `model`
+    /// would wait behind (0 with the queue off): of its class or a more
+    /// urgent one, naming its model or none, or naming any when it names
+    /// none. For a TTFT objective's comparison.
+    pub fn queued_ahead(&self, class: Priority, model: Option<&str>) -> u32 {
+        if !self.config.enabled {
+            return 0;
+        }
+        self.wanted.ahead(class as usize, model)
     }
 
     /// The class of a request: its key's, else `default`; lowered (never

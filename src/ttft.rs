@@ -9,9 +9,14 @@
 //!   `/slots`, the in-flight count the fleet keeps as busy slots, those
 //!   beyond its slots and llama-server's `requests_deferred` as the queue
 //!   ahead).
+//! - [`Predictor::bound`]: before routing, for a TTFT objective, the
+//!   prediction on one member with the admission queue's requests ahead of
+//!   it, times a high quantile of the member's recent measured over
+//!   predicted ratios.
 //! - [`Predictor::learn`]: a finished request's `timings`, busy slots at
 //!   dispatch, prompt bytes, `max_tokens`, and its measured TTFT when it
-//!   started at once.
+//!   started at once; and the ratio of its measured TTFT (dispatch to the
+//!   first token) to a prediction of high confidence, for the bound.
 //!
 //! The book's lock is held for one lookup or one update (microseconds),
 //! never across an await; nothing here runs per streamed chunk.
@@ -19,7 +24,8 @@
 //! Deliberately not here: the tokens generated so far by the answers in
 //! flight (the fleet does not count them; the book assumes each busy slot
 //! half way through a typical answer), the admission queue's waiting
-//! requests (a request is predicted when it is dispatched, after its wait),
+//! requests at dispatch (a request is predicted when it is dispatched,
+//! after its wait; only the bound before routing counts them),
 //! the mid-prefill correction from `prompt_progress` (llamatap does not ask
 //! llama-server for progress events), and any decision by the prediction
 //! ([`slo`]).
@@ -30,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use llamatap_policy::router::Chain;
 use llamatap_policy::ttft::{
-    Confidence, Load, Observation, Prediction, PromptSize, Query, Timings, TtftBook,
+    Bound, Confidence, Load, Observation, Prediction, PromptSize, Query, Timings, TtftBook,
 };
 
 use crate::fleet::Fleet;
@@ -130,6 +136,48 @@ pub fn key(member: usize, model: Option<&str>) -> Key {
     (member, h.finish())
 }
 
+/// The query of a prompt of `prompt_bytes` on `member` now, `cached_bytes`
+/// of it likely cached, with `queued` requests of the admission queue ahead
+/// (see [`Predictor::predict`]), and the member's other requests in flight.
+fn query(
+    fleet: &Fleet,
+    member: usize,
+    (prompt_bytes, cached_bytes): (u64, u64),
+    counted: bool,
+    queued: u32,
+) -> (Query<'static>, u32) {
+    let m = fleet.member(member);
+    let in_flight = m.as_ref().map_or(0, |m| m.in_flight());
+    let busy_others = if counted {
+        in_flight.saturating_sub(1)
+    } else {
+        in_flight
+    };
+    let slots = m.as_ref().and_then(|m| m.total_slots()).unwrap_or(0);
+    let deferred = m.as_ref().and_then(|m| m.deferred()).unwrap_or(0);
+    let busy = if slots == 0 {
+        busy_others
+    } else {
+        busy_others.min(slots)
+    };
+    let queue_ahead = if slots == 0 {
+        0
+    } else {
+        busy_others.saturating_sub(slots).max(deferred)
+    };
+    let query = Query {
+        prompt: PromptSize::Bytes(prompt_bytes),
+        cached: PromptSize::Bytes(cached_bytes.min(prompt_bytes)),
+        load: Load {
+            slots,
+            busy,
+            queue_ahead: queue_ahead.saturating_add(queued),
+            in_flight: &[],
+        },
+    };
+    (query, busy_others)
+}
+
 /// The prompt's size in bytes: its chain's text when read, else the body.
 pub fn prompt_bytes(chain: &Chain, body_bytes: Option<u64>) -> u64 {
     match chain.total_bytes() {
@@ -161,48 +209,37 @@ impl Predictor {
         counted: bool,
     ) -> Predicted {
         let key = key(member, model);
-        let m = fleet.member(member);
-        let in_flight = m.as_ref().map_or(0, |m| m.in_flight());
-        let busy_others = if counted {
-            in_flight.saturating_sub(1)
-        } else {
-            in_flight
-        };
-        let slots = m.as_ref().and_then(|m| m.total_slots()).unwrap_or(0);
-        let deferred = m.as_ref().and_then(|m| m.deferred()).unwrap_or(0);
-        let busy = if slots == 0 {
-            busy_others
-        } else {
-            busy_others.min(slots)
-        };
-        let queue_ahead = if slots == 0 {
-            0
-        } else {
-            busy_others.saturating_sub(slots).max(deferred)
-        };
-        let cached = cached_bytes.min(prompt_bytes);
-        let query = Query {
-            prompt: PromptSize::Bytes(prompt_bytes),
-            cached: PromptSize::Bytes(cached),
-            load: Load {
-                slots,
-                busy,
-                queue_ahead,
-                in_flight: &[],
-            },
-        };
+        let (query, busy_others) = query(fleet, member, (prompt_bytes, cached_bytes), counted, 0);
         let prediction = match self.book.lock() {
             Ok(book) => book.predict(&key, &query),
             Err(_) => Prediction::NoData,
         };
+        let load = query.load;
         Predicted {
             key,
             prediction,
             busy_others,
-            at_once: (slots == 0 || busy < slots) && queue_ahead == 0,
+            at_once: (load.slots == 0 || load.busy < load.slots) && load.queue_ahead == 0,
             prompt_bytes,
             sent: Instant::now(),
         }
+    }
+
+    /// The calibrated bound ([`Bound`]) on the TTFT of a prompt for
+    /// `model` on `member` before routing (sizes as [`Predictor::predict`]),
+    /// with `queued` requests of the admission queue to take a slot of the
+    /// member before it; `None`: no data.
+    pub fn bound(
+        &self,
+        fleet: &Fleet,
+        member: usize,
+        model: Option<&str>,
+        sizes: (u64, u64),
+        queued: u32,
+    ) -> Option<Bound> {
+        let key = key(member, model);
+        let (query, _) = query(fleet, member, sizes, false, queued);
+        self.book.lock().ok()?.bound(&key, &query)
     }
 
     /// Learns from a finished request predicted as `p`.
@@ -221,8 +258,20 @@ impl Predictor {
                 .map(|d| d.as_secs_f64() * 1000.0),
             ..Observation::default()
         };
+        // The ratio that calibrates the bound: from sure predictions only
+        // (a guess before the member was learned says nothing of the
+        // error to come).
+        let ratio = match (p.prediction, done.ttft) {
+            (Prediction::Estimate(e), Some(t)) if e.confidence == Confidence::High => {
+                (e.ttft_ms > 0.0).then(|| t.as_secs_f64() * 1000.0 / e.ttft_ms)
+            }
+            _ => None,
+        };
         if let Ok(mut book) = self.book.lock() {
             book.observe(&p.key, &obs);
+            if let Some(r) = ratio {
+                book.record_ratio(&p.key, r);
+            }
         }
     }
 

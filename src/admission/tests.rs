@@ -159,3 +159,23 @@ fn the_priority_header_lowers_a_class_and_a_misspelt_one_is_refused() {
         Err("urgent".to_string())
     );
 }
+
+#[test]
+fn queued_ahead_counts_the_waiters_of_the_same_or_a_more_urgent_class() {
+    let adm = admission(4);
+    assert_eq!(adm.queued_ahead(Priority::Batch, None), 0);
+    let _one = queue(&adm, 1);
+    let two = queue_at(&adm, Priority::Interactive as usize, 2);
+    assert_eq!(adm.queued_ahead(Priority::Interactive, None), 1);
+    assert_eq!(adm.queued_ahead(Priority::Default, Some("m")), 1);
+    assert_eq!(adm.queued_ahead(Priority::Batch, None), 2);
+    drop(two);
+    assert_eq!(adm.queued_ahead(Priority::Batch, None), 1);
+    // With the queue off, nothing waits in it.
+    let mut off = config();
+    off.queue.enabled = false;
+    let fleet = Arc::new(Fleet::new(&off));
+    let off = Admission::new(&off, fleet, None, Arc::new(Answers::default()), None);
+    let _three = off.wanted.hold(0, None);
+    assert_eq!(off.queued_ahead(Priority::Batch, None), 0);
+}

@@ -7,6 +7,9 @@
 //! queue (granted, refused, hung up), through the [`Want`] its waiter
 //! holds.
 //!
+//! The same counts tell a TTFT objective how many queued requests a new
+//! one would wait behind ([`Wanted::ahead`]).
+//!
 //! Deliberately not here: the encoding in the store
 //! ([`super::shared::store::Models`]) and the pre-emption itself.
 
@@ -35,6 +38,20 @@ impl Wanted {
             *c.entry(key.clone()).or_default() += 1;
         }
         Want { wanted: self, key }
+    }
+
+    /// The requests queued here that a request of class `class` naming
+    /// `model` would wait behind: of its class or a more urgent one, naming
+    /// its model, or either naming none.
+    pub(super) fn ahead(&self, class: usize, model: Option<&str>) -> u32 {
+        let Ok(c) = self.counts.lock() else {
+            return 0;
+        };
+        c.iter()
+            .filter(|((ci, m), _)| {
+                *ci <= class && (model.is_none() || m.is_none() || m.as_deref() == model)
+            })
+            .fold(0u32, |sum, (_, n)| sum.saturating_add(*n))
     }
 
     /// Per class, the models the queued requests name.

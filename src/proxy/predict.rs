@@ -4,9 +4,10 @@
 //!
 //! - [`admit`] (in `request_filter`, routes that use a slot): reads the
 //!   objective (`x-slo-ttft-ms`, else the tenant's or class's
-//!   `ttft_slo_ms`); with one, predicts each serving member and either
-//!   leaves out those predicted over it, or refuses at once (503,
-//!   `ttft_slo_unattainable`).
+//!   `ttft_slo_ms`); with one, bounds each serving member's prediction
+//!   (with the admission queue's requests ahead of it, and its recent
+//!   error) and either leaves out those bounded over it, or refuses at
+//!   once (503, `ttft_slo_unattainable`).
 //! - [`dispatched`] (in [`super::Steps::peer`], every attempt): the
 //!   prediction for the member chosen.
 //! - [`head`] (the client's response head): `x-llamatap-predicted-ttft-ms`.
@@ -27,7 +28,7 @@ use crate::config::slo::Slos;
 use crate::fleet::Fleet;
 use crate::ttft::{self, slo, Finished, Predicted, Predictor};
 use llamatap_policy::tenant::Priority;
-use llamatap_policy::ttft::{Confidence, Timings};
+use llamatap_policy::ttft::{Bound, Confidence, Timings};
 use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
 
 /// The request header carrying a TTFT objective, integer milliseconds.
@@ -56,12 +57,12 @@ pub async fn admit(
         .and_then(|v| v.trim().parse::<u64>().ok());
     let plan = &mut ctx.attempt.routed.ttft;
     plan.prompt_bytes = ttft::prompt_bytes(&ctx.attempt.routed.chain, body_bytes);
+    let class = admission
+        .class_of(req, ctx.who.tenant)
+        .unwrap_or(Priority::Default);
     let default = if slos.is_empty() {
         None
     } else {
-        let class = admission
-            .class_of(req, ctx.who.tenant)
-            .unwrap_or(Priority::Default);
         slos.default_for(ctx.who.tenant, class)
     };
     let header = req.headers.get(SLO_HEADER).map(|v| v.as_bytes());
@@ -85,13 +86,16 @@ pub async fn admit(
     let model = ctx.asked.request.model.as_deref();
     let chain = &ctx.attempt.routed.chain;
     let bytes = plan.prompt_bytes;
-    let members: Vec<(usize, llamatap_policy::ttft::Prediction)> = fleet
-        .servers(model)
+    let serving = fleet.servers(model);
+    // The queued requests it would wait behind, spread over the members
+    // that can take them (rounded up: a bound errs late).
+    let spread = u32::try_from(serving.len()).unwrap_or(u32::MAX).max(1);
+    let queued = admission.queued_ahead(class, model).div_ceil(spread);
+    let members: Vec<(usize, Option<Bound>)> = serving
         .into_iter()
         .map(|m| {
             let sizes = (bytes, fleet.cached_bytes(m, chain));
-            let p = predictor.predict(fleet, m, model, sizes, false);
-            (m, p.prediction)
+            (m, predictor.bound(fleet, m, model, sizes, queued))
         })
         .collect();
     match slo::judge(slo_ms, &members) {
@@ -100,7 +104,7 @@ pub async fn admit(
             let sizes = (bytes, fleet.cached_bytes(member, chain));
             let predicted = predictor.predict(fleet, member, model, sizes, false);
             plan.predicted = Some(predicted);
-            refuse(session, ctx, slo_ms, ms).await;
+            refuse(session, ctx, slo_ms, (predicted.prediction.ttft_ms(), ms)).await;
             Ok(true)
         }
         Some(v) => {
@@ -110,18 +114,24 @@ pub async fn admit(
     }
 }
 
-/// 503 `ttft_slo_unattainable`: the fastest member's prediction in the
-/// message and the header, `Retry-After` the excess in whole seconds (at
-/// least 1).
-async fn refuse(session: &mut Session, ctx: &mut RequestCtx, slo_ms: u32, best_ms: f64) {
-    let best = ttft::round_ms(best_ms);
+/// 503 `ttft_slo_unattainable`: the fastest member's prediction and bound
+/// in the message, its prediction in the header, `Retry-After` the bound's
+/// excess in whole seconds (at least 1).
+async fn refuse(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    slo_ms: u32,
+    (predicted_ms, bound_ms): (Option<f64>, f64),
+) {
+    let bound = ttft::round_ms(bound_ms);
+    let best = predicted_ms.map_or(bound, ttft::round_ms);
     let message = format!(
         "no upstream is predicted to send the first token within {slo_ms} ms (x-slo-ttft-ms); \
-         the fastest is predicted at {best} ms"
+         the fastest is predicted at {best} ms, at most {bound} ms with its recent error"
     );
     ctx.seen.ended = Some(std::time::Instant::now());
     ctx.seen.failure = Some((Outcome::Rejected, "ttft_slo_unattainable", message.clone()));
-    let excess = best.saturating_sub(u64::from(slo_ms));
+    let excess = bound.saturating_sub(u64::from(slo_ms));
     let retry = excess.div_ceil(1000).max(1);
     let extra = [
         ("retry-after", retry.to_string()),

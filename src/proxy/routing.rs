@@ -36,7 +36,7 @@ use crate::fleet::watch::HEALTH_INTERVAL;
 use crate::fleet::{Fleet, NoRoute};
 use crate::replay;
 use llamatap_policy::cachebreak::PromptDigest;
-use llamatap_policy::router::{session_key, Chain, Observation};
+use llamatap_policy::router::{session_key, Chain, Observation, Reason};
 use llamatap_telemetry::record::{bounded, Outcome, RequestRecord, UpstreamFacts};
 use llamatap_telemetry::spans::Tracing;
 use llamatap_wire::request;
@@ -170,6 +170,11 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         let slo: Vec<usize> = exclude.iter().chain(&avoid).copied().collect();
         match fleet.choose(model, chain, session, &slo) {
             Err(_) if !avoid.is_empty() => fleet.choose(model, chain, session, &exclude),
+            // A first attempt steered by the objective says so.
+            Ok(mut d) if !avoid.is_empty() && tried.is_empty() => {
+                d.reason = Reason::TtftSlo;
+                Ok(d)
+            }
             chosen => chosen,
         }
     };

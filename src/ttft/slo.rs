@@ -1,13 +1,19 @@
-//! A TTFT objective against the predictions of the members that can serve
-//! a request: which members to leave out, or a refusal at once.
+//! A TTFT objective against the calibrated bounds of the members that can
+//! serve a request: which members to leave out, or a refusal at once.
 //!
-//! - Members predicted (any confidence) over the objective are left out
+//! Each member is judged by its [`Bound`]: its prediction times a high
+//! quantile of its recent measured over predicted ratios
+//! ([`llamatap_policy::ttft::Ratios`]), not by the bare prediction; a
+//! bound is of [`Confidence::High`] only when the prediction is and enough
+//! ratios are known.
+//!
+//! - Members whose bound (any confidence) is over the objective are left out
 //!   when at least one other is predicted within it or has no data: the
 //!   router then chooses among the rest as it would (so its own choice is
 //!   kept when it meets the objective, and cache affinity and queueing are
 //!   weighed through the prediction of each).
-//! - When every member is predicted over it, the request is refused only
-//!   if each of those predictions is of [`Confidence::High`]; otherwise it
+//! - When every member's bound is over it, the request is refused only
+//!   if each of those bounds is of [`Confidence::High`]; otherwise it
 //!   is admitted, leaving out only the members surely over it (so that
 //!   the unsure ones go on learning), and the verdict says so
 //!   ([`Verdict::Unsure`]).
@@ -16,28 +22,28 @@
 //! answer to make room (not done), and the refusal's wording
 //! (`crate::proxy`).
 
-use llamatap_policy::ttft::{Confidence, Prediction};
+use llamatap_policy::ttft::{Bound, Confidence};
 
 /// What an objective decides for a request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// Some member is predicted within the objective (or has no data):
+    /// Some member's bound is within the objective (or it has no data):
     /// leave out `avoid`.
     Meets {
-        /// Members predicted over the objective.
+        /// Members whose bound is over the objective.
         avoid: Vec<usize>,
     },
-    /// No member is predicted within it, but some prediction is of low
+    /// No member's bound is within it, but some bound is of low
     /// confidence: admit, leaving out the members surely over it.
     Unsure {
-        /// The members predicted over it with high confidence.
+        /// The members whose bound is over it with high confidence.
         avoid: Vec<usize>,
-        /// The fastest member's prediction, ms.
+        /// The fastest member's bound, ms.
         best_ms: f64,
     },
-    /// Every member is predicted over it with high confidence: refuse.
+    /// Every member's bound is over it with high confidence: refuse.
     Unattainable {
-        /// The fastest member and its prediction, ms.
+        /// The fastest member (the lowest bound) and its bound, ms.
         best: (usize, f64),
     },
 }
@@ -53,8 +59,8 @@ impl Verdict {
 }
 
 /// The verdict of an objective of `slo_ms` over each serving member's
-/// prediction; `None` when there is no member to judge.
-pub fn judge(slo_ms: u32, members: &[(usize, Prediction)]) -> Option<Verdict> {
+/// bound (`None`: no data); `None` when there is no member to judge.
+pub fn judge(slo_ms: u32, members: &[(usize, Option<Bound>)]) -> Option<Verdict> {
     let slo = f64::from(slo_ms);
     let mut avoid = Vec::new();
     let mut surely_over = Vec::new();
@@ -63,11 +69,11 @@ pub fn judge(slo_ms: u32, members: &[(usize, Prediction)]) -> Option<Verdict> {
     let mut best: Option<(usize, f64)> = None;
     for &(m, p) in members {
         match p {
-            Prediction::NoData => {
+            None => {
                 meets = true;
                 sure = false;
             }
-            Prediction::Estimate(e) => {
+            Some(e) => {
                 if e.ttft_ms <= slo {
                     meets = true;
                 } else {

@@ -34,11 +34,18 @@
 //! llama-server's own count, and the prefill's measured speed so far scales
 //! what is left.
 //!
-//! Memory is bounded: a fixed-size record per key (at most 640 bytes) and at
+//! [`TtftBook::bound`] is the prediction times a high quantile of the
+//! measured over predicted ratios the key showed lately
+//! (`ttft/calibration.rs`, recorded by [`TtftBook::record_ratio`]): what a
+//! TTFT objective is judged against.
+//!
+//! Memory is bounded: a fixed-size record per key (at most 640 bytes of
+//! rates and 512 of ratios) and at
 //! most `capacity` keys; a new key at capacity replaces the one updated
 //! longest ago (a scan of the table, once per new key). A prediction and an
 //! update are O(1) (a hash lookup, fixed loops over 8 busy-slot buckets and
-//! 7 feature subsets; the wait is O(slots), at most 64).
+//! 7 feature subsets; the wait is O(slots), at most 64); a bound adds a
+//! selection over at most 128 ratios.
 //!
 //! Deliberately not here: reading `timings` or progress events from bytes,
 //! clocks, the affinity book's estimate of the cached prefix, headers,
@@ -49,6 +56,7 @@ use std::hash::Hash;
 
 mod bend;
 mod bytes;
+mod calibration;
 mod fit;
 mod input;
 mod member;
@@ -57,6 +65,7 @@ mod tests;
 mod wait;
 
 pub use bend::BUCKETS;
+pub use calibration::{Bound, Ratios, COVERAGE, MIN_RATIOS, WINDOW};
 pub use input::{InFlight, Load, Observation, Progress, PromptSize, Query, Timings};
 pub use wait::MAX_SLOTS;
 
@@ -140,6 +149,7 @@ pub struct Learned {
 struct Entry<K> {
     key: K,
     rates: Rates,
+    ratios: Ratios,
     touched: u64,
 }
 
@@ -193,6 +203,7 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
         let fresh = Entry {
             key: key.clone(),
             rates: Rates::default(),
+            ratios: Ratios::default(),
             touched: self.clock,
         };
         if self.entries.len() < self.capacity {
@@ -231,6 +242,34 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
             Some(r) => r.predict(query),
             None => Prediction::NoData,
         }
+    }
+
+    /// Records the ratio of a measured TTFT to its prediction on `key` (a
+    /// key not held is not taken in: it was never predicted).
+    pub fn record_ratio(&mut self, key: &K, ratio: f64) {
+        if let Some(&at) = self.index.get(key) {
+            if let Some(e) = self.entries.get_mut(at) {
+                e.ratios.push(ratio);
+            }
+        }
+    }
+
+    /// The calibrated bound on the prediction of `query` on `key`: the
+    /// prediction times the [`COVERAGE`] quantile of its recent ratios;
+    /// `None` when there is no prediction ([`Prediction::NoData`]).
+    pub fn bound(&self, key: &K, query: &Query<'_>) -> Option<Bound> {
+        let at = *self.index.get(key)?;
+        let e = self.entries.get(at)?;
+        match e.rates.predict(query) {
+            Prediction::NoData => None,
+            Prediction::Estimate(est) => Some(e.ratios.bound(est)),
+        }
+    }
+
+    /// The ratios held for `key`, if it is held.
+    pub fn ratios(&self, key: &K) -> Option<&Ratios> {
+        let at = *self.index.get(key)?;
+        self.entries.get(at).map(|e| &e.ratios)
     }
 
     /// The prediction corrected by `progress`, received `since_sent_ms` after

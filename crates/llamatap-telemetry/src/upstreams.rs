@@ -121,7 +121,7 @@ impl UpstreamMetrics {
         );
         r.register(
             "llamatap_routing_decisions",
-            "Routing decisions by reason: prefix_hit, cold, overloaded, session, only_candidate, failover, balanced",
+            "Routing decisions by reason: prefix_hit, cold, overloaded, session, only_candidate, failover, balanced, conversation, ttft_slo",
             m.decisions.clone(),
         );
         r.register(

@@ -1,13 +1,20 @@
 use super::*;
 use llamatap_policy::ttft::Estimate;
 
-fn est(ms: f64, confidence: Confidence) -> Prediction {
-    Prediction::Estimate(Estimate {
+/// A bound of `ms` (a prediction of half of it, times 2).
+fn est(ms: f64, confidence: Confidence) -> Option<Bound> {
+    Some(Bound {
         ttft_ms: ms,
-        wait_ms: 0.0,
-        prefill_ms: ms,
-        overhead_ms: 0.0,
-        prompt_tokens: 100,
+        factor: 2.0,
+        ratios: 20,
+        estimate: Estimate {
+            ttft_ms: ms / 2.0,
+            wait_ms: 0.0,
+            prefill_ms: ms / 2.0,
+            overhead_ms: 0.0,
+            prompt_tokens: 100,
+            confidence,
+        },
         confidence,
     })
 }
@@ -30,10 +37,7 @@ fn members_over_the_objective_are_left_out_while_one_meets_it() {
 
 #[test]
 fn a_member_without_data_is_not_refused() {
-    let v = judge(
-        300,
-        &[(0, est(900.0, Confidence::High)), (3, Prediction::NoData)],
-    );
+    let v = judge(300, &[(0, est(900.0, Confidence::High)), (3, None)]);
     assert_eq!(v, Some(Verdict::Meets { avoid: vec![0] }));
 }
 
@@ -72,7 +76,7 @@ fn a_low_confidence_miss_is_admitted_leaving_out_the_sure_misses() {
         300,
         &[
             (0, est(400.0, Confidence::High)),
-            (1, Prediction::NoData),
+            (1, None),
             (2, est(900.0, Confidence::Low)),
         ],
     );
@@ -91,6 +95,17 @@ fn a_low_confidence_miss_is_admitted_leaving_out_the_sure_misses() {
             best_ms: 400.0
         })
     );
+}
+
+#[test]
+fn the_bound_is_judged_not_the_bare_prediction() {
+    // Predicted at 225 ms (within 300) but bounded at 450 ms: over.
+    let b = est(450.0, Confidence::High);
+    assert!(b.is_some_and(|b| b.estimate.ttft_ms <= 300.0));
+    let v = judge(300, &[(0, b), (1, est(280.0, Confidence::High))]);
+    assert_eq!(v, Some(Verdict::Meets { avoid: vec![0] }));
+    let v = judge(300, &[(0, b)]);
+    assert_eq!(v, Some(Verdict::Unattainable { best: (0, 450.0) }));
 }
 
 #[test]

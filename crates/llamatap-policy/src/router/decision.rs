@@ -73,11 +73,16 @@ pub enum Reason {
     /// The member holding the request's resumable stream (a replay, a stop,
     /// a follow-up with the same `X-Conversation-Id`).
     Conversation,
+    /// A first attempt chosen among the rest while members predicted over
+    /// the request's TTFT objective were left out (set by the caller, which
+    /// knows why it excluded them).
+    TtftSlo,
 }
 
 impl Reason {
     /// The label: `prefix_hit`, `cold`, `overloaded`, `session`,
-    /// `only_candidate`, `failover`, `balanced`, `conversation`.
+    /// `only_candidate`, `failover`, `balanced`, `conversation`,
+    /// `ttft_slo`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Reason::PrefixHit => "prefix_hit",
@@ -88,6 +93,7 @@ impl Reason {
             Reason::Failover => "failover",
             Reason::Balanced => "balanced",
             Reason::Conversation => "conversation",
+            Reason::TtftSlo => "ttft_slo",
         }
     }
 
@@ -102,6 +108,7 @@ impl Reason {
             Reason::Failover,
             Reason::Balanced,
             Reason::Conversation,
+            Reason::TtftSlo,
         ]
     }
 }

@@ -484,3 +484,12 @@ fn affine_names_the_prefix_holder_whatever_its_load_and_records_nothing() {
     send(&mut balanced, &idle(3), &first);
     assert_eq!(balanced.affine(&idle(3), &next), None);
 }
+
+#[test]
+fn every_reason_has_a_distinct_label_and_ttft_slo_is_one() {
+    let labels: Vec<&str> = Reason::all().iter().map(Reason::as_str).collect();
+    let distinct: std::collections::HashSet<&&str> = labels.iter().collect();
+    assert_eq!(distinct.len(), labels.len(), "{labels:?}");
+    assert!(labels.contains(&"ttft_slo"));
+    assert_eq!(Reason::TtftSlo.to_string(), "ttft_slo");
+}
