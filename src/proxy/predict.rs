@@ -195,7 +195,10 @@ pub fn steer(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx, percent
         .into_iter()
         .map(|m| {
             let sizes = (bytes, fleet.cached_bytes(m, chain));
-            (m, predictor.predict(fleet, m, model, sizes, false).prediction)
+            (
+                m,
+                predictor.predict(fleet, m, model, sizes, false).prediction,
+            )
         })
         .collect();
     plan.steered = ttft::steer::slower(percent, &predicted);

@@ -157,6 +157,11 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
     );
     let plan = &ctx.attempt.routed.ttft;
     let avoid: Vec<usize> = plan.avoid.iter().chain(&plan.steered).copied().collect();
+    let left_out = if !plan.avoid.is_empty() {
+        Reason::TtftSlo
+    } else {
+        Reason::TtftSteer
+    };
     let choose = |full: &[usize]| {
         // The member holding the request's conversation: a replay's
         // whatever its load, a follow-up's while it has a slot.
@@ -170,9 +175,10 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         let slo: Vec<usize> = exclude.iter().chain(&avoid).copied().collect();
         match fleet.choose(model, chain, session, &slo) {
             Err(_) if !avoid.is_empty() => fleet.choose(model, chain, session, &exclude),
-            // A first attempt steered by the objective says so.
+            // A first attempt steered by the objective (or the
+            // prediction) says so.
             Ok(mut d) if !avoid.is_empty() && tried.is_empty() => {
-                d.reason = Reason::TtftSlo;
+                d.reason = left_out;
                 Ok(d)
             }
             chosen => chosen,

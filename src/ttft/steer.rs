@@ -112,10 +112,7 @@ mod tests {
         for percent in [110, 150, 10_000] {
             for a in [0.0, 1.0, 50.0, 1e6] {
                 for b in [0.0, 1.0, 50.0, 1e6, f64::INFINITY] {
-                    let m = [
-                        (0, est(a, Confidence::High)),
-                        (1, est(b, Confidence::High)),
-                    ];
+                    let m = [(0, est(a, Confidence::High)), (1, est(b, Confidence::High))];
                     let out = slower(percent, &m);
                     assert!(out.len() < 2, "{percent} {a} {b}: {out:?}");
                     assert!(!out.contains(&if a <= b { 0 } else { 1 }));

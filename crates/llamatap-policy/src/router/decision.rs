@@ -77,12 +77,16 @@ pub enum Reason {
     /// the request's TTFT objective were left out (set by the caller, which
     /// knows why it excluded them).
     TtftSlo,
+    /// A first attempt without a TTFT objective chosen among the rest while
+    /// members predicted much slower than the fastest were left out
+    /// (`routing.ttft_steer_percent`; set by the caller).
+    TtftSteer,
 }
 
 impl Reason {
     /// The label: `prefix_hit`, `cold`, `overloaded`, `session`,
     /// `only_candidate`, `failover`, `balanced`, `conversation`,
-    /// `ttft_slo`.
+    /// `ttft_slo`, `ttft_steer`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Reason::PrefixHit => "prefix_hit",
@@ -94,6 +98,7 @@ impl Reason {
             Reason::Balanced => "balanced",
             Reason::Conversation => "conversation",
             Reason::TtftSlo => "ttft_slo",
+            Reason::TtftSteer => "ttft_steer",
         }
     }
 
@@ -109,6 +114,7 @@ impl Reason {
             Reason::Balanced,
             Reason::Conversation,
             Reason::TtftSlo,
+            Reason::TtftSteer,
         ]
     }
 }

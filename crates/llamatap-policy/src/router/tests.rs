@@ -492,4 +492,5 @@ fn every_reason_has_a_distinct_label_and_ttft_slo_is_one() {
     assert_eq!(distinct.len(), labels.len(), "{labels:?}");
     assert!(labels.contains(&"ttft_slo"));
     assert_eq!(Reason::TtftSlo.to_string(), "ttft_slo");
+    assert_eq!(Reason::TtftSteer.to_string(), "ttft_steer");
 }
