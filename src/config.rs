@@ -16,6 +16,7 @@ mod locate;
 mod otlp_metrics;
 pub mod queue;
 mod raw;
+mod routing;
 pub mod slo;
 mod suggest;
 pub mod telemetry;
@@ -27,10 +28,9 @@ mod upstreams;
 
 pub use llamatap_telemetry::settings::{AccessLogTarget, OtlpProtocol, MAX_EXPORT_QUEUE_SIZE};
 pub use raw::{RawAdmin, RawAuth, RawConfig, RawLimits, RawModels, RawTelemetry, RawTimeouts};
+pub use routing::{RawRouting, Routing};
 pub use tenant::{OnError, RawKey, RawStore, Store};
-pub use upstreams::{
-    parse_upstream, RawRouting, RawUpstream, Routing, UpstreamConfig, MAX_UPSTREAMS,
-};
+pub use upstreams::{parse_upstream, RawUpstream, UpstreamConfig, MAX_UPSTREAMS};
 
 use check::{invalid, parse_addr, pick, positive, positive_u64, separate_listeners, within};
 
@@ -255,7 +255,7 @@ impl Config {
             raw.upstream.as_deref(),
             raw.upstreams.as_deref(),
         )?;
-        let routing = upstreams::routing(o.routing_policy.as_deref(), &raw.routing)?;
+        let routing = routing::routing(o.routing_policy.as_deref(), &raw.routing)?;
         let admin = pick(&o.admin_listen, &raw.admin_listen, DEFAULT_ADMIN_LISTEN);
         let threads = o.threads.or(raw.threads).unwrap_or(1);
         if threads == 0 || threads > 256 {

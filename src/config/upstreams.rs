@@ -1,7 +1,7 @@
 //! The upstreams part of the configuration: which llama-servers llamatap sends to
 //! (each `http://host:port[/base]` parsed by [`parse_upstream`])
-//! (`upstream`, `[[upstreams]]`, repeated `--upstream`) and how it picks one
-//! of them (`[routing]`, `--routing-policy`).
+//! (`upstream`, `[[upstreams]]`, repeated `--upstream`); how it picks one
+//! of them is [`super::routing`].
 //!
 //! Validation only: names are unique and label-safe, weights positive, the
 //! fleet bounded (its names become metric labels). Choosing an upstream is
@@ -11,7 +11,6 @@ use serde::Deserialize;
 
 use super::discovery::discover_mode;
 use super::{invalid, ConfigError, DEFAULT_UPSTREAM};
-use llamatap_policy::router::Policy;
 
 /// Most upstreams one llamatap fronts: each name is a metric label value.
 pub const MAX_UPSTREAMS: usize = 64;
@@ -37,39 +36,6 @@ pub struct RawUpstream {
     /// named by its address; `none` (default): the URL is one member.
     pub discover: Option<String>,
 }
-
-/// `[routing]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRouting {
-    /// `prefix_affinity`, `least_busy` or `round_robin`.
-    pub policy: Option<String>,
-    /// Request header whose value pins a request to one upstream.
-    pub session_header: Option<String>,
-    /// Without a TTFT objective, leave out upstreams predicted slower than
-    /// this percentage of the fastest one's TTFT; 0: off.
-    pub ttft_steer_percent: Option<u32>,
-}
-
-/// Validated routing settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Routing {
-    /// The policy.
-    pub policy: Policy,
-    /// Lower-cased header name whose value sticks a request to one upstream.
-    pub session_header: Option<String>,
-    /// Without a TTFT objective, upstreams predicted (with high
-    /// confidence) over this percentage of the fastest one's TTFT, and
-    /// slower by at least [`crate::ttft::steer::MARGIN_MS`], are left out
-    /// of routing; `None`: off.
-    pub ttft_steer_percent: Option<u32>,
-}
-
-/// `ttft_steer_percent` when not set: an upstream predicted over one and a
-/// half times the fastest one's TTFT is left out.
-pub const DEFAULT_TTFT_STEER_PERCENT: u32 = 150;
-/// Smallest and largest `ttft_steer_percent` (0 turns it off).
-pub const TTFT_STEER_PERCENT: std::ops::RangeInclusive<u32> = 110..=10_000;
 
 /// One upstream as given: URL, name, weight, `max_inflight`, `discover`.
 type Entry = (String, Option<String>, Option<u32>, Option<u32>, bool);
@@ -209,59 +175,6 @@ fn check_discovered(u: &UpstreamConfig, name: Option<&str>) -> Result<(), Config
         ));
     }
     Ok(())
-}
-
-/// Validates `[routing]` with the `--routing-policy` override. The default
-/// policy is `prefix_affinity`; with one upstream the policy has no effect.
-pub fn routing(flag: Option<&str>, raw: &RawRouting) -> Result<Routing, ConfigError> {
-    let name = flag
-        .or(raw.policy.as_deref())
-        .unwrap_or("prefix_affinity")
-        .trim();
-    let policy = Policy::parse(name).ok_or_else(|| ConfigError::Invalid {
-        key: "routing.policy",
-        message: format!("{name:?} is not one of prefix_affinity, least_busy, round_robin"),
-    })?;
-    let session_header = match raw.session_header.as_deref().map(str::trim) {
-        None | Some("") => None,
-        Some(h) => {
-            if http_token(h) {
-                Some(h.to_ascii_lowercase())
-            } else {
-                return Err(invalid(
-                    "routing.session_header",
-                    &format!("{h:?} is not a valid header name"),
-                ));
-            }
-        }
-    };
-    let ttft_steer_percent = match raw.ttft_steer_percent.or(Some(DEFAULT_TTFT_STEER_PERCENT)) {
-        None | Some(0) => None,
-        Some(p) if TTFT_STEER_PERCENT.contains(&p) => Some(p),
-        Some(p) => {
-            return Err(invalid(
-                "routing.ttft_steer_percent",
-                &format!(
-                    "{p} is neither 0 (off) nor between {} and {}",
-                    TTFT_STEER_PERCENT.start(),
-                    TTFT_STEER_PERCENT.end()
-                ),
-            ))
-        }
-    };
-    Ok(Routing {
-        policy,
-        session_header,
-        ttft_steer_percent,
-    })
-}
-
-/// RFC 9110 token characters, the shape of a header name.
-fn http_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// Where one llama-server lives.
