@@ -37,9 +37,6 @@ pub struct Routing {
     pub ttft_steer_percent: Option<u32>,
 }
 
-/// `ttft_steer_percent` when not set: an upstream predicted over one and a
-/// half times the fastest one's TTFT is left out.
-pub const DEFAULT_TTFT_STEER_PERCENT: u32 = 150;
 /// Smallest and largest `ttft_steer_percent` (0 turns it off).
 pub const TTFT_STEER_PERCENT: std::ops::RangeInclusive<u32> = 110..=10_000;
 
@@ -67,7 +64,7 @@ pub fn routing(flag: Option<&str>, raw: &RawRouting) -> Result<Routing, ConfigEr
             }
         }
     };
-    let ttft_steer_percent = match raw.ttft_steer_percent.or(Some(DEFAULT_TTFT_STEER_PERCENT)) {
+    let ttft_steer_percent = match raw.ttft_steer_percent {
         None | Some(0) => None,
         Some(p) if TTFT_STEER_PERCENT.contains(&p) => Some(p),
         Some(p) => {

@@ -109,7 +109,7 @@ fn one_upstream_by_default_named_by_address() {
         llamatap_policy::router::Policy::PrefixAffinity
     );
     assert_eq!(c.routing.session_header, None);
-    assert_eq!(c.routing.ttft_steer_percent, Some(150));
+    assert_eq!(c.routing.ttft_steer_percent, None);
 }
 
 #[test]
