@@ -23,6 +23,7 @@ pub mod tenant;
 #[cfg(test)]
 mod tests;
 mod toml_error;
+pub mod ttft;
 mod upstreams;
 
 pub use llamatap_telemetry::settings::{AccessLogTarget, OtlpProtocol, MAX_EXPORT_QUEUE_SIZE};
@@ -213,6 +214,8 @@ pub struct Config {
     pub discovery: discovery::Discovery,
     /// Continuing answers cut by their upstream.
     pub continuation: continuation::Continuation,
+    /// The TTFT predictor's settings (`[ttft]`).
+    pub ttft: ttft::Ttft,
 }
 
 impl Config {
@@ -281,6 +284,7 @@ impl Config {
         }
         let discovery = discovery::discovery(raw.discovery)?;
         let continuation = continuation::continuation(raw.continuation)?;
+        let ttft = ttft::ttft(raw.ttft);
         let telemetry = telemetry::telemetry(o, &raw.telemetry)?;
         let listen = parse_addr("listen", &listen)?;
         let admin_listen = parse_addr("admin_listen", &admin)?;
@@ -357,6 +361,7 @@ impl Config {
             queue,
             discovery,
             continuation,
+            ttft,
         })
     }
 }

@@ -12,6 +12,8 @@
 //! - [`Predictor::learn`]: a finished request's `timings`, busy slots at
 //!   dispatch, prompt bytes, `max_tokens`, and its measured TTFT when it
 //!   started at once.
+//! - [`Predictor::correct`] ([`progress`]): the prediction corrected by a
+//!   `prompt_progress` event of the answer, during its prefill.
 //!
 //! The book's lock is held for one lookup or one update (microseconds),
 //! never across an await; nothing here runs per streamed chunk.
@@ -20,9 +22,8 @@
 //! flight (the fleet does not count them; the book assumes each busy slot
 //! half way through a typical answer), the admission queue's waiting
 //! requests (a request is predicted when it is dispatched, after its wait),
-//! the mid-prefill correction from `prompt_progress` (llamatap does not ask
-//! llama-server for progress events), and any decision by the prediction
-//! ([`slo`]).
+//! asking for and reading progress events (the proxy's `progress`), and
+//! any decision by the prediction ([`slo`]).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
@@ -35,6 +36,7 @@ use llamatap_policy::ttft::{
 
 use crate::fleet::Fleet;
 
+mod progress;
 pub mod slo;
 #[cfg(test)]
 mod tests;
@@ -97,6 +99,11 @@ pub struct Plan {
     pub prompt_bytes: u64,
     /// The current attempt's prediction.
     pub predicted: Option<Predicted>,
+    /// The current attempt's prediction as corrected by its last prompt
+    /// progress event ([`progress`]), whole ms from dispatch.
+    pub corrected_ms: Option<u64>,
+    /// Prompt progress events the current attempt read.
+    pub progress_events: u32,
 }
 
 /// Milliseconds rounded to a whole number (finite, ≥ 0).

@@ -18,7 +18,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use super::super::context::RequestCtx;
-use super::super::{request_head, Steps};
+use super::super::{progress, request_head, Steps};
 use crate::upstream::client::Exchange;
 use llamatap_wire::continuation as plan;
 
@@ -52,6 +52,8 @@ pub async fn request(
     {
         req.insert_header(header::TRANSFER_ENCODING, "chunked")?;
     }
+    // Asked only of a body framed by its length (never chunked).
+    let mut ask = progress::ask(&steps.config, ctx, &mut req)?;
     let chunked = req.headers.contains_key(header::TRANSFER_ENCODING);
     let mut out = http_req_header_to_wire(&req).ok_or_else(|| {
         Error::explain(ErrorType::InvalidHTTPHeader, "invalid request target").into_down()
@@ -60,7 +62,16 @@ pub async fn request(
     let timeout = peer.options.write_timeout;
     if let Some(body) = replay {
         ctx.asked.request_bytes = body.len() as u64;
-        out.put_slice(body);
+        match ask.as_mut() {
+            Some(a) => {
+                match a.feed(body) {
+                    Some(asked) => out.put_slice(&asked),
+                    None => out.put_slice(body),
+                }
+                out.put_slice(a.finish());
+            }
+            None => out.put_slice(body),
+        }
         return up.write(&out, timeout).await;
     }
     // The part of the body read before routing (fleets only) is in Pingora's
@@ -88,6 +99,11 @@ pub async fn request(
         };
         let end = chunk.is_none() || session.as_mut().is_body_done();
         steps.request_chunk(ctx, chunk.as_ref(), end)?;
+        // The client's chunk was read as it came; llama-server's asks.
+        let chunk = match (chunk, ask.as_mut()) {
+            (Some(b), Some(a)) => Some(a.feed(&b).map_or(b, Bytes::from)),
+            (chunk, _) => chunk,
+        };
         if let Some(b) = chunk.filter(|b| !b.is_empty()) {
             if chunked {
                 out.put_slice(format!("{:x}\r\n", b.len()).as_bytes());
@@ -98,6 +114,11 @@ pub async fn request(
                 up.write(&b, timeout).await?;
             } else {
                 out.put_slice(&b);
+            }
+        }
+        if end {
+            if let Some(a) = ask.as_mut() {
+                out.put_slice(a.finish());
             }
         }
         if end && chunked {

@@ -160,7 +160,7 @@ proptest! {
         }
         out.extend_from_slice(a.finish());
         let v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&out).unwrap();
-        let own = map.get("return_progress").is_some();
+        let own = map.contains_key("return_progress");
         if !own {
             prop_assert_eq!(v.get("return_progress"), Some(&serde_json::Value::Bool(true)));
         }
