@@ -92,7 +92,16 @@ pub fn forget(ctx: &mut RequestCtx) {
 /// filter (stripping unless the client asked itself). A stripped stream is
 /// sent chunked: its length is no longer llama-server's.
 pub fn watch(ctx: &mut RequestCtx, resp: &mut ResponseHeader) {
-    if !ctx.attempt.progress.asked || !ctx.seen.streaming {
+    let events = resp
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        });
+    if !ctx.attempt.progress.asked || !events {
         return;
     }
     let strip = !ctx.asked.request.return_progress;
