@@ -158,6 +158,10 @@ fn progress_is_asked_stripped_or_passed_and_corrects_the_prediction() {
         assert_eq!(line["path"], *path);
         assert!(line["predicted_ttft_ms"].is_u64(), "{line}");
         assert!(line["corrected_ttft_ms"].is_u64(), "{path}: {line}");
+        eprintln!(
+            "{path}: predicted {} ms, corrected {} ms, measured {} ms from arrival",
+            line["predicted_ttft_ms"], line["corrected_ttft_ms"], line["ttft_ms"]
+        );
     }
 
     // (b) Asked by the client: passed through untouched.
@@ -170,6 +174,7 @@ fn progress_is_asked_stripped_or_passed_and_corrects_the_prediction() {
     assert_eq!(status, 200);
     let events = progress_events(&proxied);
     assert!(events.len() >= 2, "{}", String::from_utf8_lossy(&proxied));
+    eprintln!("progress events a client asked for: {}", events.len());
     let first_progress = &events[0]["prompt_progress"];
     assert!(first_progress["total"].as_u64().unwrap() > 0);
     let line = access_line(&log, 5);
