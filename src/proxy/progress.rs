@@ -3,17 +3,18 @@
 //! prediction during the prefill, and the client gets them only if it
 //! asked for them itself.
 //!
-//! - [`ask`] (as an attempt's request head goes out): whether the body gets
-//!   `"return_progress":true` ([`ProgressAsk`]), and its `Content-Length`
-//!   grown by [`ADDED`]. Asked on chat completions, completions,
-//!   `/completion` and `/infill` (where llama-server's progress events are
-//!   separate events: on `/v1/responses` a progress event also carries the
-//!   stream's `response.in_progress`, so stripping it would change the
-//!   client's stream, and `/v1/messages` sends none), with a
-//!   `Content-Length` within `telemetry.max_inspect_bytes` (so that the body
-//!   is read whole and whether the client asked itself is known), and not
-//!   on a request with `X-Conversation-Id` (llama-server keeps that stream
-//!   for replays, which would replay the events).
+//! - [`may_ask`] and [`shape`] (an attempt's request): a streamed `POST`
+//!   to chat completions, completions, `/completion` or `/infill` (where
+//!   llama-server's progress events are separate events: on
+//!   `/v1/responses` a progress event also carries the stream's
+//!   `response.in_progress`, so stripping it would change the client's
+//!   stream, and `/v1/messages` sends none), with a `Content-Length`
+//!   within `telemetry.max_inspect_bytes`, and without `X-Conversation-Id`
+//!   (llama-server keeps that stream for replays, which would replay the
+//!   events), is read whole; a JSON object whose client did not ask
+//!   itself gets `"return_progress":true` first
+//!   ([`llamatap_wire::progress::ask_whole`]) and its `Content-Length`
+//!   grown. Any other body goes unchanged.
 //! - [`watch`] (the answer's head): an event stream of an attempt that
 //!   asked gets a [`ProgressFilter`], which strips the events unless the
 //!   client's own body said `"return_progress": true`.
@@ -42,28 +43,24 @@ use super::context::RequestCtx;
 use crate::config::Config;
 use crate::ttft::{round_ms, Predictor};
 use llamatap_policy::ttft::Progress;
-use llamatap_wire::progress::{ProgressAsk, ProgressFilter, PromptProgress, ADDED};
+use llamatap_wire::progress::{ask_whole, ProgressFilter, PromptProgress};
 use llamatap_wire::request::Route;
 
 /// Largest progress event held back while incomplete; a longer event is
 /// no progress event (llama-server's are about 300 bytes).
 const MAX_EVENT_BYTES: usize = 16 << 10;
 
-/// Whether this attempt's body asks for progress events; when it does, the
-/// head's `Content-Length` is grown to what will be sent. Called once the
-/// head is otherwise shaped (a body sent again whole has its length set).
-pub fn ask(
-    config: &Config,
-    ctx: &mut RequestCtx,
-    req: &mut RequestHeader,
-) -> Result<Option<ProgressAsk>> {
+/// Whether this attempt's body may ask for progress events (its route and
+/// framing allow it; whether it does is [`shape`]'s, once it is whole).
+/// What an earlier attempt asked and read is forgotten.
+pub fn may_ask(config: &Config, ctx: &mut RequestCtx, req: &RequestHeader) -> bool {
     forget(ctx);
     let length = req
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<usize>().ok());
-    let asks = config.ttft.prompt_progress
+    config.ttft.prompt_progress
         && matches!(
             ctx.asked.route,
             Route::ChatCompletions | Route::Completions | Route::Completion | Route::Infill
@@ -71,13 +68,33 @@ pub fn ask(
         && req.method == http::Method::POST
         && ctx.conversation.is_none()
         && !req.headers.contains_key(header::TRANSFER_ENCODING)
-        && length.is_some_and(|n| n > 0 && n <= config.telemetry.max_inspect_bytes);
-    let Some(length) = length.filter(|_| asks) else {
+        && length.is_some_and(|n| n > 0 && n <= config.telemetry.max_inspect_bytes)
+}
+
+/// The whole `body` of an attempt that may ask: a streamed request whose
+/// client did not ask itself gets the member (`Some`, the head's
+/// `Content-Length` set to it); a client that asked itself is only noted
+/// (its events will be read and passed); anything else goes unchanged
+/// (`None`), a body that is not a JSON object among them.
+pub fn shape(
+    ctx: &mut RequestCtx,
+    req: &mut RequestHeader,
+    body: &[u8],
+) -> Result<Option<Vec<u8>>> {
+    let facts = &ctx.asked.request;
+    if facts.return_progress {
+        ctx.attempt.progress.asked = facts.stream == Some(true);
+        return Ok(None);
+    }
+    if facts.stream != Some(true) {
+        return Ok(None);
+    }
+    let Some(asked) = ask_whole(body) else {
         return Ok(None);
     };
-    req.insert_header(header::CONTENT_LENGTH, (length + ADDED).to_string())?;
+    req.insert_header(header::CONTENT_LENGTH, asked.len().to_string())?;
     ctx.attempt.progress.asked = true;
-    Ok(Some(ProgressAsk::new()))
+    Ok(Some(asked))
 }
 
 /// A new attempt: what an earlier one asked and read is forgotten (a

@@ -147,5 +147,8 @@ fn a_progress_event_corrects_the_prediction_by_what_it_says() {
     assert!(start > 0.0 && corrected >= 400.0, "{start} {corrected}");
     // The slot started at once and ran as learned (2 ms a token): about
     // the same TTFT from dispatch, whichever event said it.
-    assert!((corrected / start - 1.0).abs() < 0.25, "{start} {corrected}");
+    assert!(
+        (corrected / start - 1.0).abs() < 0.25,
+        "{start} {corrected}"
+    );
 }

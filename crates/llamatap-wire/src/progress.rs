@@ -2,9 +2,9 @@
 //! asking for them in a request body, and reading them out of an answer's
 //! event stream.
 //!
-//! - [`ProgressAsk`]: adds `"return_progress":true` as the first member of
-//!   a JSON object body as it streams, at a length known before the body
-//!   (so its `Content-Length` is set up front). The member goes first, so a
+//! - [`ask_whole`]: a whole body that is a JSON object, with
+//!   `"return_progress":true` as its first member ([`ProgressAsk`] does the
+//!   same to a body as it streams). The member goes first, so a
 //!   `return_progress` the client wrote itself comes later and wins
 //!   (llama-server's JSON keeps the last of duplicate keys). Nothing else
 //!   of the body moves: the prompt, and so the KV cache prefix, is the
@@ -23,5 +23,5 @@ mod strip;
 #[cfg(test)]
 mod tests;
 
-pub use ask::{ProgressAsk, ADDED};
+pub use ask::{ask_whole, ProgressAsk, ADDED};
 pub use strip::{ProgressFilter, PromptProgress};

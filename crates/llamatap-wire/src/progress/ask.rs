@@ -89,6 +89,21 @@ impl ProgressAsk {
     }
 }
 
+/// `body` with the member first, when it is a JSON object (valid JSON
+/// whose first byte that is not whitespace is `{`); else `None`, and the
+/// body goes as it is (llama-server's answer to it, an error among them,
+/// is then the one it gives the client's own body).
+pub fn ask_whole(body: &[u8]) -> Option<Vec<u8>> {
+    let first = body.iter().copied().find(|&b| !is_space(b))?;
+    if first != b'{' || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
+        return None;
+    }
+    let mut a = ProgressAsk::new();
+    let mut out = a.feed(body)?;
+    out.extend_from_slice(a.finish());
+    Some(out)
+}
+
 /// JSON's whitespace.
 fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')

@@ -258,6 +258,25 @@ fn the_clients_own_member_comes_after_ours() {
 }
 
 #[test]
+fn a_whole_body_is_asked_only_when_it_is_a_json_object() {
+    assert_eq!(
+        ask_whole(br#" {"a":1}"#).unwrap(),
+        br#" {"return_progress":true,"a":1}"#
+    );
+    assert_eq!(ask_whole(b"{}").unwrap(), br#"{"return_progress":true }"#);
+    for body in [
+        b"{not json".as_slice(),
+        b"[1]",
+        b"",
+        b"  ",
+        b"{\"a\":1} x",
+        b"\xEF\xBB\xBF{}",
+    ] {
+        assert_eq!(ask_whole(body), None, "{}", String::from_utf8_lossy(body));
+    }
+}
+
+#[test]
 fn chunks_after_the_member_pass_unchanged() {
     let mut a = ProgressAsk::new();
     assert!(a.feed(b"  ").is_none());
