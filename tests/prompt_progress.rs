@@ -236,3 +236,46 @@ fn the_switch_turns_progress_off() {
     );
     assert!(!progress_events(&answer).is_empty());
 }
+
+/// A streamed chat whose prompt takes the slow model seconds to prefill
+/// (in batches of 64 tokens), through llamatap with a 3 s upstream read
+/// timeout and no pings: the answer and its access line.
+fn slow_prefill(name: &str, toml: &str) -> (Vec<u8>, Value) {
+    let llama = LlamaServer::start(
+        "slow",
+        &[
+            "-np",
+            "1",
+            "-b",
+            "64",
+            "-ub",
+            "64",
+            "--sse-ping-interval",
+            "-1",
+        ],
+    );
+    let toml = format!("[upstream_timeouts]\nread_seconds = 3\n{toml}");
+    let (proxy, log) = start(&llama, name, &toml);
+    let prompt = llama.prompt_of_tokens(1600);
+    let chat = "/v1/chat/completions";
+    let (status, answer) = send(&proxy.addr(), chat, &body(chat, &prompt, true, &[]));
+    assert_eq!(status, 200);
+    (answer, access_line(&log, 1))
+}
+
+#[test]
+fn progress_events_keep_a_long_prefill_alive_unseen() {
+    let (answer, line) = slow_prefill("alive", "");
+    let text = String::from_utf8_lossy(&answer);
+    eprintln!("with progress: {line}");
+    assert_eq!(line["outcome"], "ok", "{line}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert!(!text.contains("prompt_progress"), "{text}");
+    assert!(line["corrected_ttft_ms"].is_null() || line["corrected_ttft_ms"].is_u64());
+    // The same prefill without them is silent for longer than the read
+    // timeout, and is cut.
+    let (answer, line) = slow_prefill("silent", "[ttft]\nprompt_progress = false\n");
+    eprintln!("without progress: {line}");
+    assert_ne!(line["outcome"], "ok", "{line}");
+    assert!(!String::from_utf8_lossy(&answer).ends_with("data: [DONE]\n\n"));
+}
