@@ -3,16 +3,16 @@
 //! prediction during the prefill, and the client gets them only if it
 //! asked for them itself.
 //!
-//! - [`may_ask`] and [`shape`] (an attempt's request): a streamed `POST`
-//!   to chat completions, completions, `/completion` or `/infill` (where
+//! - [`may_ask`] and [`shape`] (an attempt's request): a `POST` to chat
+//!   completions, completions, `/completion` or `/infill` (where
 //!   llama-server's progress events are separate events: on
 //!   `/v1/responses` a progress event also carries the stream's
 //!   `response.in_progress`, so stripping it would change the client's
 //!   stream, and `/v1/messages` sends none), with a `Content-Length`
 //!   within `telemetry.max_inspect_bytes`, and without `X-Conversation-Id`
 //!   (llama-server keeps that stream for replays, which would replay the
-//!   events), is read whole; a JSON object whose client did not ask
-//!   itself gets `"return_progress":true` first
+//!   events), is read whole; a JSON object with `"stream": true` whose
+//!   client did not ask itself gets `"return_progress":true` first
 //!   ([`llamatap_wire::progress::ask_whole`]) and its `Content-Length`
 //!   grown. Any other body goes unchanged.
 //! - [`watch`] (the answer's head): an event stream of an attempt that
