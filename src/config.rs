@@ -24,6 +24,7 @@ pub mod tenant;
 #[cfg(test)]
 mod tests;
 mod toml_error;
+pub mod ttft;
 mod upstreams;
 
 pub use llamatap_telemetry::settings::{AccessLogTarget, OtlpProtocol, MAX_EXPORT_QUEUE_SIZE};
@@ -213,6 +214,8 @@ pub struct Config {
     pub discovery: discovery::Discovery,
     /// Continuing answers cut by their upstream.
     pub continuation: continuation::Continuation,
+    /// The TTFT predictor's settings (`[ttft]`).
+    pub ttft: ttft::Ttft,
 }
 
 impl Config {
@@ -262,7 +265,7 @@ impl Config {
             return Err(invalid("threads", "must be between 1 and 256"));
         }
         let tm = &raw.upstream_timeouts;
-        let api_keys = api_keys(o.api_keys.clone().or(raw.auth.api_keys))?;
+        let api_keys = tenant::api_keys(o.api_keys.clone().or(raw.auth.api_keys))?;
         let tenant_slos = slo::tenants(raw.auth.keys.as_deref())?;
         let tenants = tenant::tenants(api_keys.clone(), raw.auth.keys, &|v| std::env::var(v).ok())?;
         let store = tenant::store(raw.auth.store)?;
@@ -281,6 +284,7 @@ impl Config {
         }
         let discovery = discovery::discovery(raw.discovery)?;
         let continuation = continuation::continuation(raw.continuation)?;
+        let ttft = ttft::ttft(raw.ttft);
         let telemetry = telemetry::telemetry(o, &raw.telemetry)?;
         let listen = parse_addr("listen", &listen)?;
         let admin_listen = parse_addr("admin_listen", &admin)?;
@@ -357,6 +361,7 @@ impl Config {
             queue,
             discovery,
             continuation,
+            ttft,
         })
     }
 }
@@ -378,23 +383,4 @@ impl RawConfig {
     pub fn from_toml(text: &str) -> Result<RawConfig, String> {
         toml::from_str(text).map_err(|e| toml_error::describe(&e, text))
     }
-}
-
-fn api_keys(keys: Option<Vec<String>>) -> Result<Vec<Secret>, ConfigError> {
-    let keys: Vec<String> = keys
-        .unwrap_or_default()
-        .into_iter()
-        .map(|k| k.trim().to_string())
-        .filter(|k| !k.is_empty())
-        .collect();
-    if keys
-        .iter()
-        .any(|k| k.len() < 8 || !k.bytes().all(|b| b.is_ascii_graphic()))
-    {
-        return Err(invalid(
-            "auth.api_keys",
-            "each key must be at least 8 printable ASCII characters without spaces",
-        ));
-    }
-    Ok(keys.into_iter().map(Secret::new).collect())
 }

@@ -32,6 +32,7 @@ mod lookup;
 pub mod moves;
 mod outcome;
 mod predict;
+mod progress;
 mod reply;
 mod request_head;
 mod routing;

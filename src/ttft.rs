@@ -17,6 +17,8 @@
 //!   dispatch, prompt bytes, `max_tokens`, and its measured TTFT when it
 //!   started at once; and the ratio of its measured TTFT (dispatch to the
 //!   first token) to a prediction of high confidence, for the bound.
+//! - [`Predictor::correct`] ([`progress`]): the prediction corrected by a
+//!   `prompt_progress` event of the answer, during its prefill.
 //!
 //! The book's lock is held for one lookup or one update (microseconds),
 //! never across an await; nothing here runs per streamed chunk.
@@ -25,10 +27,9 @@
 //! flight (the fleet does not count them; the book assumes each busy slot
 //! half way through a typical answer), the admission queue's waiting
 //! requests at dispatch (a request is predicted when it is dispatched,
-//! after its wait; only the bound before routing counts them),
-//! the mid-prefill correction from `prompt_progress` (llamatap does not ask
-//! llama-server for progress events), and any decision by the prediction
-//! ([`slo`]).
+//! after its wait; only the bound before routing counts them), asking for
+//! and reading progress events (the proxy's `progress`), and any decision
+//! by the prediction ([`slo`], [`steer`]).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
@@ -41,6 +42,7 @@ use llamatap_policy::ttft::{
 
 use crate::fleet::Fleet;
 
+mod progress;
 pub mod slo;
 pub mod steer;
 #[cfg(test)]
@@ -107,6 +109,11 @@ pub struct Plan {
     pub prompt_bytes: u64,
     /// The current attempt's prediction.
     pub predicted: Option<Predicted>,
+    /// The current attempt's prediction as corrected by its last prompt
+    /// progress event ([`progress`]), whole ms from dispatch.
+    pub corrected_ms: Option<u64>,
+    /// Prompt progress events the current attempt read.
+    pub progress_events: u32,
 }
 
 /// Milliseconds rounded to a whole number (finite, ≥ 0).

@@ -218,8 +218,11 @@ fn the_request_head_and_a_small_body_reach_the_upstream_whole() {
     assert_eq!(r.head.status, 200);
     let v: serde_json::Value = serde_json::from_slice(&r.read_all().unwrap()).unwrap();
     assert_eq!(v["path"], "/v1/chat/completions?x=1");
-    assert_eq!(v["body"], CHAT);
-    assert_eq!(v["length"], CHAT.len().to_string());
+    // Whole, with the member asking llama-server for prompt progress
+    // (`[ttft] prompt_progress`) first, and its length grown by it.
+    let asked = format!("{{\"return_progress\":true,{}", &CHAT[1..]);
+    assert_eq!(v["body"], asked);
+    assert_eq!(v["length"], asked.len().to_string());
 }
 
 #[test]

@@ -67,6 +67,7 @@ tbody tr:hover td{background:#f8fafc}
 .m{top:0;width:2px;height:13px;background:var(--sent)}
 .c{top:0;width:2px;height:20px;background:#7c3aed}
 .pr{top:0;width:0;height:13px;border-left:2px dashed #0f766e}
+.pc{top:0;width:0;height:13px;border-left:2px dotted #b45309}
 .cont{color:#7c3aed;font-weight:600;white-space:nowrap}
 .beyond{position:absolute;right:-10px;top:0;font-size:12px;color:var(--muted)}
 .legend{display:flex;gap:16px;flex-wrap:wrap;color:var(--muted);margin:6px 0 8px}
@@ -317,7 +318,7 @@ pub fn json(recent: &[RecentRequest]) -> String {
                 "upstream_headers_ms": msf(r.upstream_headers), "first_token_any_ms": msf(r.first_token_any),
                 "ttft_ms": msf(r.first_token), "first_sentence_ms": msf(r.first_sentence),
                 "last_token_ms": msf(r.last_token), "e2e_ms": msf(Some(r.end)),
-                "predicted_first_token_ms": msf(r.predicted_first_token), "prefill_ms": msf(r.prefill), "decode_ms": msf(r.decode), "queued_ms": msf(r.queued),
+                "predicted_first_token_ms": msf(r.predicted_first_token), "corrected_first_token_ms": msf(r.corrected_first_token), "prefill_ms": msf(r.prefill), "decode_ms": msf(r.decode), "queued_ms": msf(r.queued),
                 "input_tokens": r.input_tokens, "cached_tokens": r.cached_tokens, "output_tokens": r.output_tokens,
                 "trace_id": r.trace_id,
                 "upstream": r.upstream, "route_reason": r.route_reason,

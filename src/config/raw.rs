@@ -54,6 +54,9 @@ pub struct RawConfig {
     /// Continuing answers cut by their upstream (`[continuation]`).
     #[serde(default)]
     pub continuation: super::continuation::RawContinuation,
+    /// The TTFT predictor (`[ttft]`).
+    #[serde(default)]
+    pub ttft: super::ttft::RawTtft,
 }
 
 /// `[auth]` as written.

@@ -343,5 +343,25 @@ fn bad(message: String) -> ConfigError {
     }
 }
 
+/// `auth.api_keys`, trimmed, each at least 8 printable ASCII characters.
+pub(super) fn api_keys(keys: Option<Vec<String>>) -> Result<Vec<Secret>, ConfigError> {
+    let keys: Vec<String> = keys
+        .unwrap_or_default()
+        .into_iter()
+        .map(|k| k.trim().to_string())
+        .filter(|k| !k.is_empty())
+        .collect();
+    if keys
+        .iter()
+        .any(|k| k.len() < 8 || !k.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        return Err(invalid(
+            "auth.api_keys",
+            "each key must be at least 8 printable ASCII characters without spaces",
+        ));
+    }
+    Ok(keys.into_iter().map(Secret::new).collect())
+}
+
 #[cfg(test)]
 mod tests;

@@ -80,6 +80,18 @@ pub struct AttemptState {
     pub member: Option<usize>,
     /// Upstream attempts made (the first one and each retry).
     pub count: u32,
+    /// The attempt's prompt progress events.
+    pub progress: Progressing,
+}
+
+/// The current attempt's prompt progress (`return_progress`).
+#[derive(Default)]
+pub struct Progressing {
+    /// The attempt's body asked llama-server for progress events.
+    pub asked: bool,
+    /// Reads (or strips) the answer's progress events until its first
+    /// token.
+    pub filter: Option<Box<llamatap_wire::progress::ProgressFilter>>,
 }
 
 /// What was seen of the answer and sent of it, until `logging` turns it

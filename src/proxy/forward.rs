@@ -48,7 +48,7 @@ use pingora::proxy::Session;
 use pingora::{ErrorSource, ErrorType, Result};
 
 use super::context::RequestCtx;
-use super::{downstream, Steps};
+use super::{downstream, progress, Steps};
 use attempt::{Attempt, Ending};
 use llamatap_wire::continuation::{Rest, Rewriter};
 
@@ -149,6 +149,7 @@ async fn request(
         Err(e) => return Err(e),
     };
     steps.upstream_response(&header, ctx);
+    progress::watch(ctx, &mut header);
     // An HTTP/1.0-style answer (neither length nor chunks) is sent chunked,
     // so that the client connection can be kept, as Pingora does.
     let bodiless = matches!(header.status.as_u16(), 204 | 304);
@@ -183,6 +184,7 @@ async fn rest_of(
         Err(_) => return Ok(Ending::Failed("target_failed")),
     };
     record::targeted(steps, ctx);
+    progress::forget(ctx);
     // The target renders and prefills while the client is watched: a
     // hang-up drops the target's connections at once (it cancels).
     let sent = {

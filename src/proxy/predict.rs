@@ -225,6 +225,8 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         confidence: confidence(&p),
         slo_ms: plan.slo_ms,
         dispatched: if refused { None } else { dispatched },
+        corrected_ms: plan.corrected_ms,
+        progress_events: plan.progress_events,
     });
     if refused || rec.outcome != Outcome::Ok {
         return;

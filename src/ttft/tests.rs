@@ -116,3 +116,39 @@ fn sure_after_a_few_answers_started_at_once() {
     let got = p.predict(&f, 0, None, (1600, 0), false);
     assert_eq!(got.confidence(), Some(Confidence::High), "{got:?}");
 }
+
+#[test]
+fn a_progress_event_corrects_the_prediction_by_what_it_says() {
+    let f = fleet(1);
+    let p = Predictor::default();
+    let first = p.predict(&f, 0, Some("m"), (1600, 0), false);
+    let progress = llamatap_policy::ttft::Progress {
+        total: 400,
+        cache: 0,
+        processed: 0,
+        time_ms: 0,
+    };
+    // Nothing learned: nothing to correct.
+    assert_eq!(p.correct(&first, &progress, first.sent), Prediction::NoData);
+    for _ in 0..8 {
+        let at = p.predict(&f, 0, Some("m"), (1600, 0), false);
+        p.learn(&at, &finished(400));
+    }
+    let at = p.predict(&f, 0, Some("m"), (1600, 0), false);
+    // Half the prompt done: less is left than at its start.
+    let start = p.correct(&at, &progress, at.sent).ttft_ms().unwrap();
+    let half = llamatap_policy::ttft::Progress {
+        processed: 200,
+        time_ms: 400,
+        ..progress
+    };
+    let later = at.sent + Duration::from_millis(400);
+    let corrected = p.correct(&at, &half, later).ttft_ms().unwrap();
+    assert!(start > 0.0 && corrected >= 400.0, "{start} {corrected}");
+    // The slot started at once and ran as learned (2 ms a token): about
+    // the same TTFT from dispatch, whichever event said it.
+    assert!(
+        (corrected / start - 1.0).abs() < 0.25,
+        "{start} {corrected}"
+    );
+}

@@ -66,6 +66,10 @@ pub struct RecentRequest {
     /// Where the predicted first token fell, from arrival (dispatch plus
     /// the prediction), when one was made and the request was dispatched.
     pub predicted_first_token: Option<Duration>,
+    /// Where the first token was predicted to fall after the answer's last
+    /// prompt progress event, from arrival (dispatch plus the corrected
+    /// prediction).
+    pub corrected_first_token: Option<Duration>,
 }
 
 /// A continuation as the page marks it: when (from arrival), why, how it
@@ -119,6 +123,10 @@ impl RecentRequest {
                 .collect(),
             predicted_first_token: rec.ttft.and_then(|t| {
                 let ms = t.predicted_ms?;
+                Some(t.dispatched? + Duration::from_millis(ms))
+            }),
+            corrected_first_token: rec.ttft.and_then(|t| {
+                let ms = t.corrected_ms?;
                 Some(t.dispatched? + Duration::from_millis(ms))
             }),
         }

@@ -220,6 +220,12 @@ pub struct TtftFacts {
     /// Arrival to dispatch (the prediction's start); `None` when refused
     /// before dispatch.
     pub dispatched: Option<Duration>,
+    /// The prediction as corrected by the answer's last prompt progress
+    /// event (from dispatch), whole milliseconds; `None` when no progress
+    /// event came or the predictor had no data.
+    pub corrected_ms: Option<u64>,
+    /// Prompt progress events read from the answer.
+    pub progress_events: u32,
 }
 
 impl TtftFacts {

@@ -84,6 +84,11 @@ pub const LLAMATAP_TTFT_PREDICTED_MS: &str = "llamatap.ttft.predicted_ms";
 pub const LLAMATAP_TTFT_CONFIDENCE: &str = "llamatap.ttft.confidence";
 /// The request's TTFT objective, milliseconds (int).
 pub const LLAMATAP_TTFT_SLO_MS: &str = "llamatap.ttft.slo_ms";
+/// The TTFT as corrected by the last prompt progress event, milliseconds
+/// from dispatch (int).
+pub const LLAMATAP_TTFT_CORRECTED_MS: &str = "llamatap.ttft.corrected_ms";
+/// Prompt progress events read from the answer (int).
+pub const LLAMATAP_TTFT_PROGRESS_EVENTS: &str = "llamatap.ttft.progress_events";
 
 /// `http.request.method`.
 pub const HTTP_REQUEST_METHOD: &str = "http.request.method";

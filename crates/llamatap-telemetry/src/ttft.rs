@@ -137,6 +137,8 @@ mod tests {
             confidence: "high",
             slo_ms: None,
             dispatched: Some(Duration::from_millis(20)),
+            corrected_ms: None,
+            progress_events: 0,
         });
         rec
     }

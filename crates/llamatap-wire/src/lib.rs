@@ -12,6 +12,8 @@
 //! - [`text`]: strings cut to a bound on a character boundary.
 //! - [`continuation`]: continuing a chat stream elsewhere: what can be
 //!   continued, the continuation's body, the re-wrapped chunks.
+//! - [`progress`]: asking llama-server for prompt progress events, and
+//!   reading (or stripping) them from its stream.
 //! - [`conversation`]: llama-server's resumable-stream ids scoped to one
 //!   tenant and back.
 //!
@@ -24,6 +26,7 @@ pub mod continuation;
 pub mod conversation;
 pub mod framing;
 pub mod llama;
+pub mod progress;
 pub mod request;
 pub mod sentence;
 pub mod sse;

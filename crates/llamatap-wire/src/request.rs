@@ -82,6 +82,9 @@ pub struct RequestFacts {
     /// filters only with a non-empty list of strings (anything else is its
     /// default, the empty list).
     pub hides_counts: bool,
+    /// `return_progress` is `true` (its last value, as llama-server reads
+    /// it): the client asked for llama-server's prompt progress events.
+    pub return_progress: bool,
 }
 
 /// Reads the top-level fields of a JSON object body; see [`RequestFacts`].
@@ -189,5 +192,6 @@ fn facts(fields: Fields) -> RequestFacts {
         hides_counts: fields
             .response_fields
             .is_some_and(|k| k.filters && !k.timings && !(k.predicted && k.evaluated)),
+        return_progress: matches!(fields.return_progress, Some(Value::Bool(true))),
     }
 }

@@ -25,6 +25,7 @@ pub(super) fn requests(
         ("s", "first token → end (streaming)"),
         ("m", "first sentence complete"),
         ("pr", "predicted first token"),
+        ("pc", "predicted first token, corrected during the prefill"),
         ("p", "llama-server prefill"),
         ("d", "llama-server decode"),
     ] {
@@ -34,6 +35,7 @@ pub(super) fn requests(
         let style = match cls {
             "m" => " style=\"background:var(--sent);width:3px\"",
             "pr" => " style=\"border-left:2px dashed #0f766e;width:0;height:10px\"",
+            "pc" => " style=\"border-left:2px dotted #b45309;width:0;height:10px\"",
             _ => "",
         };
         let _ = write!(h, "<span><i class={cls}{style}></i>{what}</span>");
@@ -207,8 +209,12 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
         Some(p) => format!("predicted first token {} · ", ms(Some(p))),
         None => String::new(),
     };
+    let corrected = match r.corrected_first_token {
+        Some(p) => format!("corrected first token {} · ", ms(Some(p))),
+        None => String::new(),
+    };
     let title = format!(
-        "{queued}{predicted}headers {} · first token {} · first sentence {} · end {} · prefill {} · decode {} (ms)",
+        "{queued}{predicted}{corrected}headers {} · first token {} · first sentence {} · end {} · prefill {} · decode {} (ms)",
         ms(r.upstream_headers),
         ms(r.first_token),
         ms(r.first_sentence),
@@ -246,6 +252,10 @@ fn waterfall(h: &mut String, r: &RecentRequest, scale: f64) {
     if let Some(p) = r.predicted_first_token.map(ms_f) {
         let left = (p / scale * 100.0).clamp(0.0, 99.5);
         let _ = write!(h, "<i class=pr style='left:{left:.2}%'></i>");
+    }
+    if let Some(p) = r.corrected_first_token.map(ms_f) {
+        let left = (p / scale * 100.0).clamp(0.0, 99.5);
+        let _ = write!(h, "<i class=pc style='left:{left:.2}%'></i>");
     }
     for (at, ..) in &r.continuations {
         let left = (ms_f(*at) / scale * 100.0).clamp(0.0, 99.5);

@@ -29,6 +29,7 @@ fn req(model: &str, outcome: &'static str, end_ms: u64) -> RecentRequest {
         class: None,
         continuations: Vec::new(),
         predicted_first_token: None,
+        corrected_first_token: None,
     }
 }
 

@@ -18,7 +18,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use super::super::context::RequestCtx;
-use super::super::{request_head, Steps};
+use super::super::{progress, request_head, Steps};
 use crate::upstream::client::Exchange;
 use llamatap_wire::continuation as plan;
 
@@ -29,7 +29,9 @@ const MAX_TEMPLATE_ANSWER: usize = 8 << 20;
 /// body (each chunk through [`Steps::request_chunk`], which enforces the body
 /// limit), or `replay`, the whole body read by an earlier attempt.
 /// The head goes out with the first body chunk, a body read whole with it
-/// in one write.
+/// in one write. A body that may ask llama-server for prompt progress
+/// ([`progress::may_ask`]) is read whole first (llama-server reads a body
+/// whole before it starts on it).
 pub async fn request(
     steps: &Steps,
     session: &mut Session,
@@ -52,17 +54,25 @@ pub async fn request(
     {
         req.insert_header(header::TRANSFER_ENCODING, "chunked")?;
     }
-    let chunked = req.headers.contains_key(header::TRANSFER_ENCODING);
-    let mut out = http_req_header_to_wire(&req).ok_or_else(|| {
-        Error::explain(ErrorType::InvalidHTTPHeader, "invalid request target").into_down()
-    })?;
-    drop(req);
     let timeout = peer.options.write_timeout;
+    let may_ask = progress::may_ask(&steps.config, ctx, &req);
     if let Some(body) = replay {
         ctx.asked.request_bytes = body.len() as u64;
-        out.put_slice(body);
+        let asked = if may_ask {
+            progress::shape(ctx, &mut req, body)?
+        } else {
+            None
+        };
+        let mut out = wire(&req)?;
+        out.put_slice(asked.as_deref().unwrap_or(body));
         return up.write(&out, timeout).await;
     }
+    if may_ask {
+        return Box::pin(whole(steps, session, up, ctx, req, timeout)).await;
+    }
+    let chunked = req.headers.contains_key(header::TRANSFER_ENCODING);
+    let mut out = wire(&req)?;
+    drop(req);
     // The part of the body read before routing (fleets only) is in Pingora's
     // replay buffer; the rest is read here. A buffer that outgrew its limit
     // has lost the body's start: refused, never forwarded without it.
@@ -111,6 +121,61 @@ pub async fn request(
             return Ok(());
         }
     }
+}
+
+/// The request head on the wire.
+fn wire(req: &RequestHeader) -> Result<bytes::BytesMut> {
+    http_req_header_to_wire(req).ok_or_else(|| {
+        Error::explain(ErrorType::InvalidHTTPHeader, "invalid request target").into_down()
+    })
+}
+
+/// A body framed by its length, within `telemetry.max_inspect_bytes`,
+/// read whole (each chunk through [`Steps::request_chunk`]), then sent
+/// with its head in one write, asking for prompt progress when
+/// [`progress::shape`] says so.
+async fn whole(
+    steps: &Steps,
+    session: &mut Session,
+    up: &mut Exchange,
+    ctx: &mut RequestCtx,
+    mut req: RequestHeader,
+    timeout: Option<Duration>,
+) -> Result<()> {
+    if session.as_ref().retry_buffer_truncated() {
+        return Error::e_explain(
+            ErrorType::InternalError,
+            "the request body read ahead outgrew what can be replayed",
+        );
+    }
+    let mut pending = session
+        .as_ref()
+        .get_retry_buffer()
+        .filter(|b| !b.is_empty());
+    let mut body = Vec::new();
+    loop {
+        let chunk = match pending.take() {
+            Some(b) => Some(b),
+            None if session.as_mut().is_body_done() => None,
+            None => session
+                .as_mut()
+                .read_request_body()
+                .await
+                .map_err(|e| e.into_down())?,
+        };
+        let end = chunk.is_none() || session.as_mut().is_body_done();
+        steps.request_chunk(ctx, chunk.as_ref(), end)?;
+        if let Some(b) = chunk {
+            body.extend_from_slice(&b);
+        }
+        if end {
+            break;
+        }
+    }
+    let asked = progress::shape(ctx, &mut req, &body)?;
+    let mut out = wire(&req)?;
+    out.put_slice(asked.as_deref().unwrap_or(&body));
+    up.write(&out, timeout).await
 }
 
 /// Reads the final response head (informational ones are skipped), while

@@ -24,7 +24,7 @@ use tokio::sync::futures::Notified;
 use super::super::context::RequestCtx;
 use super::super::continuable;
 use super::super::moves::{Registration, Signal};
-use super::super::{downstream, Steps};
+use super::super::{downstream, progress, Steps};
 use super::attempt::Ending;
 use super::{checks, drain, record};
 use crate::upstream::client::Exchange;
@@ -166,6 +166,10 @@ pub async fn body(
             // framing error, a close before the framing's end) is a cut,
             // above.
             None => {
+                // Progress events the client did not ask for go before
+                // anything sees the chunk: the copies, the counts and the
+                // client all get the client's stream.
+                let chunk = progress::filter(&steps.predictor, ctx, chunk, end);
                 steps.response_chunk(ctx, chunk.as_ref(), end);
                 let b = chunk.unwrap_or_default();
                 if !b.is_empty() || end {

@@ -71,6 +71,7 @@ fn a_line_has_every_field() {
         "queued_ms": null,
         "ttft_ms": 30.5,
         "predicted_ttft_ms": null,
+        "corrected_ttft_ms": null,
         "ttft_slo_ms": null,
         "first_sentence_ms": 90.0,
         "e2e_ms": 310.0,
@@ -188,8 +189,11 @@ fn the_predicted_ttft_and_the_objective_are_fields() {
         confidence: "high",
         slo_ms: Some(500),
         dispatched: Some(std::time::Duration::from_millis(2)),
+        corrected_ms: Some(380),
+        progress_events: 2,
     });
     let v = parse(&line(&rec, "tiny", None));
     assert_eq!(v["predicted_ttft_ms"], 420);
+    assert_eq!(v["corrected_ttft_ms"], 380);
     assert_eq!(v["ttft_slo_ms"], 500);
 }

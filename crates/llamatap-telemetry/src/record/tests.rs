@@ -66,6 +66,8 @@ fn the_ttft_ratio_is_measured_from_dispatch() {
         confidence: "high",
         slo_ms: None,
         dispatched: Some(Duration::from_millis(100)),
+        corrected_ms: None,
+        progress_events: 0,
     };
     let ratio = facts.ratio(Some(Duration::from_millis(600))).unwrap();
     assert!((ratio - 1.25).abs() < 1e-9, "{ratio}");

@@ -65,6 +65,14 @@ impl Tracing {
             if let Some(ms) = t.slo_ms {
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_SLO_MS, i64::from(ms)));
             }
+            if let Some(ms) = t.corrected_ms {
+                let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_CORRECTED_MS, ms));
+            }
+            if t.progress_events > 0 {
+                let n = i64::from(t.progress_events);
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_PROGRESS_EVENTS, n));
+            }
         }
         let mut put = |k: &'static str, val: Option<Value>| {
             if let Some(val) = val {

@@ -19,6 +19,7 @@ pub(super) struct Fields {
     pub temperature: Option<Value>,
     pub top_p: Option<Value>,
     pub seed: Option<Value>,
+    pub return_progress: Option<Value>,
     /// `response_fields`, as llama-server reads it.
     pub response_fields: Option<Kept>,
 }
@@ -141,6 +142,7 @@ impl<'de, R: PromptReader> Visitor<'de> for FieldsVisitor<'_, R> {
                 Key::Temperature => &mut self.0.temperature,
                 Key::TopP => &mut self.0.top_p,
                 Key::Seed => &mut self.0.seed,
+                Key::ReturnProgress => &mut self.0.return_progress,
                 Key::ResponseFields => {
                     self.0.response_fields = Some(map.next_value_seed(KeptSeed)?);
                     continue;
@@ -171,6 +173,7 @@ enum Key {
     Temperature,
     TopP,
     Seed,
+    ReturnProgress,
     ResponseFields,
     /// A field of the prompt, handed to the [`PromptReader`].
     Prompt(PromptField),
@@ -203,6 +206,7 @@ impl Visitor<'_> for KeyVisitor {
             "temperature" => Key::Temperature,
             "top_p" => Key::TopP,
             "seed" => Key::Seed,
+            "return_progress" => Key::ReturnProgress,
             "response_fields" => Key::ResponseFields,
             "messages" => Key::Prompt(PromptField::Messages),
             "tools" => Key::Prompt(PromptField::Tools),

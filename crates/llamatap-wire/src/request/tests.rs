@@ -316,6 +316,7 @@ fn reads_an_openai_chat_body() {
         top_p: Some(0.9),
         seed: Some(42),
         hides_counts: false,
+        return_progress: false,
     };
     assert_eq!(inspect(body), want);
 }
@@ -597,4 +598,18 @@ fn a_prompt_reader_is_handed_each_prompt_field_in_body_order() {
     let mut record = Record::default();
     let _ = inspect_body_with_prompt(&body[..35], &mut record);
     assert_eq!(record.0.len(), 1);
+}
+
+#[test]
+fn reads_whether_the_client_asked_for_progress() {
+    for (body, want) in [
+        (r#"{"return_progress":true}"#, true),
+        (r#"{"return_progress":false}"#, false),
+        (r#"{"return_progress":1}"#, false),
+        (r#"{"return_progress":true,"return_progress":false}"#, false),
+        (r#"{"return_progress":false,"return_progress":true}"#, true),
+        (r#"{"prompt":"a"}"#, false),
+    ] {
+        assert_eq!(inspect(body).return_progress, want, "{body}");
+    }
 }

@@ -1,0 +1,40 @@
+//! `[ttft]`: the TTFT predictor's settings in the proxy, as written and
+//! validated.
+//!
+//! Validation only: the prediction is [`crate::ttft`]'s, asking for and
+//! reading progress events [`crate::proxy`]'s (its `progress` module).
+
+use serde::Deserialize;
+
+/// `[ttft]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTtft {
+    /// Ask llama-server for prompt progress events on streamed generating
+    /// requests, and correct the prediction by them; default `true`.
+    pub prompt_progress: Option<bool>,
+}
+
+/// `[ttft]`, validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ttft {
+    /// Ask llama-server for prompt progress events (`return_progress`).
+    pub prompt_progress: bool,
+}
+
+impl Default for Ttft {
+    fn default() -> Self {
+        Ttft {
+            prompt_progress: true,
+        }
+    }
+}
+
+/// Validates `[ttft]`.
+pub fn ttft(raw: RawTtft) -> Ttft {
+    Ttft {
+        prompt_progress: raw
+            .prompt_progress
+            .unwrap_or(Ttft::default().prompt_progress),
+    }
+}
