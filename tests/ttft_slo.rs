@@ -4,7 +4,9 @@
 //! second): `x-llamatap-predicted-ttft-ms` after warm-up, within a factor
 //! of the client's own TTFT on a steady workload; an unattainable
 //! `x-slo-ttft-ms` refused at once (503 `ttft_slo_unattainable`), an
-//! attainable one served; the metrics; and `ttft_slo_ms` config errors.
+//! attainable one served; the metrics; `ttft_slo_ms` config errors; and,
+//! without an objective, `routing.ttft_steer_percent` leaving out a member
+//! predicted far slower (the slow model beside the medium one).
 //!
 //! The client's clock measures TTFT (send to the first event with content)
 //! and arrival to refusal (send to the response head); the figures are
@@ -350,4 +352,103 @@ fn ttft_slo_ms_out_of_range_is_a_one_line_config_error() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Requests `name` (`host:port`) answered, from `llamatap_upstream_requests_total`.
+fn answered_by(metrics: &str, name: &str) -> f64 {
+    metric_sum(
+        metrics,
+        "llamatap_upstream_requests_total",
+        &[&format!("upstream=\"{name}\"")],
+    )
+}
+
+/// Waits until `n` requests are recorded on the two members (each is
+/// recorded in its last hook, after the client has its answer) and returns
+/// the metrics then.
+fn recorded(proxy: &Llamatap, names: [&str; 2], n: usize) -> String {
+    let all = |m: &str| names.iter().map(|u| answered_by(m, u)).sum::<f64>();
+    let done = wait_for(Duration::from_secs(30), || {
+        all(&proxy.metrics()) == n as f64
+    });
+    assert!(done.is_some(), "{n} requests never all recorded");
+    proxy.metrics()
+}
+
+#[test]
+fn without_an_objective_steering_leaves_out_a_member_predicted_far_slower() {
+    let _one = serial();
+    // Unequal members under one model name: the medium model beside the
+    // slow one (about ten times its prefill time), as on unequal hardware.
+    let mut args: Vec<&str> = common::fleet::FLEET_ARGS.to_vec();
+    args.extend_from_slice(&["--alias", "llm"]);
+    let fast = common::llama::LlamaServer::start("medium", &args);
+    let slow = common::llama::LlamaServer::start("slow", &args);
+    let conf = temp_config(
+        "steer",
+        "[routing]\npolicy = \"round_robin\"\nttft_steer_percent = 150\n",
+    );
+    let conf = conf.to_str().unwrap();
+    let proxy = Llamatap::start_fleet(
+        &[fast.base_url.as_str(), slow.base_url.as_str()],
+        &["--config", conf],
+    );
+    let up = wait_for(Duration::from_secs(15), || {
+        let m = proxy.metrics();
+        [&fast, &slow]
+            .iter()
+            .all(|s| upstream_up(&m, s) == Some(1.0))
+    });
+    assert!(up.is_some(), "upstreams never up: {}", proxy.stderr());
+    let addr = proxy.addr();
+    let base = fast.prompt_of_tokens(200);
+    let (fast_name, slow_name) = (
+        common::fleet::upstream_name(&fast),
+        common::fleet::upstream_name(&slow),
+    );
+    let steered = |m: &str| {
+        metric_sum(
+            m,
+            "llamatap_routing_decisions_total",
+            &["reason=\"ttft_steer\""],
+        )
+    };
+
+    // Round robin alternates while the predictor learns both members (a
+    // guess never leaves a member out); once both predictions are sure,
+    // the slow member is left out.
+    let mut i = 0;
+    while i < 60 && steered(&proxy.metrics()) == 0.0 {
+        let s = chat(&addr, &format!("nonce{i} {base}"), None);
+        assert_eq!(s.status, 200, "{}", s.body);
+        i += 1;
+    }
+    let m = recorded(&proxy, [&fast_name, &slow_name], i);
+    assert!(
+        steered(&m) > 0.0,
+        "no request was steered after {i}: fast {} slow {}",
+        answered_by(&m, &fast_name),
+        answered_by(&m, &slow_name)
+    );
+    assert!(
+        answered_by(&m, &slow_name) >= 4.0,
+        "the slow member was never learned"
+    );
+    eprintln!("steering began after {i} requests");
+
+    // From then on, every request goes to the fast member, each routed with
+    // the reason `ttft_steer`; round robin alone would send half to the slow.
+    let (slow_before, steered_before) = (answered_by(&m, &slow_name), steered(&m));
+    for j in 0..6 {
+        let s = chat(&addr, &format!("after{j} {base}"), None);
+        assert_eq!(s.status, 200, "{}", s.body);
+        assert!(s.predicted.is_some(), "no prediction on {}", s.body);
+    }
+    let m = recorded(&proxy, [&fast_name, &slow_name], i + 6);
+    assert_eq!(
+        answered_by(&m, &slow_name),
+        slow_before,
+        "a request went to the slow member"
+    );
+    assert_eq!(steered(&m) - steered_before, 6.0);
 }
