@@ -37,12 +37,15 @@ use std::time::{Duration, Instant};
 
 use llamatap_policy::router::Chain;
 use llamatap_policy::ttft::{
-    Bound, Confidence, Load, Observation, Prediction, PromptSize, Query, Timings, TtftBook,
+    Bound, Confidence, InFlight, Load, Observation, Prediction, PromptSize, Query, Timings,
+    TtftBook, MAX_SLOTS,
 };
 
 use crate::fleet::Fleet;
 
+mod flights;
 mod progress;
+pub use flights::{Boarded, Flights};
 pub mod slo;
 pub mod steer;
 #[cfg(test)]
@@ -58,6 +61,8 @@ pub type Key = (usize, u64);
 #[derive(Debug)]
 pub struct Predictor {
     book: Mutex<TtftBook<Key>>,
+    /// The answers in flight on each member.
+    pub flights: Flights,
 }
 
 /// What a request was predicted with at its dispatch: plain data kept in
@@ -114,6 +119,9 @@ pub struct Plan {
     pub corrected_ms: Option<u64>,
     /// Prompt progress events the current attempt read.
     pub progress_events: u32,
+    /// The current attempt on the board of answers in flight
+    /// ([`Flights`]), until `logging` or the next attempt.
+    pub flight: Option<Boarded>,
 }
 
 /// Milliseconds rounded to a whole number (finite, ≥ 0).
@@ -145,14 +153,15 @@ pub fn key(member: usize, model: Option<&str>) -> Key {
 
 /// The query of a prompt of `prompt_bytes` on `member` now, `cached_bytes`
 /// of it likely cached, with `queued` requests of the admission queue ahead
-/// (see [`Predictor::predict`]), and the member's other requests in flight.
-fn query(
+/// (see [`Predictor::predict`]), and the member's other requests in flight
+/// (`flights`: what is known of them, in dispatch order).
+fn query<'a>(
     fleet: &Fleet,
     member: usize,
     (prompt_bytes, cached_bytes): (u64, u64),
-    counted: bool,
-    queued: u32,
-) -> (Query<'static>, u32) {
+    (counted, queued): (bool, u32),
+    flights: &'a [InFlight],
+) -> (Query<'a>, u32) {
     let m = fleet.member(member);
     let in_flight = m.as_ref().map_or(0, |m| m.in_flight());
     let busy_others = if counted {
@@ -179,10 +188,23 @@ fn query(
             slots,
             busy,
             queue_ahead: queue_ahead.saturating_add(queued),
-            in_flight: &[],
+            in_flight: flights,
         },
     };
     (query, busy_others)
+}
+
+/// The prompt tokens `p` expects to prefill: its prompt's tokens less the
+/// share `cached_bytes` is of its bytes (with no data, 4 bytes a token).
+pub fn new_tokens(p: &Predicted, cached_bytes: u64) -> u32 {
+    let left = p.prompt_bytes.saturating_sub(cached_bytes);
+    let tokens = match p.prediction {
+        Prediction::Estimate(e) if p.prompt_bytes > 0 => {
+            f64::from(e.prompt_tokens) * left as f64 / p.prompt_bytes as f64
+        }
+        _ => left as f64 / 4.0,
+    };
+    tokens.round().clamp(0.0, f64::from(u32::MAX)) as u32
 }
 
 /// The prompt's size in bytes: its chain's text when read, else the body.
@@ -197,6 +219,7 @@ impl Default for Predictor {
     fn default() -> Self {
         Predictor {
             book: Mutex::new(TtftBook::new(CAPACITY)),
+            flights: Flights::default(),
         }
     }
 }
@@ -216,17 +239,27 @@ impl Predictor {
         counted: bool,
     ) -> Predicted {
         let key = key(member, model);
-        let (query, busy_others) = query(fleet, member, (prompt_bytes, cached_bytes), counted, 0);
+        let mut flights = [InFlight::default(); MAX_SLOTS];
+        let n = self.flights.of(member, &mut flights);
+        let sizes = (prompt_bytes, cached_bytes);
+        let (query, busy_others) = query(fleet, member, sizes, (counted, 0), &flights[..n]);
         let prediction = match self.book.lock() {
             Ok(book) => book.predict(&key, &query),
             Err(_) => Prediction::NoData,
         };
         let load = query.load;
+        let beside = load
+            .in_flight
+            .iter()
+            .take(load.busy as usize)
+            .any(|f| f.prefill_left > 0);
         Predicted {
             key,
             prediction,
             busy_others,
-            at_once: (load.slots == 0 || load.busy < load.slots) && load.queue_ahead == 0,
+            at_once: (load.slots == 0 || load.busy < load.slots)
+                && load.queue_ahead == 0
+                && !beside,
             prompt_bytes,
             sent: Instant::now(),
         }
@@ -245,7 +278,9 @@ impl Predictor {
         queued: u32,
     ) -> Option<Bound> {
         let key = key(member, model);
-        let (query, _) = query(fleet, member, sizes, false, queued);
+        let mut flights = [InFlight::default(); MAX_SLOTS];
+        let n = self.flights.of(member, &mut flights);
+        let (query, _) = query(fleet, member, sizes, (false, queued), &flights[..n]);
         self.book.lock().ok()?.bound(&key, &query)
     }
 

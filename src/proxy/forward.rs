@@ -149,7 +149,7 @@ async fn request(
         Err(e) => return Err(e),
     };
     steps.upstream_response(&header, ctx);
-    progress::watch(ctx, &mut header);
+    progress::watch(&steps.predictor, ctx, &mut header);
     // An HTTP/1.0-style answer (neither length nor chunks) is sent chunked,
     // so that the client connection can be kept, as Pingora does.
     let bodiless = matches!(header.status.as_u16(), 204 | 304);

@@ -28,7 +28,7 @@ use crate::config::slo::Slos;
 use crate::fleet::Fleet;
 use crate::ttft::{self, slo, Finished, Predicted, Predictor};
 use llamatap_policy::tenant::Priority;
-use llamatap_policy::ttft::{Bound, Confidence, Timings};
+use llamatap_policy::ttft::{Bound, Confidence, InFlight, Timings};
 use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
 
 /// The request header carrying a TTFT objective, integer milliseconds.
@@ -163,13 +163,42 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
         .decision
         .map_or(0, |d| d.prediction.bytes);
     let plan = &mut ctx.attempt.routed.ttft;
-    plan.predicted = Some(predictor.predict(
+    let predicted = predictor.predict(
         fleet,
         member,
         ctx.asked.request.model.as_deref(),
         (plan.prompt_bytes, cached),
         true,
-    ));
+    );
+    plan.predicted = Some(predicted);
+    // On the board of answers in flight, for the requests predicted beside
+    // it: a streamed answer with its prefill to come (its progress and
+    // first token will say when it is over); any other as prefilled.
+    if let Some(previous) = plan.flight.take() {
+        predictor.flights.land(previous);
+    }
+    let request = &ctx.asked.request;
+    let prefill_left = if request.stream == Some(true) {
+        ttft::new_tokens(&predicted, cached)
+    } else {
+        0
+    };
+    let flight = InFlight {
+        generated: 0,
+        max_tokens: request
+            .max_tokens
+            .map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
+        prefill_left,
+    };
+    plan.flight = predictor.flights.board(member, flight);
+}
+
+/// The attempt's prompt is prefilled, or no progress of it will be read
+/// (`prefill_left` 0), or `prefill_left` tokens of it are left.
+pub fn prefilling(predictor: &Predictor, ctx: &RequestCtx, prefill_left: u32) {
+    if let Some(b) = ctx.attempt.routed.ttft.flight {
+        predictor.flights.prefill_left(b, prefill_left);
+    }
 }
 
 /// Without an objective, and with `[routing] ttft_steer_percent` set:
@@ -215,6 +244,9 @@ pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
 /// The record's [`TtftFacts`], and the book learns from the answer.
 pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
     let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
+    if let Some(b) = plan.flight {
+        predictor.flights.land(b);
+    }
     let Some(p) = plan.predicted else {
         return;
     };

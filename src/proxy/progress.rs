@@ -40,6 +40,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::Result;
 
 use super::context::RequestCtx;
+use super::predict;
 use crate::config::Config;
 use crate::ttft::{round_ms, Predictor};
 use llamatap_policy::ttft::Progress;
@@ -108,7 +109,7 @@ pub fn forget(ctx: &mut RequestCtx) {
 /// The answer's head: an event stream of an attempt that asked gets its
 /// filter (stripping unless the client asked itself). A stripped stream is
 /// sent chunked: its length is no longer llama-server's.
-pub fn watch(ctx: &mut RequestCtx, resp: &mut ResponseHeader) {
+pub fn watch(predictor: &Predictor, ctx: &mut RequestCtx, resp: &mut ResponseHeader) {
     let events = resp
         .headers
         .get(header::CONTENT_TYPE)
@@ -119,6 +120,9 @@ pub fn watch(ctx: &mut RequestCtx, resp: &mut ResponseHeader) {
                 .starts_with("text/event-stream")
         });
     if !ctx.attempt.progress.asked || !events {
+        // No progress will say when its prefill ends: counted as done, as
+        // a request whose progress is unknown.
+        predict::prefilling(predictor, ctx, 0);
         return;
     }
     let strip = !ctx.asked.request.return_progress;
@@ -148,6 +152,7 @@ pub fn filter(
         .is_some_and(|o| o.facts().token_events > 0);
     if tokens && f.is_idle() {
         ctx.attempt.progress.filter = None;
+        predict::prefilling(predictor, ctx, 0);
         return chunk;
     }
     let now = Instant::now();
@@ -155,6 +160,10 @@ pub fn filter(
     let mut out = Vec::new();
     let mut read = |p: PromptProgress| {
         plan.progress_events = plan.progress_events.saturating_add(1);
+        if let Some(b) = plan.flight {
+            let left = p.total.saturating_sub(p.processed);
+            predictor.flights.prefill_left(b, left);
+        }
         let Some(predicted) = plan.predicted.as_ref() else {
             return;
         };

@@ -152,3 +152,67 @@ fn a_progress_event_corrects_the_prediction_by_what_it_says() {
         "{start} {corrected}"
     );
 }
+
+#[test]
+fn a_prompt_still_prefilling_beside_is_counted_until_its_prefill_ends() {
+    let f = fleet(1);
+    let p = Predictor::default();
+    for i in 0..12u32 {
+        let prompt_n = 200 + 100 * (i % 4);
+        let at = p.predict(&f, 0, None, (u64::from(prompt_n) * 4, 0), false);
+        p.learn(&at, &finished(prompt_n));
+    }
+    // One request in flight on the member (one of its two slots).
+    let _other = f.choose(None, &Chain::default(), None, &[]).unwrap();
+    let alone = p.predict(&f, 0, None, (1600, 0), false);
+    // That request's 800 tokens are still to prefill: they go first.
+    let b = p
+        .flights
+        .board(
+            0,
+            InFlight {
+                generated: 0,
+                max_tokens: Some(16),
+                prefill_left: 800,
+            },
+        )
+        .unwrap();
+    let beside = p.predict(&f, 0, None, (1600, 0), false);
+    let (a, s) = (alone.prediction.ttft_ms(), beside.prediction.ttft_ms());
+    assert!(s.unwrap() > a.unwrap() + 100.0, "alone {a:?}, beside {s:?}");
+    assert!(alone.at_once && !beside.at_once);
+    // Its first token came: nothing is ahead any more.
+    p.flights.prefill_left(b, 0);
+    let after = p.predict(&f, 0, None, (1600, 0), false);
+    assert_eq!(after.prediction, alone.prediction);
+    assert!(after.at_once);
+    p.flights.land(b);
+    let mut out = [InFlight::default(); 4];
+    assert_eq!(p.flights.of(0, &mut out), 0);
+}
+
+#[test]
+fn the_tokens_to_prefill_are_the_prompts_less_its_cached_share() {
+    let f = fleet(1);
+    let p = Predictor::default();
+    let none = p.predict(&f, 0, None, (4000, 0), false);
+    assert_eq!(new_tokens(&none, 1000), 750);
+    for i in 0..12u32 {
+        let prompt_n = 200 + 100 * (i % 4);
+        let at = p.predict(&f, 0, None, (u64::from(prompt_n) * 4, 0), false);
+        p.learn(&at, &finished(prompt_n));
+    }
+    let known = p.predict(&f, 0, None, (4000, 0), false);
+    let Prediction::Estimate(e) = known.prediction else {
+        panic!("no estimate after twelve answers");
+    };
+    assert_eq!(new_tokens(&known, 0), e.prompt_tokens);
+    assert_eq!(new_tokens(&known, 4000), 0);
+    assert_eq!(new_tokens(&known, 9000), 0);
+    let half = new_tokens(&known, 2000);
+    assert!(
+        half.abs_diff(e.prompt_tokens / 2) <= 1,
+        "{half} of {}",
+        e.prompt_tokens
+    );
+}
