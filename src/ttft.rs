@@ -23,9 +23,12 @@
 //! The book's lock is held for one lookup or one update (microseconds),
 //! never across an await; nothing here runs per streamed chunk.
 //!
+//! The answers in flight on each member ([`Flights`]: the prompt tokens
+//! each still has to prefill) go into every prediction beside them.
+//!
 //! Deliberately not here: the tokens generated so far by the answers in
-//! flight (the fleet does not count them; the book assumes each busy slot
-//! half way through a typical answer), the admission queue's waiting
+//! flight (counting them would be work per token; the book assumes each
+//! busy slot at a typical answer's point), the admission queue's waiting
 //! requests at dispatch (a request is predicted when it is dispatched,
 //! after its wait; only the bound before routing counts them), asking for
 //! and reading progress events (the proxy's `progress`), and any decision
