@@ -454,6 +454,27 @@ fn a_model_without_a_healthy_upstream_is_a_503_and_unlisted() {
     let (a, b) = (llama(sa.clone()), llama(sb.clone()));
     let proxy = Llamatap::start_fleet(&[&a.url(), &b.url()], &[]);
     wait_ready(&proxy);
+    // Ready needs one healthy member; each member's model is learned by
+    // its own health check: wait until both are listed.
+    let listed = |proxy: &Llamatap| -> Vec<String> {
+        http::get(&proxy.addr(), "/v1/models")
+            .ok()
+            .and_then(|(_, body)| serde_json::from_slice::<Value>(&body).ok())
+            .and_then(|v| {
+                v["data"].as_array().map(|d| {
+                    d.iter()
+                        .filter_map(|m| m["id"].as_str().map(str::to_string))
+                        .collect()
+                })
+            })
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || listed(&proxy)
+            == ["alpha", "beta"]),
+        "both models never listed: {:?}",
+        listed(&proxy)
+    );
     // Two requests on one connection: llamatap's own 200 keeps it open.
     let mut s = TcpStream::connect(proxy.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
