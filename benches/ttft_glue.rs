@@ -79,7 +79,7 @@ fn bench(c: &mut Criterion) {
                 .into_iter()
                 .map(|m| {
                     let sizes = (black_box(2000), f.cached_bytes(m, &chain));
-                    (m, p.bound(&f, m, Some("model"), sizes, 0))
+                    (m, p.bound(&f, m, Some("model"), sizes, (0, false)))
                 })
                 .collect();
             black_box(slo::judge(300, &members))

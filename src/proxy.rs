@@ -228,7 +228,7 @@ impl ProxyHttp for LlamaProxy {
         }
         let s = &self.steps;
         let slos = &s.config.queue.slo;
-        let using = (&*s.predictor, &*s.fleet);
+        let using = (&*s.predictor, &*s.fleet, &*s.moves);
         if Box::pin(predict::admit(session, ctx, using, slos, &s.admission)).await? {
             return Ok(true);
         }

@@ -110,6 +110,9 @@ pub struct Plan {
     pub slo_ms: Option<u32>,
     /// Members left out of routing: predicted over the objective.
     pub avoid: Vec<usize>,
+    /// No member was predicted within the objective, and an answer of a
+    /// less urgent class was told to pause to make room on the one left.
+    pub made_room: bool,
     /// Members left out of this attempt's routing without an objective:
     /// predicted much slower than the fastest ([`steer`]).
     pub steered: Vec<usize>,
@@ -271,19 +274,20 @@ impl Predictor {
     /// The calibrated bound ([`Bound`]) on the TTFT of a prompt for
     /// `model` on `member` before routing (sizes as [`Predictor::predict`]),
     /// with `queued` requests of the admission queue to take a slot of the
-    /// member before it; `None`: no data.
+    /// member before it, and one of its requests in flight left out when
+    /// `freed` (as if paused); `None`: no data.
     pub fn bound(
         &self,
         fleet: &Fleet,
         member: usize,
         model: Option<&str>,
         sizes: (u64, u64),
-        queued: u32,
+        (queued, freed): (u32, bool),
     ) -> Option<Bound> {
         let key = key(member, model);
         let mut flights = [InFlight::default(); MAX_SLOTS];
         let n = self.flights.of(member, &mut flights);
-        let (query, _) = query(fleet, member, sizes, (false, queued), &flights[..n]);
+        let (query, _) = query(fleet, member, sizes, (freed, queued), &flights[..n]);
         self.book.lock().ok()?.bound(&key, &query)
     }
 

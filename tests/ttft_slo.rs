@@ -452,3 +452,104 @@ fn without_an_objective_steering_leaves_out_a_member_predicted_far_slower() {
     );
     assert_eq!(steered(&m) - steered_before, 6.0);
 }
+
+/// One streamed chat as `headers`' tenant, with an objective.
+fn chat_as(addr: &str, headers: &[(&str, &str)], prompt: &str, slo: &str) -> (u16, String) {
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 4,
+        "stream": true,
+        "temperature": 0,
+    })
+    .to_string();
+    let mut all = headers.to_vec();
+    all.push(("x-slo-ttft-ms", slo));
+    let mut r =
+        http::send(addr, "POST", "/v1/chat/completions", &all, body.as_bytes()).expect("request");
+    let status = r.head.status;
+    let body = String::from_utf8_lossy(&r.read_all().unwrap_or_default()).into_owned();
+    (status, body)
+}
+
+#[test]
+fn an_objective_no_member_meets_pauses_a_batch_answer_to_make_room() {
+    use common::load::{keys, BULK_H, VOICE_H};
+    let _one = serial();
+    // One slot: a running batch answer holds it for seconds.
+    let server = common::llama::LlamaServer::start("medium", &["-np", "1", "-c", "4096"]);
+    let conf = temp_config(
+        "made-room",
+        &format!(
+            "[queue]\nenabled = true\n[queue.classes.batch]\npreemptible = true\n{}",
+            keys()
+        ),
+    );
+    let proxy = Llamatap::start(&server.base_url, &["--config", conf.to_str().unwrap()]);
+    let addr = proxy.addr();
+    // The queue knows the slot (read from llama-server, or after a first
+    // request).
+    let slots = wait_for(Duration::from_secs(20), || {
+        chat_as(&addr, VOICE_H, "Hello.", "60000");
+        common::fleet::series(&proxy.metrics(), "llamatap_queue_slots", "upstream=") == Some(1.0)
+    });
+    assert!(slots.is_some(), "slots never known: {}", proxy.stderr());
+
+    // Warm-up: an objective of 1 ms is admitted while the member is
+    // unsure, and refused once its bound is sure (nothing to pause).
+    let mut sure = false;
+    for i in 0..200 {
+        let (status, body) = chat_as(&addr, VOICE_H, &format!("Warm up {i}."), "1");
+        if status == 503 {
+            assert!(body.contains("ttft_slo_unattainable"), "{body}");
+            sure = true;
+            break;
+        }
+        assert_eq!(status, 200, "{body}");
+    }
+    assert!(sure, "the bound never became sure");
+
+    // A long batch answer takes the slot: its end is thousands of tokens
+    // away, so the slot wait alone is far over the objective.
+    let batch = serde_json::json!({
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": 3000,
+        "stream": true,
+        "temperature": 0,
+    })
+    .to_string();
+    let mut long = http::send(
+        &addr,
+        "POST",
+        "/v1/chat/completions",
+        BULK_H,
+        batch.as_bytes(),
+    )
+    .expect("the batch request");
+    assert_eq!(long.head.status, 200);
+    let mut raw = Vec::new();
+    while String::from_utf8_lossy(&raw)
+        .matches("\"delta\":{\"content\":\"")
+        .count()
+        < 5
+    {
+        let piece = long
+            .next_piece()
+            .unwrap()
+            .expect("the batch answer ended early");
+        raw.extend_from_slice(&piece);
+    }
+
+    // The interactive request's objective is met only if the batch answer
+    // pauses: it does, and the request is served, not refused.
+    let (status, body) = chat_as(&addr, VOICE_H, "A short question.", "2000");
+    assert_eq!(status, 200, "refused instead of making room: {body}");
+    let paused = wait_for(Duration::from_secs(30), || {
+        metric_sum(
+            &proxy.metrics(),
+            "llamatap_preemptions_total",
+            &["class=\"batch\""],
+        ) >= 1.0
+    });
+    assert!(paused.is_some(), "no batch answer was paused");
+    drop(long);
+}

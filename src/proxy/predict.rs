@@ -22,6 +22,7 @@ use pingora::proxy::Session;
 use pingora::Result;
 
 use super::context::RequestCtx;
+use super::moves::Moves;
 use super::reply::{write_error, write_error_with, ErrorReply};
 use crate::admission::Admission;
 use crate::config::slo::Slos;
@@ -42,7 +43,7 @@ pub const PREDICTED_HEADER: &str = "x-llamatap-predicted-ttft-ms";
 pub async fn admit(
     session: &mut Session,
     ctx: &mut RequestCtx,
-    (predictor, fleet): (&Predictor, &Fleet),
+    (predictor, fleet, moves): (&Predictor, &Fleet, &Moves),
     slos: &Slos,
     admission: &Admission,
 ) -> Result<bool> {
@@ -95,13 +96,29 @@ pub async fn admit(
         .into_iter()
         .map(|m| {
             let sizes = (bytes, fleet.cached_bytes(m, chain));
-            (m, predictor.bound(fleet, m, model, sizes, queued))
+            (m, predictor.bound(fleet, m, model, sizes, (queued, false)))
         })
         .collect();
     match slo::judge(slo_ms, &members) {
         None => Ok(false),
         Some(slo::Verdict::Unattainable { best: (member, ms) }) => {
-            let sizes = (bytes, fleet.cached_bytes(member, chain));
+            let room = Room {
+                slo_ms,
+                class: class as usize,
+                model,
+                queued,
+            };
+            let sizes = |m| (bytes, fleet.cached_bytes(m, chain));
+            if let Some(m) = make_room(predictor, fleet, moves, &room, &members, sizes) {
+                plan.avoid = members
+                    .iter()
+                    .map(|&(o, _)| o)
+                    .filter(|&o| o != m)
+                    .collect();
+                plan.made_room = true;
+                return Ok(false);
+            }
+            let sizes = sizes(member);
             let predicted = predictor.predict(fleet, member, model, sizes, false);
             plan.predicted = Some(predicted);
             refuse(session, ctx, slo_ms, (predicted.prediction.ttft_ms(), ms)).await;
@@ -112,6 +129,42 @@ pub async fn admit(
             Ok(false)
         }
     }
+}
+
+/// What a request needs room for: its objective, class index, model and
+/// the queued requests ahead of it per member.
+struct Room<'a> {
+    slo_ms: u32,
+    class: usize,
+    model: Option<&'a str>,
+    queued: u32,
+}
+
+/// Every member's bound is surely over the objective: the member whose
+/// bound with one of its requests paused is surely within it, fastest
+/// first, on which an answer of a less urgent preemptible class was told
+/// to pause ([`Moves::preempt_where`]); `None` when pausing one answer
+/// would not do, or none can be paused.
+fn make_room(
+    predictor: &Predictor,
+    fleet: &Fleet,
+    moves: &Moves,
+    room: &Room<'_>,
+    members: &[(usize, Option<Bound>)],
+    sizes: impl Fn(usize) -> (u64, u64),
+) -> Option<usize> {
+    let slo = f64::from(room.slo_ms);
+    let mut fits: Vec<(usize, f64)> = members
+        .iter()
+        .filter_map(|&(m, _)| {
+            let b = predictor.bound(fleet, m, room.model, sizes(m), (room.queued, true))?;
+            (b.confidence == Confidence::High && b.ttft_ms <= slo).then_some((m, b.ttft_ms))
+        })
+        .collect();
+    fits.sort_by(|a, b| a.1.total_cmp(&b.1));
+    fits.into_iter()
+        .find(|&(m, _)| moves.preempt_where(room.class, |at| at == m).is_some())
+        .map(|(m, _)| m)
 }
 
 /// 503 `ttft_slo_unattainable`: the fastest member's prediction and bound
@@ -259,6 +312,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         dispatched: if refused { None } else { dispatched },
         corrected_ms: plan.corrected_ms,
         progress_events: plan.progress_events,
+        made_room: plan.made_room,
     });
     if refused || rec.outcome != Outcome::Ok {
         return;

@@ -226,6 +226,9 @@ pub struct TtftFacts {
     pub corrected_ms: Option<u64>,
     /// Prompt progress events read from the answer.
     pub progress_events: u32,
+    /// No member was predicted within the objective until an answer of a
+    /// less urgent class was told to pause to make room.
+    pub made_room: bool,
 }
 
 impl TtftFacts {

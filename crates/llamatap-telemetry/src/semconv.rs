@@ -87,6 +87,9 @@ pub const LLAMATAP_TTFT_SLO_MS: &str = "llamatap.ttft.slo_ms";
 /// The TTFT as corrected by the last prompt progress event, milliseconds
 /// from dispatch (int).
 pub const LLAMATAP_TTFT_CORRECTED_MS: &str = "llamatap.ttft.corrected_ms";
+/// An answer of a less urgent class was told to pause so that this
+/// request could meet its TTFT objective (bool; present only when so).
+pub const LLAMATAP_TTFT_MADE_ROOM: &str = "llamatap.ttft.made_room";
 /// Prompt progress events read from the answer (int).
 pub const LLAMATAP_TTFT_PROGRESS_EVENTS: &str = "llamatap.ttft.progress_events";
 

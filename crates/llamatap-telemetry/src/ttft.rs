@@ -139,6 +139,7 @@ mod tests {
             dispatched: Some(Duration::from_millis(20)),
             corrected_ms: None,
             progress_events: 0,
+            made_room: false,
         });
         rec
     }

@@ -191,6 +191,7 @@ fn the_predicted_ttft_and_the_objective_are_fields() {
         dispatched: Some(std::time::Duration::from_millis(2)),
         corrected_ms: Some(380),
         progress_events: 2,
+        made_room: false,
     });
     let v = parse(&line(&rec, "tiny", None));
     assert_eq!(v["predicted_ttft_ms"], 420);

@@ -69,6 +69,9 @@ impl Tracing {
                 let ms = i64::try_from(ms).unwrap_or(i64::MAX);
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_CORRECTED_MS, ms));
             }
+            if t.made_room {
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_MADE_ROOM, true));
+            }
             if t.progress_events > 0 {
                 let n = i64::from(t.progress_events);
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_PROGRESS_EVENTS, n));
