@@ -160,21 +160,18 @@ pub fn key(member: usize, model: Option<&str>) -> Key {
 /// The query of a prompt of `prompt_bytes` on `member` now, `cached_bytes`
 /// of it likely cached, with `queued` requests of the admission queue ahead
 /// (see [`Predictor::predict`]), and the member's other requests in flight
-/// (`flights`: what is known of them, in dispatch order).
+/// less `excluded` of them (the request itself when counted, an answer told
+/// to pause) (`flights`: what is known of them, in dispatch order).
 fn query<'a>(
     fleet: &Fleet,
     member: usize,
     (prompt_bytes, cached_bytes): (u64, u64),
-    (counted, queued): (bool, u32),
+    (excluded, queued): (u32, u32),
     flights: &'a [InFlight],
 ) -> (Query<'a>, u32) {
     let m = fleet.member(member);
     let in_flight = m.as_ref().map_or(0, |m| m.in_flight());
-    let busy_others = if counted {
-        in_flight.saturating_sub(1)
-    } else {
-        in_flight
-    };
+    let busy_others = in_flight.saturating_sub(excluded);
     let slots = m.as_ref().and_then(|m| m.total_slots()).unwrap_or(0);
     let deferred = m.as_ref().and_then(|m| m.deferred()).unwrap_or(0);
     let busy = if slots == 0 {
@@ -241,14 +238,28 @@ impl Predictor {
         fleet: &Fleet,
         member: usize,
         model: Option<&str>,
-        (prompt_bytes, cached_bytes): (u64, u64),
+        sizes: (u64, u64),
         counted: bool,
+    ) -> Predicted {
+        self.predict_excluding(fleet, member, model, sizes, u32::from(counted))
+    }
+
+    /// [`Predictor::predict`] with `excluded` of the member's requests in
+    /// flight left out: the request itself when counted, and an answer
+    /// told to pause to make room for it.
+    pub fn predict_excluding(
+        &self,
+        fleet: &Fleet,
+        member: usize,
+        model: Option<&str>,
+        (prompt_bytes, cached_bytes): (u64, u64),
+        excluded: u32,
     ) -> Predicted {
         let key = key(member, model);
         let mut flights = [InFlight::default(); MAX_SLOTS];
         let n = self.flights.of(member, &mut flights);
         let sizes = (prompt_bytes, cached_bytes);
-        let (query, busy_others) = query(fleet, member, sizes, (counted, 0), &flights[..n]);
+        let (query, busy_others) = query(fleet, member, sizes, (excluded, 0), &flights[..n]);
         let prediction = match self.book.lock() {
             Ok(book) => book.predict(&key, &query),
             Err(_) => Prediction::NoData,
@@ -287,7 +298,8 @@ impl Predictor {
         let key = key(member, model);
         let mut flights = [InFlight::default(); MAX_SLOTS];
         let n = self.flights.of(member, &mut flights);
-        let (query, _) = query(fleet, member, sizes, (freed, queued), &flights[..n]);
+        let excluded = u32::from(freed);
+        let (query, _) = query(fleet, member, sizes, (excluded, queued), &flights[..n]);
         self.book.lock().ok()?.bound(&key, &query)
     }
 

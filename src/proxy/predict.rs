@@ -216,12 +216,14 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
         .decision
         .map_or(0, |d| d.prediction.bytes);
     let plan = &mut ctx.attempt.routed.ttft;
-    let predicted = predictor.predict(
+    // Itself, and on its first attempt the answer told to pause for it.
+    let excluded = 1 + u32::from(plan.made_room && ctx.attempt.count == 1);
+    let predicted = predictor.predict_excluding(
         fleet,
         member,
         ctx.asked.request.model.as_deref(),
         (plan.prompt_bytes, cached),
-        true,
+        excluded,
     );
     plan.predicted = Some(predicted);
     // On the board of answers in flight, for the requests predicted beside
@@ -230,20 +232,46 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     if let Some(previous) = plan.flight.take() {
         predictor.flights.land(previous);
     }
-    let request = &ctx.asked.request;
-    let prefill_left = if request.stream == Some(true) {
-        ttft::new_tokens(&predicted, cached)
-    } else {
-        0
-    };
     let flight = InFlight {
         generated: 0,
-        max_tokens: request
-            .max_tokens
-            .map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
-        prefill_left,
+        max_tokens: max_tokens(ctx),
+        prefill_left: streamed_prefill(ctx, &predicted, cached),
     };
-    plan.flight = predictor.flights.board(member, flight);
+    ctx.attempt.routed.ttft.flight = predictor.flights.board(member, flight);
+}
+
+/// The request's `max_tokens`, when its body was read.
+fn max_tokens(ctx: &RequestCtx) -> Option<u32> {
+    let m = ctx.asked.request.max_tokens?;
+    Some(u32::try_from(m).unwrap_or(u32::MAX))
+}
+
+/// A streamed request's prompt tokens to prefill at dispatch (its
+/// progress and first token will say when the prefill is over); 0 for any
+/// other, whose prefill's end nothing reports.
+fn streamed_prefill(ctx: &RequestCtx, predicted: &Predicted, cached: u64) -> u32 {
+    if ctx.asked.request.stream == Some(true) {
+        ttft::new_tokens(predicted, cached)
+    } else {
+        0
+    }
+}
+
+/// The request's body was read whole after its dispatch (with one
+/// upstream nothing reads it before): its `max_tokens` and, streamed, its
+/// prompt to prefill go on the board.
+pub fn described(predictor: &Predictor, ctx: &RequestCtx) {
+    let plan = &ctx.attempt.routed.ttft;
+    let (Some(b), Some(p)) = (plan.flight, plan.predicted.as_ref()) else {
+        return;
+    };
+    let cached = ctx
+        .attempt
+        .routed
+        .decision
+        .map_or(0, |d| d.prediction.bytes);
+    let left = streamed_prefill(ctx, p, cached);
+    predictor.flights.describe(b, max_tokens(ctx), Some(left));
 }
 
 /// The attempt's prompt is prefilled, or no progress of it will be read

@@ -120,8 +120,10 @@ pub fn watch(predictor: &Predictor, ctx: &mut RequestCtx, resp: &mut ResponseHea
                 .starts_with("text/event-stream")
         });
     if !ctx.attempt.progress.asked || !events {
-        // No progress will say when its prefill ends: counted as done, as
-        // a request whose progress is unknown.
+        // Its body is whole now (its `max_tokens` known); no progress will
+        // say when its prefill ends: counted as done, as a request whose
+        // progress is unknown.
+        predict::described(predictor, ctx);
         predict::prefilling(predictor, ctx, 0);
         return;
     }

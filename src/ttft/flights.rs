@@ -64,6 +64,22 @@ impl Flights {
         }
     }
 
+    /// `b`'s request is now known whole: its `max_tokens`, and, when given,
+    /// its prompt tokens still to prefill.
+    pub fn describe(&self, b: Boarded, max_tokens: Option<u32>, prefill_left: Option<u32>) {
+        if let Ok(mut by) = self.by_member.lock() {
+            if let Some(f) = by
+                .get_mut(&b.member)
+                .and_then(|l| l.iter_mut().find(|(id, _)| *id == b.id))
+            {
+                f.1.max_tokens = max_tokens.or(f.1.max_tokens);
+                if let Some(left) = prefill_left {
+                    f.1.prefill_left = left;
+                }
+            }
+        }
+    }
+
     /// `b` is over.
     pub fn land(&self, b: Boarded) {
         if let Ok(mut by) = self.by_member.lock() {

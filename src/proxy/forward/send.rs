@@ -18,7 +18,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use super::super::context::RequestCtx;
-use super::super::{progress, request_head, Steps};
+use super::super::{predict, progress, request_head, Steps};
 use crate::upstream::client::Exchange;
 use llamatap_wire::continuation as plan;
 
@@ -63,6 +63,7 @@ pub async fn request(
         } else {
             None
         };
+        predict::described(&steps.predictor, ctx);
         let mut out = wire(&req)?;
         out.put_slice(asked.as_deref().unwrap_or(body));
         return up.write(&out, timeout).await;
@@ -173,6 +174,7 @@ async fn whole(
         }
     }
     let asked = progress::shape(ctx, &mut req, &body)?;
+    predict::described(&steps.predictor, ctx);
     let mut out = wire(&req)?;
     out.put_slice(asked.as_deref().unwrap_or(&body));
     up.write(&out, timeout).await
