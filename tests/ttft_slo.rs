@@ -484,15 +484,7 @@ fn an_objective_no_member_meets_pauses_a_batch_answer_to_make_room() {
             keys()
         ),
     );
-    let proxy = Llamatap::start(
-        &server.base_url,
-        &[
-            "--config",
-            conf.to_str().unwrap(),
-            "--access-log",
-            "/tmp/made-room.jsonl",
-        ],
-    );
+    let proxy = Llamatap::start(&server.base_url, &["--config", conf.to_str().unwrap()]);
     let addr = proxy.addr();
     // The queue knows the slot (read from llama-server, or after a first
     // request).
