@@ -6,16 +6,22 @@
 //!   objective (`x-slo-ttft-ms`, else the tenant's or class's
 //!   `ttft_slo_ms`); with one, bounds each serving member's prediction
 //!   (with the admission queue's requests ahead of it, and its recent
-//!   error) and either leaves out those bounded over it, or refuses at
-//!   once (503, `ttft_slo_unattainable`).
+//!   error) and either leaves out those bounded over it, makes room by
+//!   pausing one answer of a less urgent preemptible class where that
+//!   would meet it, or refuses at once (503, `ttft_slo_unattainable`).
+//! - [`steer`] (every attempt, without an objective): the members
+//!   predicted far slower than the fastest, to leave out.
 //! - [`dispatched`] (in [`super::Steps::peer`], every attempt): the
-//!   prediction for the member chosen.
+//!   prediction for the member chosen, and the attempt on the board of
+//!   answers in flight ([`described`] when its body is read later,
+//!   [`prefilling`] as its prefill goes).
 //! - [`head`] (the client's response head): `x-llamatap-predicted-ttft-ms`.
 //! - [`finish`] (in `logging`): the record's [`TtftFacts`], and the book
 //!   learns from the answer's `timings`.
 //!
-//! Nothing here runs per streamed chunk. Deliberately not here: pausing a
-//! pre-emptible answer to meet an objective (not done).
+//! Nothing here runs per streamed chunk. Deliberately not here: how a
+//! paused answer moves ([`super::moves`], the continuation), and reading
+//! progress events ([`super::progress`]).
 
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;

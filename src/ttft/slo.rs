@@ -19,7 +19,7 @@
 //!   ([`Verdict::Unsure`]).
 //!
 //! Pure: no clock, no I/O. Deliberately not here: pausing a running
-//! answer to make room (not done), and the refusal's wording
+//! answer to make room (the proxy's `predict`), and the refusal's wording
 //! (`crate::proxy`).
 
 use llamatap_policy::ttft::{Bound, Confidence};
