@@ -82,6 +82,9 @@ async fn world(toml: &str, request: &str) -> World {
     }
 }
 
+/// A configuration that does not ask llama-server for prompt progress.
+const NO_PROGRESS: &str = "[ttft]\nprompt_progress = false\n";
+
 fn chat_request() -> String {
     format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n\
@@ -95,7 +98,17 @@ async fn read_until(from: &mut DuplexStream, done: impl Fn(&[u8]) -> bool) -> Ve
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !done(&got) {
-        let n = from.read(&mut buf).await.unwrap();
+        // Bytes that never come fail the test, not hang it.
+        let read = tokio::time::timeout(std::time::Duration::from_secs(30), from.read(&mut buf));
+        let n = read
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "30 s without the bytes awaited; got {:?}",
+                    String::from_utf8_lossy(&got)
+                )
+            })
+            .unwrap();
         if n == 0 {
             break;
         }
@@ -132,7 +145,7 @@ fn chunk(s: &str) -> String {
 
 #[tokio::test]
 async fn send_writes_the_shaped_head_and_the_body_upstream() {
-    let mut w = world("", &chat_request()).await;
+    let mut w = world(NO_PROGRESS, &chat_request()).await;
     send::request(
         &w.steps,
         &mut w.session,
@@ -162,7 +175,7 @@ async fn send_writes_the_shaped_head_and_the_body_upstream() {
 
 #[tokio::test]
 async fn send_sends_a_body_read_before_again_whole_with_its_length() {
-    let mut w = world("", &chat_request()).await;
+    let mut w = world(NO_PROGRESS, &chat_request()).await;
     let body = bytes::Bytes::from_static(b"{\"replayed\":true}");
     send::request(
         &w.steps,
@@ -181,6 +194,30 @@ async fn send_sends_a_body_read_before_again_whole_with_its_length() {
         "{text}"
     );
     assert!(!text.contains("transfer-encoding"), "{text}");
+}
+
+#[tokio::test]
+async fn send_asks_a_streamed_body_for_progress_first_and_grows_its_length() {
+    let mut w = world("", &chat_request()).await;
+    send::request(
+        &w.steps,
+        &mut w.session,
+        &mut w.up,
+        &w.peer,
+        &mut w.ctx,
+        None,
+    )
+    .await
+    .unwrap();
+    let asked = format!("{{\"return_progress\":true,{}", &CHAT[1..]);
+    let got = read_until(&mut w.script, |g| g.ends_with(asked.as_bytes())).await;
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    assert!(
+        text.contains(&format!("content-length: {}", asked.len())),
+        "{text}"
+    );
+    assert_eq!(asked.len(), CHAT.len() + 23);
+    assert!(w.ctx.attempt.progress.asked);
 }
 
 #[tokio::test]
