@@ -214,13 +214,7 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     if !ctx.asked.route.uses_slot() {
         return;
     }
-    // The router's own estimate at its choice: the chain is in the
-    // member's index now, so a second look would find all of it.
-    let cached = ctx
-        .attempt
-        .routed
-        .decision
-        .map_or(0, |d| d.prediction.bytes);
+    let cached = cached_at_choice(ctx);
     let plan = &mut ctx.attempt.routed.ttft;
     // Itself, and on its first attempt the answer told to pause for it.
     let excluded = 1 + u32::from(plan.made_room && ctx.attempt.count == 1);
@@ -244,6 +238,16 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
         prefill_left: streamed_prefill(ctx, &predicted, cached),
     };
     ctx.attempt.routed.ttft.flight = predictor.flights.board(member, flight);
+}
+
+/// The bytes of the prompt the chosen member likely holds: the router's
+/// own estimate at its choice (the chain is in the member's index now, so
+/// a second look would find all of it).
+fn cached_at_choice(ctx: &RequestCtx) -> u64 {
+    ctx.attempt
+        .routed
+        .decision
+        .map_or(0, |d| d.prediction.bytes)
 }
 
 /// The request's `max_tokens`, when its body was read.
@@ -271,12 +275,7 @@ pub fn described(predictor: &Predictor, ctx: &RequestCtx) {
     let (Some(b), Some(p)) = (plan.flight, plan.predicted.as_ref()) else {
         return;
     };
-    let cached = ctx
-        .attempt
-        .routed
-        .decision
-        .map_or(0, |d| d.prediction.bytes);
-    let left = streamed_prefill(ctx, p, cached);
+    let left = streamed_prefill(ctx, p, cached_at_choice(ctx));
     predictor.flights.describe(b, max_tokens(ctx), Some(left));
 }
 
