@@ -33,6 +33,7 @@ pub mod moves;
 mod outcome;
 mod predict;
 mod progress;
+mod promises;
 mod reply;
 mod request_head;
 mod routing;

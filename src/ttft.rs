@@ -24,7 +24,9 @@
 //! never across an await; nothing here runs per streamed chunk.
 //!
 //! The answers in flight on each member ([`Flights`]: the prompt tokens
-//! each still has to prefill) go into every prediction beside them.
+//! each still has to prefill) go into every prediction beside them; those
+//! admitted with an objective hold it there as a [`Promise`] until their
+//! first token.
 //!
 //! Deliberately not here: the tokens generated so far by the answers in
 //! flight (counting them would be work per token; the book assumes each
@@ -48,7 +50,9 @@ use crate::fleet::Fleet;
 
 mod flights;
 mod progress;
+mod promise;
 pub use flights::{Boarded, Flights};
+pub use promise::Promise;
 pub mod slo;
 pub mod steer;
 #[cfg(test)]
@@ -128,6 +132,9 @@ pub struct Plan {
     /// The current attempt on the board of answers in flight
     /// ([`Flights`]), until `logging` or the next attempt.
     pub flight: Option<Boarded>,
+    /// How long the request waited before its dispatch so as not to push
+    /// an earlier answer's first token past its objective ([`Promise`]).
+    pub held: Option<Duration>,
 }
 
 /// Milliseconds rounded to a whole number (finite, ≥ 0).
@@ -334,6 +341,17 @@ impl Predictor {
                 book.record_ratio(&p.key, r);
             }
         }
+    }
+
+    /// `key`'s calibration factor: the high quantile of its recent
+    /// measured over predicted TTFTs, 1 when none is held.
+    pub fn factor(&self, key: &Key) -> f64 {
+        let Ok(book) = self.book.lock() else {
+            return 1.0;
+        };
+        book.ratios(key)
+            .and_then(|r| r.quantile(llamatap_policy::ttft::COVERAGE))
+            .unwrap_or(1.0)
     }
 
     /// Keys learned.

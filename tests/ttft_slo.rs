@@ -222,7 +222,19 @@ fn under_load_an_objective_is_met_or_refused_at_once() {
     let _one = serial();
     let servers = start_servers(2, "medium", &[]);
     let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
-    let proxy = Llamatap::start_fleet(&urls, &["--routing-policy", "least_busy"]);
+    // LLAMATAP_SLO_KEEP_PROMISES=false measures the same workload without
+    // keeping the objectives admitted (`[ttft] keep_promises`).
+    let keep = std::env::var("LLAMATAP_SLO_KEEP_PROMISES").unwrap_or_else(|_| "true".into());
+    let conf = temp_config("under-load", &format!("[ttft]\nkeep_promises = {keep}\n"));
+    let proxy = Llamatap::start_fleet(
+        &urls,
+        &[
+            "--routing-policy",
+            "least_busy",
+            "--config",
+            conf.to_str().unwrap(),
+        ],
+    );
     let up = wait_for(Duration::from_secs(15), || {
         let m = proxy.metrics();
         servers.iter().all(|s| upstream_up(&m, s) == Some(1.0))
@@ -293,7 +305,7 @@ fn under_load_an_objective_is_met_or_refused_at_once() {
         .map(|t| t.as_secs_f64() * 1000.0)
         .collect();
     eprintln!(
-        "objective {slo} ms, {} requests (3 clients): {} refused ({:.0}%, send to head median {:.2} ms, worst {worst_refusal:.2} ms), {} served, {met} met it ({:.0}% of served); served TTFT median {:.0} ms",
+        "keep_promises {keep}: objective {slo} ms, {} requests (3 clients): {} refused ({:.0}%, send to head median {:.2} ms, worst {worst_refusal:.2} ms), {} served, {met} met it ({:.0}% of served); served TTFT median {:.0} ms",
         results.len(),
         refused.len(),
         100.0 * refused.len() as f64 / results.len() as f64,
@@ -552,4 +564,123 @@ fn an_objective_no_member_meets_pauses_a_batch_answer_to_make_room() {
     });
     assert!(paused.is_some(), "no batch answer was paused");
     drop(long);
+}
+
+/// An answer admitted with an objective keeps it against the prompts sent
+/// after it: on one member, a long prompt without an objective, sent while
+/// the first prompt still prefills, would share its batches and push its
+/// first token past the objective; it waits for that first token instead
+/// (`ttft_held_ms` in its access-log line), and both are served. Requests
+/// with no objective in flight are never held.
+#[test]
+fn a_prompt_that_would_push_an_admitted_answer_past_its_objective_waits() {
+    let _one = serial();
+    let server = common::llama::LlamaServer::start("medium", &["-np", "2", "-c", "4096"]);
+    let log = std::env::temp_dir().join(format!("llamatap-promise-{}.jsonl", server.port));
+    let _ = std::fs::remove_file(&log);
+    let proxy = Llamatap::start(&server.base_url, &["--access-log", log.to_str().unwrap()]);
+    let addr = proxy.addr();
+    let first = server.prompt_of_tokens_from("first", 600);
+    let second = server.prompt_of_tokens_from("second", 1200);
+
+    // Warm-up, one at a time: the member's prefill is learned at both
+    // sizes; the TTFT of the first size alone is measured.
+    let mut alone = Vec::new();
+    for i in 0..4 {
+        for (prompt, keep) in [(&first, true), (&second, false)] {
+            let s = chat(&addr, &format!("warm{i} {prompt}"), None);
+            assert_eq!(s.status, 200, "{}", s.body);
+            if keep && i >= 1 {
+                alone.push(s.ttft.unwrap().as_secs_f64() * 1000.0);
+            }
+        }
+    }
+    // An objective the first prompt meets alone (1.6 times its TTFT
+    // alone), not with the second one's prefill in its batches (about
+    // twice as long again).
+    let slo = (median(alone) * 1.6).round() as u64;
+    let slo_text = slo.to_string();
+    let (a, b) = std::thread::scope(|sc| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (addr, first, slo_text) = (&addr, &first, &slo_text);
+        let a = sc.spawn(move || {
+            let body = serde_json::json!({
+                "messages": [{"role": "user", "content": format!("promised {first}")}],
+                "max_tokens": 4,
+                "stream": true,
+                "temperature": 0,
+            })
+            .to_string();
+            let sent = Instant::now();
+            let mut r = http::send(
+                addr,
+                "POST",
+                "/v1/chat/completions",
+                &[("x-slo-ttft-ms", slo_text.as_str())],
+                body.as_bytes(),
+            )
+            .expect("the promised request");
+            // Its head came (llama-server sends it at once): the second
+            // request goes now, while this prompt prefills.
+            tx.send(r.head.status).unwrap();
+            let mut raw = Vec::new();
+            let mut ttft = None;
+            while let Ok(Some(piece)) = r.next_piece() {
+                raw.extend_from_slice(&piece);
+                if ttft.is_none() && !http::chat_content(&raw).is_empty() {
+                    ttft = Some(sent.elapsed());
+                }
+            }
+            let first_token = ttft.map(|t| sent + t);
+            (
+                r.head.status,
+                ttft,
+                String::from_utf8_lossy(&raw).into_owned(),
+                first_token,
+            )
+        });
+        assert_eq!(rx.recv().unwrap(), 200);
+        let b_sent = Instant::now();
+        let b = chat(addr, &format!("later {second}"), None);
+        let b_first = b.ttft.map(|t| b_sent + t);
+        (a.join().unwrap(), (b, b_first))
+    });
+    let (b, b_first) = b;
+    assert_eq!(a.0, 200, "{}", a.2);
+    assert_eq!(b.status, 200, "{}", b.body);
+    let lines = wait_for(Duration::from_secs(30), || access_lines(&log).len() == 10);
+    assert!(lines.is_some(), "not every request was logged");
+    let lines = access_lines(&log);
+    let warm = &lines[..8];
+    assert!(
+        warm.iter().all(|l| l["ttft_held_ms"].is_null()),
+        "a request was held with no objective in flight: {warm:?}"
+    );
+    let promised = lines
+        .iter()
+        .find(|l| l["ttft_slo_ms"] == slo)
+        .expect("the promised request's line");
+    let later = lines
+        .iter()
+        .find(|l| l["ttft_slo_ms"].is_null() && !l["ttft_held_ms"].is_null())
+        .unwrap_or_else(|| panic!("the later prompt was not held: {:?}", &lines[8..]));
+    assert!(promised["ttft_held_ms"].is_null(), "{promised}");
+    let held = later["ttft_held_ms"].as_u64().unwrap();
+    eprintln!(
+        "objective {slo} ms: promised request's TTFT {:?} (client), later request held {held} ms, its TTFT {:?}",
+        a.1, b.ttft
+    );
+    // Held until the promised first token: the later answer's first token
+    // came after it (sharing its batches, both would come together).
+    let (a_first, b_first) = (a.3.expect("no content"), b_first.expect("no content"));
+    assert!(a_first < b_first, "the later prompt was not kept out");
+}
+
+/// The access log's lines so far, parsed.
+fn access_lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }

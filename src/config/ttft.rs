@@ -13,6 +13,10 @@ pub struct RawTtft {
     /// Ask llama-server for prompt progress events on streamed generating
     /// requests, and correct the prediction by them; default `true`.
     pub prompt_progress: Option<bool>,
+    /// Keep the objectives admitted: a prompt that would push the first
+    /// token of an answer admitted with a TTFT objective past it waits for
+    /// that first token; default `true`.
+    pub keep_promises: Option<bool>,
 }
 
 /// `[ttft]`, validated.
@@ -20,12 +24,15 @@ pub struct RawTtft {
 pub struct Ttft {
     /// Ask llama-server for prompt progress events (`return_progress`).
     pub prompt_progress: bool,
+    /// Hold a prompt that would break an earlier answer's objective.
+    pub keep_promises: bool,
 }
 
 impl Default for Ttft {
     fn default() -> Self {
         Ttft {
             prompt_progress: true,
+            keep_promises: true,
         }
     }
 }
@@ -36,5 +43,6 @@ pub fn ttft(raw: RawTtft) -> Ttft {
         prompt_progress: raw
             .prompt_progress
             .unwrap_or(Ttft::default().prompt_progress),
+        keep_promises: raw.keep_promises.unwrap_or(Ttft::default().keep_promises),
     }
 }

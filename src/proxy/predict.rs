@@ -13,8 +13,9 @@
 //!   predicted far slower than the fastest, to leave out.
 //! - [`dispatched`] (in [`super::Steps::peer`], every attempt): the
 //!   prediction for the member chosen, and the attempt on the board of
-//!   answers in flight ([`described`] when its body is read later,
-//!   [`prefilling`] as its prefill goes).
+//!   answers in flight, with its objective's promise ([`super::promises`];
+//!   [`described`] when its body is read later, [`prefilling`] as its
+//!   prefill goes).
 //! - [`head`] (the client's response head): `x-llamatap-predicted-ttft-ms`.
 //! - [`finish`] (in `logging`): the record's [`TtftFacts`], and the book
 //!   learns from the answer's `timings`.
@@ -29,6 +30,7 @@ use pingora::Result;
 
 use super::context::RequestCtx;
 use super::moves::Moves;
+use super::promises;
 use super::reply::{write_error, write_error_with, ErrorReply};
 use crate::admission::Admission;
 use crate::config::slo::Slos;
@@ -237,7 +239,8 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
         max_tokens: max_tokens(ctx),
         prefill_left: streamed_prefill(ctx, &predicted, cached),
     };
-    ctx.attempt.routed.ttft.flight = predictor.flights.board(member, flight);
+    let promise = promises::promise(predictor, ctx, &predicted);
+    ctx.attempt.routed.ttft.flight = predictor.flights.board(member, flight, promise);
 }
 
 /// The bytes of the prompt the chosen member likely holds: the router's
@@ -276,7 +279,10 @@ pub fn described(predictor: &Predictor, ctx: &RequestCtx) {
         return;
     };
     let left = streamed_prefill(ctx, p, cached_at_choice(ctx));
-    predictor.flights.describe(b, max_tokens(ctx), Some(left));
+    let promise = promises::promise(predictor, ctx, p);
+    predictor
+        .flights
+        .describe(b, max_tokens(ctx), Some(left), promise);
 }
 
 /// The attempt's prompt is prefilled, or no progress of it will be read
@@ -346,6 +352,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         corrected_ms: plan.corrected_ms,
         progress_events: plan.progress_events,
         made_room: plan.made_room,
+        held_ms: plan.held.map(|d| ttft::round_ms(d.as_secs_f64() * 1000.0)),
     });
     if refused || rec.outcome != Outcome::Ok {
         return;

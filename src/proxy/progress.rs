@@ -177,6 +177,9 @@ pub fn filter(
         };
         if let Some(ms) = predictor.correct(predicted, &progress, now).ttft_ms() {
             plan.corrected_ms = Some(round_ms(ms));
+            if let Some(b) = plan.flight {
+                predictor.flights.expect(b, ms);
+            }
         }
     };
     if let Some(b) = chunk.as_ref() {

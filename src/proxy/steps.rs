@@ -3,7 +3,8 @@
 //! hook, and nothing below them calls back into the proxy.
 //!
 //! - [`Steps::peer`]: one attempt's upstream (the affinity wait on the
-//!   first, the routing decision, the peer);
+//!   first, the routing decision, the wait that keeps earlier TTFT
+//!   objectives ([`promises`]), the peer);
 //! - [`Steps::connect_failed`]: a refused or timed-out connect (ejection,
 //!   failover);
 //! - [`Steps::upstream_request`]: the request head llama-server gets;
@@ -28,7 +29,7 @@ use pingora::{Error, Result};
 use super::cachebreak::Breaks;
 use super::context::RequestCtx;
 use super::moves::Moves;
-use super::{attempt, bodies, conversation, predict, request_head, routing, tenant};
+use super::{attempt, bodies, conversation, predict, promises, request_head, routing, tenant};
 use crate::admission::{self, Secured};
 use crate::config::Config;
 use crate::conversations::Conversations;
@@ -120,6 +121,13 @@ impl Steps {
         predict::steer(&self.predictor, &self.fleet, ctx, steer);
         let address = routing::choose(&self.fleet, ctx)?;
         predict::dispatched(&self.predictor, &self.fleet, ctx);
+        let keep = self.config.ttft.keep_promises;
+        if let Some(waited) = promises::keep(&self.predictor, ctx, keep).await {
+            let plan = &mut ctx.attempt.routed.ttft;
+            plan.held = Some(plan.held.unwrap_or_default() + waited);
+            // Sent now: predicted again, with the prompts ahead done.
+            predict::dispatched(&self.predictor, &self.fleet, ctx);
+        }
         Ok(Box::new(attempt::peer(&self.config, address)))
     }
 

@@ -1,7 +1,9 @@
 //! The answers in flight on each member, as the predictor needs them: each
 //! dispatched attempt's prompt tokens still to prefill, and its
 //! `max_tokens`, so that a request predicted beside them counts the
-//! prompts ahead of it in the member's batches.
+//! prompts ahead of it in the member's batches; and, for an attempt with a
+//! TTFT objective, its [`Promise`], so that a later prompt does not push
+//! its first token past it ([`Flights::held_by`]).
 //!
 //! An attempt boards at dispatch with its prefill estimated from its own
 //! prediction (streamed answers only: their progress events and first token
@@ -9,17 +11,24 @@
 //! first token, or a head with no progress to come, sets it to 0; the
 //! attempt lands in `logging`, or when another attempt replaces it. The
 //! lock is held for one of these steps (a short scan of one member's
-//! list), never across an await; nothing here runs per token.
+//! list), never across an await; nothing here runs per token. A promise's
+//! prefill ending, or its attempt landing, wakes the requests waiting on
+//! it ([`Flights::changed`]).
 //!
 //! Deliberately not here: the tokens the answers have generated (they
 //! would be counted per token; the predictor assumes a typical answer),
-//! and predicting ([`super::Predictor`]).
+//! predicting ([`super::Predictor`]), and the wait itself (the proxy's
+//! `predict`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use llamatap_policy::ttft::{InFlight, MAX_SLOTS};
+use tokio::sync::Notify;
+
+use super::promise::Promise;
 
 /// Most answers kept per member: those beyond are not in its slots.
 const MAX_PER_MEMBER: usize = 4 * MAX_SLOTS;
@@ -32,63 +41,134 @@ pub struct Boarded {
     id: u64,
 }
 
+/// One answer on a member's list.
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    flight: InFlight,
+    promise: Option<Promise>,
+}
+
 /// The board of answers in flight, per member.
 #[derive(Debug, Default)]
 pub struct Flights {
-    by_member: Mutex<HashMap<usize, Vec<(u64, InFlight)>>>,
+    by_member: Mutex<HashMap<usize, Vec<Entry>>>,
     next: AtomicU64,
+    /// Answers on the board with a promise, their prefill not over.
+    promised: AtomicUsize,
+    changed: Notify,
 }
 
 impl Flights {
-    /// `flight` boards `member`; `None` when the member's list is full.
-    pub fn board(&self, member: usize, flight: InFlight) -> Option<Boarded> {
+    /// `flight` boards `member`, with the objective it was admitted with;
+    /// `None` when the member's list is full.
+    pub fn board(
+        &self,
+        member: usize,
+        flight: InFlight,
+        promise: Option<Promise>,
+    ) -> Option<Boarded> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let mut by = self.by_member.lock().ok()?;
         let list = by.entry(member).or_default();
         if list.len() >= MAX_PER_MEMBER {
             return None;
         }
-        list.push((id, flight));
+        let promise = promise.filter(|_| flight.prefill_left > 0);
+        if promise.is_some() {
+            self.promised.fetch_add(1, Ordering::Relaxed);
+        }
+        list.push(Entry {
+            id,
+            flight,
+            promise,
+        });
         Some(Boarded { member, id })
+    }
+
+    /// Runs `f` on `b`'s entry, if it is on the board; wakes the waiters
+    /// when its promise ended.
+    fn with(&self, b: Boarded, f: impl FnOnce(&mut Entry)) {
+        let ended = {
+            let Ok(mut by) = self.by_member.lock() else {
+                return;
+            };
+            let Some(e) = by
+                .get_mut(&b.member)
+                .and_then(|l| l.iter_mut().find(|e| e.id == b.id))
+            else {
+                return;
+            };
+            f(e);
+            e.flight.prefill_left == 0 && e.promise.take().is_some()
+        };
+        if ended {
+            self.promised.fetch_sub(1, Ordering::Relaxed);
+            self.changed.notify_waiters();
+        }
     }
 
     /// What `b` still has to prefill is now `prefill_left` tokens.
     pub fn prefill_left(&self, b: Boarded, prefill_left: u32) {
-        if let Ok(mut by) = self.by_member.lock() {
-            if let Some(f) = by
-                .get_mut(&b.member)
-                .and_then(|l| l.iter_mut().find(|(id, _)| *id == b.id))
-            {
-                f.1.prefill_left = prefill_left;
-            }
-        }
+        self.with(b, |e| e.flight.prefill_left = prefill_left);
     }
 
     /// `b`'s request is now known whole: its `max_tokens`, and, when given,
-    /// its prompt tokens still to prefill.
-    pub fn describe(&self, b: Boarded, max_tokens: Option<u32>, prefill_left: Option<u32>) {
-        if let Ok(mut by) = self.by_member.lock() {
-            if let Some(f) = by
-                .get_mut(&b.member)
-                .and_then(|l| l.iter_mut().find(|(id, _)| *id == b.id))
-            {
-                f.1.max_tokens = max_tokens.or(f.1.max_tokens);
-                if let Some(left) = prefill_left {
-                    f.1.prefill_left = left;
+    /// its prompt tokens still to prefill and its promise (kept only with a
+    /// prefill to come, and only if it had none).
+    pub fn describe(
+        &self,
+        b: Boarded,
+        max_tokens: Option<u32>,
+        prefill_left: Option<u32>,
+        promise: Option<Promise>,
+    ) {
+        self.with(b, |e| {
+            e.flight.max_tokens = max_tokens.or(e.flight.max_tokens);
+            if let Some(left) = prefill_left {
+                e.flight.prefill_left = left;
+            }
+            if e.promise.is_none() && e.flight.prefill_left > 0 {
+                if let Some(p) = promise {
+                    e.promise = Some(p);
+                    self.promised.fetch_add(1, Ordering::Relaxed);
                 }
             }
-        }
+        });
+    }
+
+    /// `b`'s promise now expects its first token `expected_ms` after it
+    /// was sent (a correction by its progress).
+    pub fn expect(&self, b: Boarded, expected_ms: f64) {
+        self.with(b, |e| {
+            if let Some(p) = e.promise.as_mut() {
+                p.expected_ms = expected_ms;
+            }
+        });
     }
 
     /// `b` is over.
     pub fn land(&self, b: Boarded) {
-        if let Ok(mut by) = self.by_member.lock() {
-            if let Some(list) = by.get_mut(&b.member) {
-                list.retain(|(id, _)| *id != b.id);
-                if list.is_empty() {
-                    by.remove(&b.member);
-                }
+        let ended = {
+            let Ok(mut by) = self.by_member.lock() else {
+                return;
+            };
+            let Some(list) = by.get_mut(&b.member) else {
+                return;
+            };
+            let promised = list
+                .iter()
+                .position(|e| e.id == b.id)
+                .map(|at| list.remove(at))
+                .is_some_and(|e| e.promise.is_some());
+            if list.is_empty() {
+                by.remove(&b.member);
             }
+            promised
+        };
+        if ended {
+            self.promised.fetch_sub(1, Ordering::Relaxed);
+            self.changed.notify_waiters();
         }
     }
 
@@ -102,10 +182,34 @@ impl Flights {
             return 0;
         };
         let n = list.len().min(out.len());
-        for (o, (_, f)) in out.iter_mut().zip(list) {
-            *o = *f;
+        for (o, e) in out.iter_mut().zip(list) {
+            *o = e.flight;
         }
         n
+    }
+
+    /// Whether any answer on the board holds a promise (a load, nothing
+    /// locked: the common case without objectives costs this only).
+    pub fn promised(&self) -> bool {
+        self.promised.load(Ordering::Relaxed) > 0
+    }
+
+    /// The latest deadline among the promises, boarded on `b`'s member
+    /// before it, that a prefill of `delay_ms` would break at `now`
+    /// ([`Promise::broken_by`]); `None` when it breaks none.
+    pub fn held_by(&self, b: Boarded, delay_ms: f64, now: Instant) -> Option<Instant> {
+        let by = self.by_member.lock().ok()?;
+        by.get(&b.member)?
+            .iter()
+            .take_while(|e| e.id != b.id)
+            .filter_map(|e| e.promise.filter(|p| p.broken_by(delay_ms, now)))
+            .map(|p| p.deadline)
+            .max()
+    }
+
+    /// Notified when a promise's prefill ends or its answer lands.
+    pub fn changed(&self) -> &Notify {
+        &self.changed
     }
 }
 
@@ -124,9 +228,9 @@ mod tests {
     #[test]
     fn answers_board_update_and_land_per_member() {
         let f = Flights::default();
-        let a = f.board(0, flight(500)).unwrap();
-        let b = f.board(0, flight(300)).unwrap();
-        let c = f.board(1, flight(100)).unwrap();
+        let a = f.board(0, flight(500), None).unwrap();
+        let b = f.board(0, flight(300), None).unwrap();
+        let c = f.board(1, flight(100), None).unwrap();
         let mut out = [InFlight::default(); 8];
         assert_eq!(f.of(0, &mut out), 2);
         assert_eq!((out[0].prefill_left, out[1].prefill_left), (500, 300));
@@ -151,7 +255,7 @@ mod tests {
     fn a_member_holds_a_bounded_list_and_copies_fit_the_buffer() {
         let f = Flights::default();
         let boarded: Vec<_> = (0..MAX_PER_MEMBER + 3)
-            .map(|i| f.board(2, flight(i as u32)))
+            .map(|i| f.board(2, flight(i as u32), None))
             .collect();
         assert_eq!(
             boarded.iter().filter(|b| b.is_some()).count(),
@@ -160,5 +264,95 @@ mod tests {
         let mut small = [InFlight::default(); 4];
         assert_eq!(f.of(2, &mut small), 4);
         assert_eq!(small[3].prefill_left, 3);
+    }
+
+    fn promise(slo_ms: u64) -> Promise {
+        let sent = Instant::now();
+        Promise {
+            sent,
+            deadline: sent + std::time::Duration::from_millis(slo_ms),
+            expected_ms: 600.0,
+            factor: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_later_prompt_is_held_by_the_promises_boarded_before_it_only() {
+        let f = Flights::default();
+        let now = Instant::now();
+        let a = f.board(0, flight(500), Some(promise(60_000))).unwrap();
+        let tight = promise(1000);
+        let b = f.board(0, flight(400), Some(tight)).unwrap();
+        let c = f.board(0, flight(300), None).unwrap();
+        let other = f.board(1, flight(300), None).unwrap();
+        assert!(f.promised());
+        // c would break b's (600 + 500 > 1000), not a's; a is held by none.
+        assert_eq!(f.held_by(c, 500.0, now), Some(tight.deadline));
+        assert_eq!(f.held_by(c, 300.0, now), None);
+        assert_eq!(f.held_by(a, 1e9, now), None);
+        assert_eq!(f.held_by(other, 1e9, now), None);
+        // b's first token came: its promise is kept, c is free.
+        f.prefill_left(b, 0);
+        assert_eq!(f.held_by(c, 500.0, now), None);
+        assert_eq!(f.held_by(c, 1e9, now), Some(a.map_deadline(&f)));
+        // A correction moves a's expectation.
+        f.expect(a, 59_999.0);
+        assert_eq!(f.held_by(c, 2.0, now), Some(a.map_deadline(&f)));
+        f.land(a);
+        assert_eq!(f.held_by(c, 1e9, now), None);
+        assert!(!f.promised());
+    }
+
+    impl Boarded {
+        fn map_deadline(&self, f: &Flights) -> Instant {
+            let by = f.by_member.lock().unwrap();
+            by[&self.member]
+                .iter()
+                .find(|e| e.id == self.id)
+                .and_then(|e| e.promise)
+                .unwrap()
+                .deadline
+        }
+    }
+
+    #[test]
+    fn no_promise_without_a_prefill_and_each_counted_once() {
+        let f = Flights::default();
+        let done = f.board(0, flight(0), Some(promise(1000))).unwrap();
+        assert!(!f.promised());
+        let p = f.board(0, flight(10), Some(promise(1000))).unwrap();
+        assert!(f.promised());
+        f.prefill_left(p, 0);
+        f.prefill_left(p, 0);
+        f.land(p);
+        assert!(!f.promised());
+        // Known whole after its dispatch (one upstream): its prefill and
+        // promise come then, once.
+        f.describe(done, Some(8), Some(0), Some(promise(1000)));
+        assert!(!f.promised());
+        f.describe(done, Some(8), Some(300), Some(promise(1000)));
+        f.describe(done, Some(8), Some(300), Some(promise(1000)));
+        assert_eq!(f.promised.load(Ordering::Relaxed), 1);
+        f.land(done);
+        assert!(!f.promised());
+        assert_eq!(f.promised.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn the_end_of_a_promise_wakes_the_waiters() {
+        let f = Flights::default();
+        let a = f.board(0, flight(10), Some(promise(60_000))).unwrap();
+        let b = f.board(0, flight(10), Some(promise(60_000))).unwrap();
+        // Waiters created before the change are woken by it.
+        let first = f.changed().notified();
+        f.prefill_left(a, 0);
+        tokio::time::timeout(std::time::Duration::from_secs(30), first)
+            .await
+            .unwrap();
+        let second = f.changed().notified();
+        f.land(b);
+        tokio::time::timeout(std::time::Duration::from_secs(30), second)
+            .await
+            .unwrap();
     }
 }

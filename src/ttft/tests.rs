@@ -175,6 +175,7 @@ fn a_prompt_still_prefilling_beside_is_counted_until_its_prefill_ends() {
                 max_tokens: Some(16),
                 prefill_left: 800,
             },
+            None,
         )
         .unwrap();
     let beside = p.predict(&f, 0, None, (1600, 0), false);

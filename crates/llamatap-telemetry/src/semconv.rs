@@ -90,6 +90,10 @@ pub const LLAMATAP_TTFT_CORRECTED_MS: &str = "llamatap.ttft.corrected_ms";
 /// An answer of a less urgent class was told to pause so that this
 /// request could meet its TTFT objective (bool; present only when so).
 pub const LLAMATAP_TTFT_MADE_ROOM: &str = "llamatap.ttft.made_room";
+/// How long the request waited before its dispatch so as not to push an
+/// earlier answer's first token past that answer's TTFT objective,
+/// milliseconds (int; present only when it waited).
+pub const LLAMATAP_TTFT_HELD_MS: &str = "llamatap.ttft.held_ms";
 /// Prompt progress events read from the answer (int).
 pub const LLAMATAP_TTFT_PROGRESS_EVENTS: &str = "llamatap.ttft.progress_events";
 

@@ -140,6 +140,7 @@ mod tests {
             corrected_ms: None,
             progress_events: 0,
             made_room: false,
+            held_ms: None,
         });
         rec
     }

@@ -72,6 +72,10 @@ impl Tracing {
             if t.made_room {
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_MADE_ROOM, true));
             }
+            if let Some(ms) = t.held_ms {
+                let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_HELD_MS, ms));
+            }
             if t.progress_events > 0 {
                 let n = i64::from(t.progress_events);
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_PROGRESS_EVENTS, n));
