@@ -35,7 +35,7 @@ impl Promise {
     /// deadline is still ahead at `now` (a deadline passed is kept by no
     /// wait).
     pub fn broken_by(&self, delay_ms: f64, now: Instant) -> bool {
-        if self.deadline <= now || !(delay_ms > 0.0) {
+        if self.deadline <= now || delay_ms.is_nan() || delay_ms <= 0.0 {
             return false;
         }
         let allowed = self.deadline.saturating_duration_since(self.sent);
