@@ -15,7 +15,7 @@ pub struct RawTtft {
     pub prompt_progress: Option<bool>,
     /// Keep the objectives admitted: a prompt that would push the first
     /// token of an answer admitted with a TTFT objective past it waits for
-    /// that first token; default `true`.
+    /// that first token; default `false`.
     pub keep_promises: Option<bool>,
 }
 
@@ -32,7 +32,7 @@ impl Default for Ttft {
     fn default() -> Self {
         Ttft {
             prompt_progress: true,
-            keep_promises: true,
+            keep_promises: false,
         }
     }
 }
