@@ -27,7 +27,9 @@ Run from the repository root, after `cargo build --release`:
     scripts/ensure-deps.sh > /tmp/deps.env; set -a; . /tmp/deps.env; set +a
     $LLAMATAP_PYTHON bench/ttft-steer.py --fleet mixed --out /tmp/steer.json
 
-It prints one table row per variant and writes every access line to --out.
+It prints one table row per variant, with the prediction's absolute
+percentage error through the proxy (before dispatch, and as corrected by the
+last progress event), and writes every access line to --out.
 """
 
 import argparse
@@ -212,6 +214,17 @@ def run_variant(args, variant, steer, logdir):
     prompt = sum(x["prompt_tokens"] or 0 for x in ok)
     cached = sum(x["cached_tokens"] or 0 for x in ok)
     on_b = sum(1 for x in ok if x["upstream"] == "b")
+    # The prediction's error through the proxy: predicted (from dispatch)
+    # against the TTFT llamatap measured (from arrival; no queue here, so
+    # arrival and dispatch are within a millisecond); requests with no
+    # prediction (a member's first) are left out.
+    def ape(field):
+        return [
+            abs(x[field] - x["ttft_ms"]) / x["ttft_ms"]
+            for x in ok
+            if x.get(field) is not None and x["ttft_ms"]
+        ]
+    before, corrected = ape("predicted_ttft_ms"), ape("corrected_ttft_ms")
     return {
         "variant": variant, "steer_percent": steer, "requests": len(ok),
         "errors": errors, "wall_s": wall,
@@ -219,6 +232,9 @@ def run_variant(args, variant, steer, logdir):
         "ttft_mean": statistics.fmean(ttft) if ttft else float("nan"),
         "share_on_b": on_b / len(ok) if ok else float("nan"),
         "cached_share": cached / prompt if prompt else float("nan"),
+        "ape_n": len(before), "ape_p50": pct(before, 0.5), "ape_p90": pct(before, 0.9),
+        "corrected_n": len(corrected), "corrected_p50": pct(corrected, 0.5),
+        "corrected_p90": pct(corrected, 0.9),
         "lines": lines,
     }
 
@@ -235,7 +251,8 @@ def main():
     ap.add_argument("--order", default="off,steer", help="variants in run order")
     ap.add_argument("--llamatap", default="target/release/llamatap")
     ap.add_argument("--llama-server", default=os.environ.get("LLAMATAP_LLAMA_SERVER"))
-    ap.add_argument("--medium", default=os.environ.get("LLAMATAP_MEDIUM_MODEL"))
+    ap.add_argument("--medium", default=os.environ.get("LLAMATAP_MEDIUM_MODEL"),
+                    help="member a's model, and b's in the same fleet (a real model's GGUF works too)")
     ap.add_argument("--slow", default=os.environ.get("LLAMATAP_SLOW_MODEL"))
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -251,13 +268,16 @@ def main():
         r["load_before"], r["load_after"] = load, os.getloadavg()[0]
         results.append(r)
     print(f"fleet {args.fleet}, policy {args.policy}, seed {args.seed}, logs in {logdir}")
-    print("| variant | requests | errors | TTFT p50 ms | TTFT p90 ms | TTFT mean ms | on b | cached share | wall s | load 1 min |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| variant | requests | errors | TTFT p50 ms | TTFT p90 ms | TTFT mean ms | on b | cached share | prediction APE p50 / p90 (n) | corrected APE p50 / p90 (n) | wall s | load 1 min |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(
             f"| {r['variant']} ({r['steer_percent']}) | {r['requests']} | {len(r['errors'])} "
             f"| {r['ttft_p50']:.0f} | {r['ttft_p90']:.0f} | {r['ttft_mean']:.0f} "
-            f"| {r['share_on_b']:.0%} | {r['cached_share']:.2f} | {r['wall_s']:.1f} "
+            f"| {r['share_on_b']:.0%} | {r['cached_share']:.2f} "
+            f"| {r['ape_p50']:.1%} / {r['ape_p90']:.1%} ({r['ape_n']}) "
+            f"| {r['corrected_p50']:.1%} / {r['corrected_p90']:.1%} ({r['corrected_n']}) "
+            f"| {r['wall_s']:.1f} "
             f"| {r['load_before']:.1f} → {r['load_after']:.1f} |"
         )
     if args.out:
