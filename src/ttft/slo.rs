@@ -13,8 +13,10 @@
 //!   kept when it meets the objective, and cache affinity and queueing are
 //!   weighed through the prediction of each).
 //! - When every member's bound is over it, the request is refused only
-//!   if each of those bounds is of [`Confidence::High`]; otherwise it
-//!   is admitted, leaving out only the members surely over it (so that
+//!   if each of those bounds is sure: of [`Confidence::High`], or from a
+//!   member whose error is calibrated ([`MIN_RATIOS`] ratios) though its
+//!   prediction is of low confidence (a load never measured). Otherwise
+//!   it is admitted, leaving out only the members surely over it (so that
 //!   the unsure ones go on learning), and the verdict says so
 //!   ([`Verdict::Unsure`]).
 //!
@@ -22,7 +24,7 @@
 //! answer to make room (the proxy's `predict`), and the refusal's wording
 //! (`crate::proxy`).
 
-use llamatap_policy::ttft::{Bound, Confidence};
+use llamatap_policy::ttft::{Bound, Confidence, MIN_RATIOS};
 
 /// What an objective decides for a request.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,7 +81,7 @@ pub fn judge(slo_ms: u32, members: &[(usize, Option<Bound>)]) -> Option<Verdict>
                 } else {
                     avoid.push(m);
                 }
-                if e.confidence != Confidence::High {
+                if !calibrated(e) {
                     sure = false;
                 } else if e.ttft_ms > slo {
                     surely_over.push(m);
@@ -104,6 +106,15 @@ pub fn judge(slo_ms: u32, members: &[(usize, Option<Bound>)]) -> Option<Verdict>
         avoid: surely_over,
         best_ms: best.1,
     })
+}
+
+/// Whether `b` can refuse: of high confidence, or its member's error is
+/// calibrated ([`MIN_RATIOS`] ratios held) though its prediction is of low
+/// confidence (a load the member was never measured at): the recent error
+/// then covers part of the guess, and a request admitted on a bound over
+/// its objective would most likely be late.
+fn calibrated(b: Bound) -> bool {
+    b.confidence == Confidence::High || b.ratios >= MIN_RATIOS
 }
 
 /// A request's objective: its `x-slo-ttft-ms` header when valid (an

@@ -40,7 +40,7 @@ impl Llamatap {
         let port = free_port();
         let admin_port = free_port();
         let dir = std::env::temp_dir();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_llamatap"));
+        let mut cmd = Command::new(binary());
         cmd.args([
             "--listen",
             &format!("127.0.0.1:{port}"),
@@ -113,7 +113,7 @@ impl Llamatap {
     /// socket: it waits for this one's listening sockets (send SIGQUIT to this one).
     pub fn spawn_upgrade(&self, upstream: &str) -> Child {
         let dir = std::env::temp_dir();
-        Command::new(env!("CARGO_BIN_EXE_llamatap"))
+        Command::new(binary())
             .args([
                 "--listen",
                 &format!("127.0.0.1:{}", self.port),
@@ -380,3 +380,11 @@ pub fn assert_model_series_at_zero(text: &str, model: &str) {
 
 #[allow(dead_code)]
 fn _unused(_: &mut dyn Read) {}
+
+/// The llamatap binary the tests start: this build's, or
+/// `LLAMATAP_TEST_BINARY` (to measure another build on the same workload).
+pub fn binary() -> std::path::PathBuf {
+    std::env::var_os("LLAMATAP_TEST_BINARY")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_llamatap").into())
+}

@@ -1,12 +1,21 @@
 use super::*;
 use llamatap_policy::ttft::Estimate;
 
-/// A bound of `ms` (a prediction of half of it, times 2).
+/// A bound of `ms` (a prediction of half of it, times 2); a member whose
+/// bound is of high confidence is calibrated, one of low confidence not.
 fn est(ms: f64, confidence: Confidence) -> Option<Bound> {
+    let ratios = match confidence {
+        Confidence::High => 20,
+        Confidence::Low => 5,
+    };
+    with_ratios(ms, confidence, ratios)
+}
+
+fn with_ratios(ms: f64, confidence: Confidence, ratios: usize) -> Option<Bound> {
     Some(Bound {
         ttft_ms: ms,
         factor: 2.0,
-        ratios: 20,
+        ratios,
         estimate: Estimate {
             ttft_ms: ms / 2.0,
             wait_ms: 0.0,
@@ -123,4 +132,26 @@ fn the_header_wins_over_the_default_and_bad_values_are_refused() {
         let e = objective(Some(bad), Some(250)).unwrap_err();
         assert!(e.contains("x-slo-ttft-ms"), "{e}");
     }
+}
+
+#[test]
+fn a_calibrated_member_refuses_even_on_a_load_it_never_measured() {
+    // Its prediction is of low confidence (a load never measured), but its
+    // error is calibrated: over the objective, it is a refusal.
+    let calibrated = with_ratios(450.0, Confidence::Low, MIN_RATIOS);
+    let v = judge(300, &[(0, calibrated), (1, est(900.0, Confidence::High))]);
+    assert_eq!(v, Some(Verdict::Unattainable { best: (0, 450.0) }));
+    // One ratio short of calibrated: admitted, to go on learning.
+    let short = with_ratios(450.0, Confidence::Low, MIN_RATIOS - 1);
+    let v = judge(300, &[(0, short), (1, est(900.0, Confidence::High))]);
+    assert_eq!(
+        v,
+        Some(Verdict::Unsure {
+            avoid: vec![1],
+            best_ms: 450.0
+        })
+    );
+    // Within the objective, it meets it as any bound.
+    let v = judge(500, &[(0, calibrated)]);
+    assert_eq!(v, Some(Verdict::Meets { avoid: vec![] }));
 }
