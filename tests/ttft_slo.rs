@@ -34,27 +34,35 @@ struct Seen {
     body: String,
 }
 
-fn chat(addr: &str, prompt: &str, slo: Option<&str>) -> Seen {
-    let body = serde_json::json!({
+/// A streamed chat request's body: one user message, 4 tokens answered.
+fn chat_body(prompt: &str) -> String {
+    serde_json::json!({
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": 4,
         "stream": true,
         "temperature": 0,
     })
-    .to_string();
-    let mut headers = vec![];
-    if let Some(s) = slo {
-        headers.push(("x-slo-ttft-ms", s));
-    }
-    let sent = Instant::now();
-    let mut r = http::send(
+    .to_string()
+}
+
+/// Sends a streamed chat request, with an objective when given; its
+/// response once the head came.
+fn send_chat(addr: &str, prompt: &str, slo: Option<&str>) -> http::Reader {
+    let headers: Vec<(&str, &str)> = slo.map(|s| ("x-slo-ttft-ms", s)).into_iter().collect();
+    let body = chat_body(prompt);
+    http::send(
         addr,
         "POST",
         "/v1/chat/completions",
         &headers,
         body.as_bytes(),
     )
-    .expect("request");
+    .expect("request")
+}
+
+fn chat(addr: &str, prompt: &str, slo: Option<&str>) -> Seen {
+    let sent = Instant::now();
+    let mut r = send_chat(addr, prompt, slo);
     let head = sent.elapsed();
     let mut seen = Seen {
         status: r.head.status,
@@ -467,13 +475,7 @@ fn without_an_objective_steering_leaves_out_a_member_predicted_far_slower() {
 
 /// One streamed chat as `headers`' tenant, with an objective.
 fn chat_as(addr: &str, headers: &[(&str, &str)], prompt: &str, slo: &str) -> (u16, String) {
-    let body = serde_json::json!({
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": 4,
-        "stream": true,
-        "temperature": 0,
-    })
-    .to_string();
+    let body = chat_body(prompt);
     let mut all = headers.to_vec();
     all.push(("x-slo-ttft-ms", slo));
     let mut r =
@@ -574,22 +576,7 @@ fn chat_then(
     slo: Option<&str>,
     tx: std::sync::mpsc::Sender<u16>,
 ) -> (u16, Option<Instant>, String) {
-    let body = serde_json::json!({
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": 4,
-        "stream": true,
-        "temperature": 0,
-    })
-    .to_string();
-    let headers: Vec<(&str, &str)> = slo.map(|s| ("x-slo-ttft-ms", s)).into_iter().collect();
-    let mut r = http::send(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        &headers,
-        body.as_bytes(),
-    )
-    .expect("request");
+    let mut r = send_chat(addr, prompt, slo);
     tx.send(r.head.status).unwrap();
     let mut raw = Vec::new();
     let mut first = None;
