@@ -70,6 +70,9 @@ pub struct Predictor {
     book: Mutex<TtftBook<Key>>,
     /// The answers in flight on each member.
     pub flights: Flights,
+    /// Attempts with an objective go on the board with their [`Promise`]
+    /// (`[ttft] keep_promises`).
+    pub keeps_promises: bool,
 }
 
 /// What a request was predicted with at its dispatch: plain data kept in
@@ -230,11 +233,21 @@ impl Default for Predictor {
         Predictor {
             book: Mutex::new(TtftBook::new(CAPACITY)),
             flights: Flights::default(),
+            keeps_promises: false,
         }
     }
 }
 
 impl Predictor {
+    /// A predictor whose attempts with an objective keep it
+    /// (`[ttft] keep_promises`) or not.
+    pub fn new(keeps_promises: bool) -> Self {
+        Predictor {
+            keeps_promises,
+            ..Predictor::default()
+        }
+    }
+
     /// The predicted TTFT of a prompt of `prompt_bytes` for `model` on
     /// `member` now, `cached_bytes` of it likely in the member's cache (the
     /// affinity book's estimate: [`Fleet::cached_bytes`] before routing,

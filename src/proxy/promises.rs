@@ -8,7 +8,8 @@
 //! - [`promise`] (at dispatch): the promise of a streamed attempt with an
 //!   objective and a prediction.
 //! - [`keep`] (in [`super::Steps::peer`], every attempt): the wait. With
-//!   no promise on the board it costs one atomic load; only the promises
+//!   no promise on the board (always so with `[ttft] keep_promises` off)
+//!   it costs one atomic load; only the promises
 //!   boarded before the attempt hold it, so two waiting attempts never
 //!   wait on each other.
 //!
@@ -24,10 +25,13 @@ use super::context::RequestCtx;
 use crate::ttft::{Predicted, Predictor, Promise};
 use llamatap_policy::ttft::Prediction;
 
-/// The promise of an attempt sent now, predicted as `predicted`: with an
-/// objective, streamed (its first token says when its prefill is over) and
-/// a prediction to judge by; else `None`.
+/// The promise of an attempt sent now, predicted as `predicted`: with
+/// `[ttft] keep_promises`, an objective, streamed (its first token says
+/// when its prefill is over) and a prediction to judge by; else `None`.
 pub fn promise(predictor: &Predictor, ctx: &RequestCtx, predicted: &Predicted) -> Option<Promise> {
+    if !predictor.keeps_promises {
+        return None;
+    }
     let slo_ms = ctx.attempt.routed.ttft.slo_ms?;
     if ctx.asked.request.stream != Some(true) {
         return None;
@@ -41,12 +45,11 @@ pub fn promise(predictor: &Predictor, ctx: &RequestCtx, predicted: &Predicted) -
     })
 }
 
-/// With `enabled` (`[ttft] keep_promises`), waits while the attempt's
-/// prompt would break a promise boarded before it on its member; how long
-/// it waited (`None`: not at all).
-pub async fn keep(predictor: &Predictor, ctx: &RequestCtx, enabled: bool) -> Option<Duration> {
+/// Waits while the attempt's prompt would break a promise boarded before
+/// it on its member; how long it waited (`None`: not at all).
+pub async fn keep(predictor: &Predictor, ctx: &RequestCtx) -> Option<Duration> {
     let flights = &predictor.flights;
-    if !enabled || !flights.promised() {
+    if !flights.promised() {
         return None;
     }
     let plan = &ctx.attempt.routed.ttft;

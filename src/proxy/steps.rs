@@ -65,6 +65,7 @@ impl Steps {
     /// The steps of `config`'s proxy over `fleet`.
     pub fn new(config: Arc<Config>, telemetry: Arc<Telemetry>, fleet: Arc<Fleet>) -> Self {
         let spares = Arc::new(Spares::new(fleet.capacity(), config.pool_idle_timeout));
+        let keeps_promises = config.ttft.keep_promises;
         let limiter = Arc::new(tenant::Limiter::new(
             &config,
             telemetry.metrics.tenants.store_up.clone(),
@@ -95,7 +96,7 @@ impl Steps {
             breaks,
             admission,
             moves,
-            predictor: Arc::default(),
+            predictor: Arc::new(crate::ttft::Predictor::new(keeps_promises)),
         }
     }
 
@@ -121,8 +122,7 @@ impl Steps {
         predict::steer(&self.predictor, &self.fleet, ctx, steer);
         let address = routing::choose(&self.fleet, ctx)?;
         predict::dispatched(&self.predictor, &self.fleet, ctx);
-        let keep = self.config.ttft.keep_promises;
-        if let Some(waited) = promises::keep(&self.predictor, ctx, keep).await {
+        if let Some(waited) = promises::keep(&self.predictor, ctx).await {
             let plan = &mut ctx.attempt.routed.ttft;
             plan.held = Some(plan.held.unwrap_or_default() + waited);
             // Sent now: predicted again, with the prompts ahead done.
