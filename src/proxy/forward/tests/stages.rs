@@ -139,6 +139,20 @@ async fn answered(w: &mut World, head: &str) {
 const SSE_HEAD: &str =
     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
 
+/// The send stage of `w`'s request, with the body read before when given.
+async fn send_upstream(w: &mut World, replay: Option<&bytes::Bytes>) {
+    send::request(
+        &w.steps,
+        &mut w.session,
+        &mut w.up,
+        &w.peer,
+        &mut w.ctx,
+        replay,
+    )
+    .await
+    .unwrap();
+}
+
 fn chunk(s: &str) -> String {
     format!("{:x}\r\n{s}\r\n", s.len())
 }
@@ -146,16 +160,7 @@ fn chunk(s: &str) -> String {
 #[tokio::test]
 async fn send_writes_the_shaped_head_and_the_body_upstream() {
     let mut w = world(NO_PROGRESS, &chat_request()).await;
-    send::request(
-        &w.steps,
-        &mut w.session,
-        &mut w.up,
-        &w.peer,
-        &mut w.ctx,
-        None,
-    )
-    .await
-    .unwrap();
+    send_upstream(&mut w, None).await;
     let got = read_until(&mut w.script, |g| g.ends_with(CHAT.as_bytes())).await;
     let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
     assert!(
@@ -177,16 +182,7 @@ async fn send_writes_the_shaped_head_and_the_body_upstream() {
 async fn send_sends_a_body_read_before_again_whole_with_its_length() {
     let mut w = world(NO_PROGRESS, &chat_request()).await;
     let body = bytes::Bytes::from_static(b"{\"replayed\":true}");
-    send::request(
-        &w.steps,
-        &mut w.session,
-        &mut w.up,
-        &w.peer,
-        &mut w.ctx,
-        Some(&body),
-    )
-    .await
-    .unwrap();
+    send_upstream(&mut w, Some(&body)).await;
     let got = read_until(&mut w.script, |g| g.ends_with(&body)).await;
     let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
     assert!(
@@ -199,16 +195,7 @@ async fn send_sends_a_body_read_before_again_whole_with_its_length() {
 #[tokio::test]
 async fn send_asks_a_streamed_body_for_progress_first_and_grows_its_length() {
     let mut w = world("", &chat_request()).await;
-    send::request(
-        &w.steps,
-        &mut w.session,
-        &mut w.up,
-        &w.peer,
-        &mut w.ctx,
-        None,
-    )
-    .await
-    .unwrap();
+    send_upstream(&mut w, None).await;
     let asked = format!("{{\"return_progress\":true,{}", &CHAT[1..]);
     let got = read_until(&mut w.script, |g| g.ends_with(asked.as_bytes())).await;
     let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
