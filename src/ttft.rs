@@ -14,7 +14,8 @@
 //!   it, times a high quantile of the member's recent measured over
 //!   predicted ratios.
 //! - [`Predictor::learn`]: a finished request's `timings`, busy slots at
-//!   dispatch, prompt bytes, `max_tokens`, and its measured TTFT when it
+//!   dispatch, prompt bytes, whether it was predicted with nothing cached,
+//!   `max_tokens`, and its measured TTFT when it
 //!   started at once; and the ratio of its measured TTFT (dispatch to the
 //!   first token) to a prediction of high confidence, for the bound.
 //! - [`Predictor::correct`] ([`progress`]): the prediction corrected by a
@@ -90,6 +91,8 @@ pub struct Predicted {
     /// The prompt's size in bytes, in the measure [`Predictor::predict`]
     /// used.
     pub prompt_bytes: u64,
+    /// The bytes of it the affinity book said the member holds.
+    pub cached_bytes: u64,
     /// Dispatched at.
     pub sent: Instant,
 }
@@ -298,6 +301,7 @@ impl Predictor {
                 && load.queue_ahead == 0
                 && !beside,
             prompt_bytes,
+            cached_bytes: cached_bytes.min(prompt_bytes),
             sent: Instant::now(),
         }
     }
@@ -333,6 +337,7 @@ impl Predictor {
             busy_others: p.busy_others,
             max_tokens: done.max_tokens,
             prompt_bytes: (p.prompt_bytes > 0).then_some(p.prompt_bytes),
+            predicted_uncached: p.cached_bytes == 0,
             ttft_ms: done
                 .ttft
                 .filter(|_| p.at_once)

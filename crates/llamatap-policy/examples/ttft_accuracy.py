@@ -344,7 +344,7 @@ class Runner:
                 predicted_n=timings["predicted_n"], predicted_ms=timings["predicted_ms"],
                 busy_others=busy_at_start, prefill_others=rec["overlap_tokens"],
                 beside_at_dispatch=beside_at_send, max_tokens=max_tokens,
-                prompt_bytes=sum(sizes),
+                prompt_bytes=sum(sizes), cached_bytes=rec["cached_bytes_est"],
                 ttft_ms=ttft if at_once else None,
                 started_ms=first_progress if at_once else None,
             )
@@ -475,6 +475,9 @@ def replay(path, pipe_path):
     for r in recs:
         r["corrected"] = r["corrected_mid"] = None
     for _, i, _, args in calls:
+        if args["op"] == "observe" and "cached_bytes" not in args:
+            # Recorded before the observation carried it.
+            args = dict(args, cached_bytes=recs[i]["cached_bytes_est"])
         out = pipe.call(**args)
         r = recs[i]
         if args["op"] == "predict":

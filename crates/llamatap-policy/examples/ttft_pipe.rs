@@ -5,8 +5,10 @@
 //! One JSON object per line in, one per line out:
 //! - `{"op":"observe","key":K,"prompt_n":..,"prompt_ms":..,"cache_n":..,
 //!   "predicted_n":..,"predicted_ms":..,"busy_others":..,"prefill_others":..,
-//!   "beside_at_dispatch":..,"max_tokens":..,"prompt_bytes":..,"ttft_ms":..,"started_ms":..}` → `{"ok":true}` (the
-//!   last three may be null);
+//!   "beside_at_dispatch":..,"max_tokens":..,"prompt_bytes":..,"ttft_ms":..,"started_ms":..,
+//!   "cached_bytes":..}` → `{"ok":true}` (`ttft_ms`, `started_ms` and
+//!   `max_tokens` may be null; `cached_bytes` is the cached prefix the
+//!   request was predicted with);
 //! - `{"op":"predict","key":K,"tokens":N}` or `"bytes":N`, with `"cached":N`
 //!   (tokens) or `"cached_bytes":N`, `"slots":N,"busy":N,"queue_ahead":N,
 //!   "in_flight":[[generated,max,prefill_left],..]` → the prediction;
@@ -83,6 +85,7 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                 prompt_bytes: v.get("prompt_bytes").and_then(Value::as_u64),
                 ttft_ms: f64_of(v, "ttft_ms"),
                 started_ms: f64_of(v, "started_ms"),
+                predicted_uncached: v.get("cached_bytes").and_then(Value::as_u64) == Some(0),
             };
             book.observe(&key, &obs);
             json!({ "ok": true })
@@ -137,6 +140,7 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                 "prefill_fixed_ms": l.prefill_fixed_ms,
                 "prefill_ms_per_1k_tokens": l.prefill_ms_per_1k_tokens,
                 "prefill_context_ms": l.prefill_context_ms,
+                "prefill_cached_ms": l.prefill_cached_ms,
                 "prefill_bend": l.prefill_bend.to_vec(),
                 "decode_ms_per_token": l.decode_ms_per_token,
                 "overhead_ms": l.overhead_ms,

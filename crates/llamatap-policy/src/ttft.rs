@@ -39,12 +39,12 @@
 //! (`ttft/calibration.rs`, recorded by [`TtftBook::record_ratio`]): what a
 //! TTFT objective is judged against.
 //!
-//! Memory is bounded: a fixed-size record per key (at most 640 bytes of
+//! Memory is bounded: a fixed-size record per key (at most 704 bytes of
 //! rates and 512 of ratios) and at
 //! most `capacity` keys; a new key at capacity replaces the one updated
 //! longest ago (a scan of the table, once per new key). A prediction and an
 //! update are O(1) (a hash lookup, fixed loops over 8 busy-slot buckets and
-//! 7 feature subsets; the wait is O(slots), at most 64); a bound adds a
+//! 15 feature subsets; the wait is O(slots), at most 64); a bound adds a
 //! selection over at most 128 ratios.
 //!
 //! Deliberately not here: reading `timings` or progress events from bytes,
@@ -134,6 +134,9 @@ pub struct Learned {
     pub prefill_ms_per_1k_tokens: f64,
     /// The context term: ms per 10⁶ of `new × (cached + new/2)`.
     pub prefill_context_ms: f64,
+    /// The cost of the KV cache read once per prefill: ms per 1000 cached
+    /// tokens.
+    pub prefill_cached_ms: f64,
     /// The prefill factor with 0, 1, ... other busy slots.
     pub prefill_bend: [f64; BUCKETS],
     /// Decode ms per token on an idle member.

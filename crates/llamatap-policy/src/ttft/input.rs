@@ -52,6 +52,11 @@ pub struct Observation {
     /// ahead, no other prompt prefilling when it was sent): it teaches the
     /// fixed per-request overhead (`ttft − prompt_ms`). `None` otherwise.
     pub ttft_ms: Option<f64>,
+    /// Whether the request was predicted with nothing cached
+    /// ([`Query::cached`] of 0): the tokens llama-server still reused for it
+    /// (`cache_n`: the chat template's head, which nearly every prompt
+    /// shares) teach how many such a prompt finds cached.
+    pub predicted_uncached: bool,
     /// Request sent → llama-server's first `prompt_progress` event (the 0%
     /// one, when the slot started), ms, when the request asked for progress
     /// and started at once: the part of the overhead before the prefill.

@@ -14,7 +14,10 @@
 //! - the per-request overhead outside `prompt_ms` (`ttft − prompt_ms`, from
 //!   requests that started at once), and the part of it before the slot
 //!   starts (from the first progress event);
-//! - prompt tokens per prompt byte (`bytes.rs`).
+//! - prompt tokens per prompt byte (`bytes.rs`);
+//! - the tokens a prompt predicted with nothing cached still finds cached
+//!   (the chat template's head, shared with whatever the slot held; up to
+//!   64, more being a cache the caller did not know of).
 //!
 //! Every mean is exponentially decayed with a bounded weight, so old
 //! hardware is forgotten. The curve is fitted by relative least squares and
@@ -30,7 +33,7 @@
 
 use super::bend::Bend;
 use super::bytes::BytesToTokens;
-use super::fit::PrefillFit;
+use super::fit::{PrefillFit, HEAD};
 use super::input::{Observation, Progress, PromptSize, Query};
 use super::wait::{slot_wait, Pace};
 use super::{Confidence, Estimate, Prediction};
@@ -48,6 +51,9 @@ const LEVEL_RATE: f64 = 0.3;
 const LEVEL_STEP: f64 = 0.4;
 /// The narrowest clipping band (ln): ±25% around the curve.
 const MIN_BAND: f64 = 0.223;
+/// The fit's weight (prefills seen, decayed) before a prefill off the
+/// curve is clipped.
+const CLIP_AFTER: f64 = 6.0;
 /// Observations before an estimate is of high confidence.
 const CONFIDENT_AFTER: u32 = 4;
 /// The share of the prompts other slots are prefilling that is expected to
@@ -102,6 +108,9 @@ pub(super) struct Rates {
     overhead: Mean,
     lead: Mean,
     bytes: BytesToTokens,
+    /// Tokens llama-server reused for prompts predicted with nothing
+    /// cached (the chat template's head).
+    head: Mean,
     /// The share of the prompts prefilling beside at dispatch that went
     /// through this one's batches.
     share: Mean,
@@ -121,6 +130,11 @@ impl Rates {
         let total = u64::from(t.prompt_n) + u64::from(t.cache_n);
         if let Some(bytes) = obs.prompt_bytes.filter(|_| total > 0) {
             self.bytes.add(bytes as f64, total as f64);
+        }
+        // More than a head's worth is a cache the caller did not know of
+        // (a repeated prompt), not the head.
+        if obs.predicted_uncached && total > 0 && f64::from(t.cache_n) <= HEAD {
+            self.head.add(f64::from(t.cache_n));
         }
         if obs.beside_at_dispatch >= MIN_RATIO_TOKENS {
             let seen = f64::from(obs.prefill_others) / f64::from(obs.beside_at_dispatch);
@@ -174,8 +188,11 @@ impl Rates {
             let off = (y / curve).ln().clamp(-LEVEL_STEP, LEVEL_STEP);
             self.level += LEVEL_RATE * (off - self.level);
             let surprise = (y / expected).clamp(1.0 / CLIP, CLIP).ln();
-            if self.prefill.weight() >= 2.0 {
-                // Clipped to a band of three times the usual scatter.
+            if self.prefill.weight() >= CLIP_AFTER {
+                // Clipped to a band of three times the usual scatter (once
+                // the curve rests on enough prefills: the expectation of a
+                // curve of four terms from fewer is a guess, and a prefill
+                // clipped to a guess stays in the fit).
                 let band = self
                     .noise
                     .get()
@@ -226,7 +243,13 @@ impl Rates {
         };
         let (tokens, counted) = self.tokens(query.prompt);
         let tokens = tokens.max(1);
-        let cached = self.tokens(query.cached).0.min(tokens - 1);
+        // A prompt thought new still shares the template's head with
+        // whatever the slot held.
+        let cached = match self.tokens(query.cached).0 {
+            0 => self.head.get().map_or(0, |h| h.round() as u32),
+            n => n,
+        }
+        .min(tokens - 1);
         // The prompts other slots are still prefilling fill the batches
         // first (in slot order; assumed ahead): this prefill ends when they
         // and it are done. The curve is convex, so its part beyond theirs
@@ -299,7 +322,10 @@ impl Rates {
             } else {
                 1.0
             };
-            ((whole - so_far).max(0.0), speed)
+            // The batches left read the cache and what is done of the
+            // prompt: its read grows by the tokens done.
+            let read = (self.prefill.at(0.0, c + done) - self.prefill.at(0.0, c)) * bend;
+            ((whole - so_far).max(0.0) + read, speed)
         } else {
             (whole, 1.0)
         };
@@ -333,6 +359,7 @@ impl Rates {
             prefill_fixed_ms: c[0],
             prefill_ms_per_1k_tokens: c[1],
             prefill_context_ms: c[2],
+            prefill_cached_ms: c[3],
             prefill_bend: std::array::from_fn(|b| self.prefill_bend.at(b as u32)),
             decode_ms_per_token: self.decode.get(),
             overhead_ms: self.overhead.get(),

@@ -1,8 +1,10 @@
 //! Tests of the TTFT predictor: no invention before data, convergence on
 //! synthetic members, the busy-slot bend, adaptation, outliers, the queue,
 //! bytes, the mid-prefill correction and the bounded table. Property tests
-//! are in `tests/proptests.rs`.
+//! are in `tests/proptests.rs`, the cached prefix's costs in
+//! `tests/cache.rs`.
 
+mod cache;
 mod proptests;
 
 use super::*;
@@ -18,6 +20,8 @@ pub(super) struct Member {
     pub per_token: f64,
     /// ms per token per cached-context token (attention).
     pub per_ctx: f64,
+    /// ms per cached token, once per prefill (the KV cache read).
+    pub per_cached: f64,
     /// Extra prefill factor per other busy slot.
     pub bend: f64,
     /// Decode ms per token, idle.
@@ -32,6 +36,7 @@ impl Member {
             fixed: 8.0,
             per_token: 0.4,
             per_ctx: 0.0001,
+            per_cached: 0.0,
             bend: 0.25,
             decode: 5.0,
             overhead: 12.0,
@@ -40,7 +45,7 @@ impl Member {
 
     pub fn prefill(&self, new: u32, cached: u32, busy: u32) -> f64 {
         let (n, c) = (f64::from(new), f64::from(cached));
-        (self.fixed + n * self.per_token + self.per_ctx * n * (c + n / 2.0))
+        (self.fixed + n * self.per_token + self.per_ctx * n * (c + n / 2.0) + self.per_cached * c)
             * (1.0 + self.bend * f64::from(busy))
     }
 
@@ -62,6 +67,7 @@ impl Member {
             prompt_bytes: Some(u64::from(new + cached) * 3),
             ttft_ms: (busy == 0).then_some(prompt_ms + self.overhead),
             started_ms: (busy == 0).then_some(self.overhead * 0.75),
+            predicted_uncached: cached == 0,
         }
     }
 
@@ -490,6 +496,7 @@ fn members_of_different_hardware_learn_apart() {
         per_token: 0.02,
         fixed: 2.0,
         per_ctx: 0.0,
+        per_cached: 0.0,
         bend: 0.05,
         decode: 1.0,
         overhead: 3.0,
@@ -639,7 +646,7 @@ fn answers_that_run_to_max_tokens_hold_their_slot_to_the_end() {
 fn a_members_record_is_small_and_fixed() {
     // No allocation inside: the record is its size, whatever it learned.
     let size = std::mem::size_of::<member::Rates>();
-    assert!(size <= 640, "{size} bytes");
+    assert!(size <= 704, "{size} bytes");
     // The ratios beside it: 128 of 4 bytes and two counters.
     let ratios = std::mem::size_of::<Ratios>();
     assert!(ratios <= 4 * WINDOW + 16, "{ratios} bytes");

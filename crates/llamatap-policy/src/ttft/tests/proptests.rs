@@ -45,6 +45,7 @@ fn any_observation() -> impl Strategy<Value = Observation> {
                     prompt_bytes: bytes,
                     ttft_ms: ttft,
                     started_ms: s,
+                    predicted_uncached: busy % 2 == 0,
                 }
             },
         )
@@ -164,7 +165,7 @@ proptest! {
         overhead in 0.0f64..100.0,
         seed in any::<u64>(),
     ) {
-        let m = Member { fixed, per_token, per_ctx, bend: 0.2, decode: 3.0, overhead };
+        let m = Member { fixed, per_token, per_ctx, per_cached: 0.0, bend: 0.2, decode: 3.0, overhead };
         let book = {
             let mut book = TtftBook::new(1);
             let mut rng = StdRng::seed_from_u64(seed);
