@@ -217,3 +217,30 @@ fn the_tokens_to_prefill_are_the_prompts_less_its_cached_share() {
         e.prompt_tokens
     );
 }
+
+#[test]
+fn answers_predicted_uncached_teach_the_template_head() {
+    // llama-server reused 12 tokens of each prompt the affinity book
+    // thought new (the template's head): they are not prefilled again.
+    let f = fleet(1);
+    let head = Predictor::default();
+    let none = Predictor::default();
+    for i in 0..12u32 {
+        let prompt_n = 100 + 60 * (i % 4);
+        let bytes = u64::from(prompt_n + 12) * 4;
+        let mut done = finished(prompt_n);
+        done.timings.cache_n = 12;
+        let at = head.predict(&f, 0, Some("m"), (bytes, 0), false);
+        assert_eq!(at.cached_bytes, 0);
+        head.learn(&at, &done);
+        // The same answers, predicted with their 12 tokens known cached.
+        let at = none.predict(&f, 0, Some("m"), (bytes, 48), false);
+        none.learn(&at, &done);
+    }
+    let with = head.predict(&f, 0, Some("m"), (452, 0), false);
+    let without = none.predict(&f, 0, Some("m"), (452, 0), false);
+    let (with, without) = (with.ms().unwrap_or(0), without.ms().unwrap_or(0));
+    // 101 new tokens at 2 ms a token with the head; 113 without.
+    assert!(with + 15 < without, "{with} vs {without} ms");
+    assert!((190..=230).contains(&with), "{with} ms");
+}
