@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use llamatap_policy::router::Chain;
 use llamatap_policy::ttft::{
-    Bound, Confidence, InFlight, Load, Observation, Prediction, PromptSize, Query, Timings,
-    TtftBook, MAX_SLOTS,
+    Bound, Confidence, InFlight, Load, Observation, Prediction, PromptSize, Query, Stratum,
+    Timings, TtftBook, MAX_SLOTS,
 };
 
 use crate::fleet::Fleet;
@@ -88,6 +88,9 @@ pub struct Predicted {
     pub busy_others: u32,
     /// A free slot and nothing queued ahead at dispatch.
     pub at_once: bool,
+    /// The kind of load it was dispatched into (its ratio calibrates the
+    /// bounds of that kind).
+    pub stratum: Stratum,
     /// The prompt's size in bytes, in the measure [`Predictor::predict`]
     /// used.
     pub prompt_bytes: u64,
@@ -302,6 +305,7 @@ impl Predictor {
                 && !beside,
             prompt_bytes,
             cached_bytes: cached_bytes.min(prompt_bytes),
+            stratum: Stratum::of(&load),
             sent: Instant::now(),
         }
     }
@@ -356,20 +360,21 @@ impl Predictor {
         if let Ok(mut book) = self.book.lock() {
             book.observe(&p.key, &obs);
             if let Some(r) = ratio {
-                book.record_ratio(&p.key, r);
+                book.record_ratio(&p.key, p.stratum, r);
             }
         }
     }
 
-    /// `key`'s calibration factor: the high quantile of its recent
-    /// measured over predicted TTFTs, 1 when none is held.
-    pub fn factor(&self, key: &Key) -> f64 {
+    /// `key`'s calibration factor for a request dispatched into `stratum`:
+    /// the high quantile of its recent measured over predicted TTFTs of that
+    /// kind of load, 1 when none is held.
+    pub fn factor(&self, key: &Key, stratum: Stratum) -> f64 {
         let Ok(book) = self.book.lock() else {
             return 1.0;
         };
         book.ratios(key)
-            .and_then(|r| r.quantile(llamatap_policy::ttft::COVERAGE))
-            .unwrap_or(1.0)
+            .and_then(|r| r.factor(stratum))
+            .map_or(1.0, |(f, _)| f)
     }
 
     /// Keys learned.

@@ -41,7 +41,7 @@ pub fn promise(predictor: &Predictor, ctx: &RequestCtx, predicted: &Predicted) -
         sent: predicted.sent,
         deadline: ctx.asked.received + Duration::from_millis(u64::from(slo_ms)),
         expected_ms,
-        factor: predictor.factor(&predicted.key),
+        factor: predictor.factor(&predicted.key, predicted.stratum),
     })
 }
 

@@ -35,17 +35,18 @@
 //! what is left.
 //!
 //! [`TtftBook::bound`] is the prediction times a high quantile of the
-//! measured over predicted ratios the key showed lately
-//! (`ttft/calibration.rs`, recorded by [`TtftBook::record_ratio`]): what a
-//! TTFT objective is judged against.
+//! measured over predicted ratios the key showed lately, for requests
+//! dispatched into the same kind of load (`ttft/calibration.rs`,
+//! `ttft/strata.rs`, recorded by [`TtftBook::record_ratio`]): what a TTFT
+//! objective is judged against.
 //!
 //! Memory is bounded: a fixed-size record per key (at most 704 bytes of
-//! rates and 512 of ratios) and at
+//! rates and 1,024 of ratios) and at
 //! most `capacity` keys; a new key at capacity replaces the one updated
 //! longest ago (a scan of the table, once per new key). A prediction and an
 //! update are O(1) (a hash lookup, fixed loops over 8 busy-slot buckets and
 //! 15 feature subsets; the wait is O(slots), at most 64); a bound adds a
-//! selection over at most 128 ratios.
+//! selection over at most 256 ratios.
 //!
 //! Deliberately not here: reading `timings` or progress events from bytes,
 //! clocks, the affinity book's estimate of the cached prefix, headers,
@@ -60,13 +61,15 @@ mod calibration;
 mod fit;
 mod input;
 mod member;
+mod strata;
 #[cfg(test)]
 mod tests;
 mod wait;
 
 pub use bend::BUCKETS;
-pub use calibration::{Bound, Ratios, COVERAGE, MIN_RATIOS, WINDOW};
+pub use calibration::{quantile_of, Bound, Ratios, COVERAGE, MIN_RATIOS, WINDOW};
 pub use input::{InFlight, Load, Observation, Progress, PromptSize, Query, Timings};
+pub use strata::{Calibration, Stratum};
 pub use wait::MAX_SLOTS;
 
 use member::Rates;
@@ -152,7 +155,7 @@ pub struct Learned {
 struct Entry<K> {
     key: K,
     rates: Rates,
-    ratios: Ratios,
+    ratios: Calibration,
     touched: u64,
 }
 
@@ -206,7 +209,7 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
         let fresh = Entry {
             key: key.clone(),
             rates: Rates::default(),
-            ratios: Ratios::default(),
+            ratios: Calibration::default(),
             touched: self.clock,
         };
         if self.entries.len() < self.capacity {
@@ -247,30 +250,32 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
         }
     }
 
-    /// Records the ratio of a measured TTFT to its prediction on `key` (a
-    /// key not held is not taken in: it was never predicted).
-    pub fn record_ratio(&mut self, key: &K, ratio: f64) {
+    /// Records the ratio of a measured TTFT to its prediction on `key`, for
+    /// a request dispatched into `stratum` (a key not held is not taken
+    /// in: it was never predicted).
+    pub fn record_ratio(&mut self, key: &K, stratum: Stratum, ratio: f64) {
         if let Some(&at) = self.index.get(key) {
             if let Some(e) = self.entries.get_mut(at) {
-                e.ratios.push(ratio);
+                e.ratios.push(stratum, ratio);
             }
         }
     }
 
     /// The calibrated bound on the prediction of `query` on `key`: the
-    /// prediction times the [`COVERAGE`] quantile of its recent ratios;
-    /// `None` when there is no prediction ([`Prediction::NoData`]).
+    /// prediction times the [`COVERAGE`] quantile of its recent ratios of
+    /// the query's [`Stratum`] ([`Calibration::bound`]); `None` when there
+    /// is no prediction ([`Prediction::NoData`]).
     pub fn bound(&self, key: &K, query: &Query<'_>) -> Option<Bound> {
         let at = *self.index.get(key)?;
         let e = self.entries.get(at)?;
         match e.rates.predict(query) {
             Prediction::NoData => None,
-            Prediction::Estimate(est) => Some(e.ratios.bound(est)),
+            Prediction::Estimate(est) => Some(e.ratios.bound(est, Stratum::of(&query.load))),
         }
     }
 
     /// The ratios held for `key`, if it is held.
-    pub fn ratios(&self, key: &K) -> Option<&Ratios> {
+    pub fn ratios(&self, key: &K) -> Option<&Calibration> {
         let at = *self.index.get(key)?;
         self.entries.get(at).map(|e| &e.ratios)
     }

@@ -96,19 +96,16 @@ impl Ratios {
         self.len == 0
     }
 
+    /// The ratios held, in no particular order.
+    pub fn held(&self) -> &[f32] {
+        self.ring.get(..self.len).unwrap_or(&[])
+    }
+
     /// The conformal quantile for `coverage` (in 0..=1): the
     /// `⌈(n + 1) · coverage⌉`-th smallest of the `n` ratios held, the
     /// largest when that rank is past `n`; `None` with none held.
     pub fn quantile(&self, coverage: f64) -> Option<f64> {
-        let held = self.ring.get(..self.len).filter(|h| !h.is_empty())?;
-        let n = held.len();
-        let wanted = ((n + 1) as f64 * coverage.clamp(0.0, 1.0)).ceil() as usize;
-        let rank = wanted.clamp(1, n);
-        let mut copy = [0.0f32; WINDOW];
-        let part = copy.get_mut(..n)?;
-        part.copy_from_slice(held);
-        let (_, kth, _) = part.select_nth_unstable_by(rank - 1, f32::total_cmp);
-        Some(f64::from(*kth))
+        quantile_of(&[self.held()], coverage)
     }
 
     /// The bound on `estimate`: times the [`COVERAGE`] quantile (1 with no
@@ -129,6 +126,26 @@ impl Ratios {
             },
         }
     }
+}
+
+/// [`Ratios::quantile`] over the ratios of `parts` taken together (at most
+/// two rings' worth; any beyond are left out).
+pub fn quantile_of(parts: &[&[f32]], coverage: f64) -> Option<f64> {
+    let mut copy = [0.0f32; 2 * WINDOW];
+    let mut n = 0;
+    for part in parts {
+        let room = copy.len() - n;
+        let take = part.len().min(room);
+        if let (Some(to), Some(from)) = (copy.get_mut(n..n + take), part.get(..take)) {
+            to.copy_from_slice(from);
+            n += take;
+        }
+    }
+    let held = copy.get_mut(..n).filter(|h| !h.is_empty())?;
+    let wanted = ((n + 1) as f64 * coverage.clamp(0.0, 1.0)).ceil() as usize;
+    let rank = wanted.clamp(1, n);
+    let (_, kth, _) = held.select_nth_unstable_by(rank - 1, f32::total_cmp);
+    Some(f64::from(*kth))
 }
 
 #[cfg(test)]

@@ -647,9 +647,12 @@ fn a_members_record_is_small_and_fixed() {
     // No allocation inside: the record is its size, whatever it learned.
     let size = std::mem::size_of::<member::Rates>();
     assert!(size <= 704, "{size} bytes");
-    // The ratios beside it: 128 of 4 bytes and two counters.
+    // The ratios beside it: 128 of 4 bytes and two counters, per kind of
+    // load.
     let ratios = std::mem::size_of::<Ratios>();
     assert!(ratios <= 4 * WINDOW + 16, "{ratios} bytes");
+    let both = std::mem::size_of::<Calibration>();
+    assert!(both <= 2 * (4 * WINDOW + 16), "{both} bytes");
 }
 
 #[test]
@@ -657,7 +660,7 @@ fn the_bound_is_the_prediction_times_the_recorded_quantile() {
     let m = Member::cpu();
     let mut book = trained(&m, 40, 0.0, 3);
     // A ratio for a key never predicted is not taken in.
-    book.record_ratio(&9, 2.0);
+    book.record_ratio(&9, Stratum::Alone, 2.0);
     assert!(book.ratios(&9).is_none());
     assert!(book.bound(&9, &idle(500, 0)).is_none());
     let bare = estimate(book.predict(&0, &idle(500, 0)));
@@ -666,7 +669,7 @@ fn the_bound_is_the_prediction_times_the_recorded_quantile() {
     assert_eq!(b.ttft_ms, bare.ttft_ms);
     assert_eq!(b.confidence, Confidence::Low, "no ratio yet");
     for i in 0..MIN_RATIOS {
-        book.record_ratio(&0, if i == 3 { 1.4 } else { 1.1 });
+        book.record_ratio(&0, Stratum::Alone, if i == 3 { 1.4 } else { 1.1 });
     }
     let b = book.bound(&0, &idle(500, 0)).unwrap();
     assert_eq!(b.confidence, Confidence::High);

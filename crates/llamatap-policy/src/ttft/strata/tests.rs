@@ -1,0 +1,94 @@
+//! Tests of the bound by kind of load: the split, the pooled fallback while
+//! a kind is short of ratios, and a burst that no longer sets the bound of
+//! the idle requests after it.
+
+use super::*;
+use crate::ttft::WINDOW;
+
+fn estimate(ttft_ms: f64) -> Estimate {
+    Estimate {
+        ttft_ms,
+        wait_ms: 0.0,
+        prefill_ms: ttft_ms,
+        overhead_ms: 0.0,
+        prompt_tokens: 100,
+        confidence: Confidence::High,
+    }
+}
+
+fn load(busy: u32, queue_ahead: u32) -> Load<'static> {
+    Load {
+        slots: 2,
+        busy,
+        queue_ahead,
+        in_flight: &[],
+    }
+}
+
+#[test]
+fn the_kind_is_alone_only_with_nothing_beside_or_ahead() {
+    assert_eq!(Stratum::of(&load(0, 0)), Stratum::Alone);
+    assert_eq!(Stratum::of(&load(1, 0)), Stratum::Shared);
+    assert_eq!(Stratum::of(&load(0, 1)), Stratum::Shared);
+    assert_eq!(Stratum::of(&load(2, 3)), Stratum::Shared);
+}
+
+#[test]
+fn a_burst_under_load_no_longer_sets_the_idle_requests_bound() {
+    let mut c = Calibration::default();
+    for _ in 0..40 {
+        c.push(Stratum::Alone, 1.1);
+    }
+    // A burst: answers beside others came three times later than predicted.
+    for _ in 0..20 {
+        c.push(Stratum::Shared, 3.0);
+    }
+    let alone = c.bound(estimate(100.0), Stratum::Alone);
+    assert!((alone.factor - 1.1).abs() < 1e-6, "{alone:?}");
+    assert_eq!((alone.ratios, alone.confidence), (40, Confidence::High));
+    let shared = c.bound(estimate(100.0), Stratum::Shared);
+    assert!((shared.factor - 3.0).abs() < 1e-6, "{shared:?}");
+    assert_eq!((shared.ratios, shared.confidence), (20, Confidence::High));
+}
+
+#[test]
+fn a_kind_short_of_ratios_takes_both_pooled() {
+    let mut c = Calibration::default();
+    for _ in 0..MIN_RATIOS {
+        c.push(Stratum::Alone, 1.2);
+    }
+    // Three ratios under load: too few for a bound of their own.
+    for r in [1.5, 2.5, 1.4] {
+        c.push(Stratum::Shared, r);
+    }
+    let b = c.bound(estimate(200.0), Stratum::Shared);
+    assert!((b.factor - 2.5).abs() < 1e-6, "{b:?}");
+    assert_eq!(b.ratios, MIN_RATIOS + 3);
+    // So a member calibrated alone can refuse at a load it never met.
+    assert_eq!(b.confidence, Confidence::High);
+    assert!((b.ttft_ms - 500.0).abs() < 1e-6);
+    // With none at all: the bare prediction, of low confidence.
+    let none = Calibration::default().bound(estimate(200.0), Stratum::Alone);
+    assert_eq!((none.factor, none.ratios), (1.0, 0));
+    assert_eq!(none.confidence, Confidence::Low);
+}
+
+#[test]
+fn pooled_is_the_conformal_rank_over_both_rings() {
+    let mut c = Calibration::default();
+    // 2 × 128 held: the rank ⌈257 × 0.99⌉ = 255 of 256, the second largest.
+    for i in 0..WINDOW {
+        c.push(Stratum::Alone, 1.0 + i as f64 / 1000.0);
+        c.push(Stratum::Shared, 2.0 + i as f64 / 1000.0);
+    }
+    let pooled = quantile_of(
+        &[c.of(Stratum::Alone).held(), c.of(Stratum::Shared).held()],
+        COVERAGE,
+    );
+    assert!(
+        pooled.is_some_and(|q| (q - (2.0 + 126.0 / 1000.0)).abs() < 1e-6),
+        "{pooled:?}"
+    );
+    assert_eq!(c.len(), 2 * WINDOW);
+    assert!(quantile_of(&[&[], &[]], COVERAGE).is_none());
+}
