@@ -74,6 +74,8 @@ pub struct Predictor {
     /// Attempts with an objective go on the board with their [`Promise`]
     /// (`[ttft] keep_promises`).
     pub keeps_promises: bool,
+    /// The origin of the book's clock (the ratios' ages).
+    epoch: Instant,
 }
 
 /// What a request was predicted with at its dispatch: plain data kept in
@@ -240,6 +242,7 @@ impl Default for Predictor {
             book: Mutex::new(TtftBook::new(CAPACITY)),
             flights: Flights::default(),
             keeps_promises: false,
+            epoch: Instant::now(),
         }
     }
 }
@@ -328,7 +331,12 @@ impl Predictor {
         let n = self.flights.of(member, &mut flights);
         let excluded = u32::from(freed);
         let (query, _) = query(fleet, member, sizes, (excluded, queued), &flights[..n]);
-        self.book.lock().ok()?.bound(&key, &query)
+        self.book.lock().ok()?.bound(&key, &query, self.now_s())
+    }
+
+    /// Whole seconds since the predictor was made (the book's clock).
+    fn now_s(&self) -> u32 {
+        u32::try_from(self.epoch.elapsed().as_secs()).unwrap_or(u32::MAX)
     }
 
     /// Learns from a finished request predicted as `p`.
@@ -360,7 +368,7 @@ impl Predictor {
         if let Ok(mut book) = self.book.lock() {
             book.observe(&p.key, &obs);
             if let Some(r) = ratio {
-                book.record_ratio(&p.key, p.stratum, r);
+                book.record_ratio(&p.key, p.stratum, r, self.now_s());
             }
         }
     }
@@ -373,7 +381,7 @@ impl Predictor {
             return 1.0;
         };
         book.ratios(key)
-            .and_then(|r| r.factor(stratum))
+            .and_then(|r| r.factor(stratum, self.now_s()))
             .map_or(1.0, |(f, _)| f)
     }
 

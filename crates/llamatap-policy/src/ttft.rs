@@ -41,7 +41,7 @@
 //! objective is judged against.
 //!
 //! Memory is bounded: a fixed-size record per key (at most 704 bytes of
-//! rates and 1,024 of ratios) and at
+//! rates and 1,032 of ratios) and at
 //! most `capacity` keys; a new key at capacity replaces the one updated
 //! longest ago (a scan of the table, once per new key). A prediction and an
 //! update are O(1) (a hash lookup, fixed loops over 8 busy-slot buckets and
@@ -69,7 +69,7 @@ mod wait;
 pub use bend::BUCKETS;
 pub use calibration::{quantile_of, Bound, Ratios, COVERAGE, MIN_RATIOS, WINDOW};
 pub use input::{InFlight, Load, Observation, Progress, PromptSize, Query, Timings};
-pub use strata::{Calibration, Stratum};
+pub use strata::{Calibration, Stratum, MAX_AGE_S};
 pub use wait::MAX_SLOTS;
 
 use member::Rates;
@@ -250,27 +250,28 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
         }
     }
 
-    /// Records the ratio of a measured TTFT to its prediction on `key`, for
-    /// a request dispatched into `stratum` (a key not held is not taken
-    /// in: it was never predicted).
-    pub fn record_ratio(&mut self, key: &K, stratum: Stratum, ratio: f64) {
+    /// Records, at `now_s` (whole seconds from the caller's origin), the
+    /// ratio of a measured TTFT to its prediction on `key`, for a request
+    /// dispatched into `stratum` (a key not held is not taken in: it was
+    /// never predicted).
+    pub fn record_ratio(&mut self, key: &K, stratum: Stratum, ratio: f64, now_s: u32) {
         if let Some(&at) = self.index.get(key) {
             if let Some(e) = self.entries.get_mut(at) {
-                e.ratios.push(stratum, ratio);
+                e.ratios.push(stratum, ratio, now_s);
             }
         }
     }
 
-    /// The calibrated bound on the prediction of `query` on `key`: the
-    /// prediction times the [`COVERAGE`] quantile of its recent ratios of
-    /// the query's [`Stratum`] ([`Calibration::bound`]); `None` when there
-    /// is no prediction ([`Prediction::NoData`]).
-    pub fn bound(&self, key: &K, query: &Query<'_>) -> Option<Bound> {
+    /// The calibrated bound at `now_s` on the prediction of `query` on
+    /// `key`: the prediction times the [`COVERAGE`] quantile of its recent
+    /// ratios of the query's [`Stratum`] ([`Calibration::bound`]); `None`
+    /// when there is no prediction ([`Prediction::NoData`]).
+    pub fn bound(&self, key: &K, query: &Query<'_>, now_s: u32) -> Option<Bound> {
         let at = *self.index.get(key)?;
         let e = self.entries.get(at)?;
         match e.rates.predict(query) {
             Prediction::NoData => None,
-            Prediction::Estimate(est) => Some(e.ratios.bound(est, Stratum::of(&query.load))),
+            Prediction::Estimate(est) => Some(e.ratios.bound(est, Stratum::of(&query.load), now_s)),
         }
     }
 

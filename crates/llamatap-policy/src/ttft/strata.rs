@@ -16,6 +16,12 @@
 //! both kinds pooled, as if there were no split (so a member calibrated
 //! alone can still refuse its first requests under load).
 //!
+//! A kind whose newest ratio is older than [`MAX_AGE_S`] is forgotten: a
+//! refused request adds no ratio, so a bound that refuses every request
+//! would otherwise never learn that the member got faster; forgotten, the
+//! bound is unsure again, and requests are admitted until it is
+//! calibrated anew. Time is the caller's: whole seconds from any origin.
+//!
 //! Deliberately not here: the ring and its quantile (`calibration.rs`), and
 //! any verdict by the bound.
 
@@ -43,57 +49,70 @@ impl Stratum {
     }
 }
 
+/// Seconds after a kind's newest ratio at which its ratios are forgotten.
+pub const MAX_AGE_S: u32 = 300;
+
 /// A member and model's ratios, by [`Stratum`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Calibration {
     alone: Ratios,
     shared: Ratios,
+    /// When each kind's newest ratio came (the caller's seconds).
+    alone_at: u32,
+    shared_at: u32,
 }
 
 impl Calibration {
-    /// The ratios of one kind.
-    pub fn of(&self, stratum: Stratum) -> &Ratios {
-        match stratum {
-            Stratum::Alone => &self.alone,
-            Stratum::Shared => &self.shared,
+    /// The ratios of one kind still held at `now_s` (none once forgotten).
+    pub fn of(&self, stratum: Stratum, now_s: u32) -> Option<&Ratios> {
+        let (r, at) = match stratum {
+            Stratum::Alone => (&self.alone, self.alone_at),
+            Stratum::Shared => (&self.shared, self.shared_at),
+        };
+        (now_s.saturating_sub(at) <= MAX_AGE_S && !r.is_empty()).then_some(r)
+    }
+
+    /// Records, at `now_s`, the ratio of a request dispatched into
+    /// `stratum` (the kind's ratios forgotten first if they were).
+    pub fn push(&mut self, stratum: Stratum, ratio: f64, now_s: u32) {
+        let fresh = self.of(stratum, now_s).is_some();
+        let (r, at) = match stratum {
+            Stratum::Alone => (&mut self.alone, &mut self.alone_at),
+            Stratum::Shared => (&mut self.shared, &mut self.shared_at),
+        };
+        if !fresh {
+            *r = Ratios::default();
         }
+        r.push(ratio);
+        *at = (*at).max(now_s);
     }
 
-    /// Records the ratio of a request dispatched into `stratum`.
-    pub fn push(&mut self, stratum: Stratum, ratio: f64) {
-        match stratum {
-            Stratum::Alone => self.alone.push(ratio),
-            Stratum::Shared => self.shared.push(ratio),
-        }
+    /// Ratios held at `now_s`, both kinds.
+    pub fn len(&self, now_s: u32) -> usize {
+        [Stratum::Alone, Stratum::Shared]
+            .into_iter()
+            .filter_map(|k| self.of(k, now_s))
+            .map(Ratios::len)
+            .sum()
     }
 
-    /// Ratios held, both kinds.
-    pub fn len(&self) -> usize {
-        self.alone.len() + self.shared.len()
-    }
-
-    /// Whether none is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The [`COVERAGE`] quantile for a request of `stratum` (its own kind's
-    /// once it holds [`MIN_RATIOS`], else both pooled) and the ratios it was
-    /// taken from; `None` with none held.
-    pub fn factor(&self, stratum: Stratum) -> Option<(f64, usize)> {
-        let own = self.of(stratum);
-        if own.len() >= MIN_RATIOS {
+    /// The [`COVERAGE`] quantile at `now_s` for a request of `stratum` (its
+    /// own kind's once it holds [`MIN_RATIOS`], else both pooled) and the
+    /// ratios it was taken from; `None` with none held.
+    pub fn factor(&self, stratum: Stratum, now_s: u32) -> Option<(f64, usize)> {
+        if let Some(own) = self.of(stratum, now_s).filter(|r| r.len() >= MIN_RATIOS) {
             return own.quantile(COVERAGE).map(|q| (q, own.len()));
         }
-        let q = quantile_of(&[self.alone.held(), self.shared.held()], COVERAGE)?;
-        Some((q, self.len()))
+        let held = |k| self.of(k, now_s).map_or(&[][..], Ratios::held);
+        let q = quantile_of(&[held(Stratum::Alone), held(Stratum::Shared)], COVERAGE)?;
+        Some((q, self.len(now_s)))
     }
 
-    /// The bound on `estimate` for a request of `stratum`: times
+    /// The bound at `now_s` on `estimate` for a request of `stratum`: times
     /// [`Calibration::factor`] (1 with no ratio held); of high confidence
     /// only when `estimate` is and the factor came from [`MIN_RATIOS`].
-    pub fn bound(&self, estimate: Estimate, stratum: Stratum) -> Bound {
-        let (factor, ratios) = self.factor(stratum).unwrap_or((1.0, 0));
+    pub fn bound(&self, estimate: Estimate, stratum: Stratum, now_s: u32) -> Bound {
+        let (factor, ratios) = self.factor(stratum, now_s).unwrap_or((1.0, 0));
         let sure = estimate.confidence == Confidence::High && ratios >= MIN_RATIOS;
         Bound {
             ttft_ms: estimate.ttft_ms * factor,

@@ -648,11 +648,11 @@ fn a_members_record_is_small_and_fixed() {
     let size = std::mem::size_of::<member::Rates>();
     assert!(size <= 704, "{size} bytes");
     // The ratios beside it: 128 of 4 bytes and two counters, per kind of
-    // load.
+    // load, and when each kind's newest came.
     let ratios = std::mem::size_of::<Ratios>();
     assert!(ratios <= 4 * WINDOW + 16, "{ratios} bytes");
     let both = std::mem::size_of::<Calibration>();
-    assert!(both <= 2 * (4 * WINDOW + 16), "{both} bytes");
+    assert!(both <= 2 * (4 * WINDOW + 16) + 8, "{both} bytes");
 }
 
 #[test]
@@ -660,18 +660,18 @@ fn the_bound_is_the_prediction_times_the_recorded_quantile() {
     let m = Member::cpu();
     let mut book = trained(&m, 40, 0.0, 3);
     // A ratio for a key never predicted is not taken in.
-    book.record_ratio(&9, Stratum::Alone, 2.0);
+    book.record_ratio(&9, Stratum::Alone, 2.0, 0);
     assert!(book.ratios(&9).is_none());
-    assert!(book.bound(&9, &idle(500, 0)).is_none());
+    assert!(book.bound(&9, &idle(500, 0), 0).is_none());
     let bare = estimate(book.predict(&0, &idle(500, 0)));
-    let b = book.bound(&0, &idle(500, 0)).unwrap();
+    let b = book.bound(&0, &idle(500, 0), 0).unwrap();
     assert_eq!((b.factor, b.ratios), (1.0, 0));
     assert_eq!(b.ttft_ms, bare.ttft_ms);
     assert_eq!(b.confidence, Confidence::Low, "no ratio yet");
     for i in 0..MIN_RATIOS {
-        book.record_ratio(&0, Stratum::Alone, if i == 3 { 1.4 } else { 1.1 });
+        book.record_ratio(&0, Stratum::Alone, if i == 3 { 1.4 } else { 1.1 }, 0);
     }
-    let b = book.bound(&0, &idle(500, 0)).unwrap();
+    let b = book.bound(&0, &idle(500, 0), 0).unwrap();
     assert_eq!(b.confidence, Confidence::High);
     assert!((b.factor - 1.4).abs() < 1e-6, "{b:?}");
     assert!((b.ttft_ms - bare.ttft_ms * b.factor).abs() < 1e-9);
