@@ -47,6 +47,9 @@ struct Entry {
     id: u64,
     flight: InFlight,
     promise: Option<Promise>,
+    /// Its prompt shared batches with another's: one prefilling when it
+    /// boarded, or one that boarded before its own prefill ended.
+    shared: bool,
 }
 
 /// The board of answers in flight, per member.
@@ -78,10 +81,18 @@ impl Flights {
         if promise.is_some() {
             self.promised.fetch_add(1, Ordering::Relaxed);
         }
+        // llama-server fills each batch with every prompt pending: this
+        // prompt and those still prefilling share their batches.
+        let mut shared = false;
+        for e in list.iter_mut().filter(|e| e.flight.prefill_left > 0) {
+            e.shared = true;
+            shared = true;
+        }
         list.push(Entry {
             id,
             flight,
             promise,
+            shared,
         });
         Some(Boarded { member, id })
     }
@@ -147,29 +158,30 @@ impl Flights {
         });
     }
 
-    /// `b` is over.
-    pub fn land(&self, b: Boarded) {
-        let ended = {
+    /// `b` is over; whether its prompt shared batches with another's (see
+    /// [`Flights::board`]; false when it was not on the board).
+    pub fn land(&self, b: Boarded) -> bool {
+        let (ended, shared) = {
             let Ok(mut by) = self.by_member.lock() else {
-                return;
+                return false;
             };
             let Some(list) = by.get_mut(&b.member) else {
-                return;
+                return false;
             };
-            let promised = list
+            let landed = list
                 .iter()
                 .position(|e| e.id == b.id)
-                .map(|at| list.remove(at))
-                .is_some_and(|e| e.promise.is_some());
+                .map(|at| list.remove(at));
             if list.is_empty() {
                 by.remove(&b.member);
             }
-            promised
+            landed.map_or((false, false), |e| (e.promise.is_some(), e.shared))
         };
         if ended {
             self.promised.fetch_sub(1, Ordering::Relaxed);
             self.changed.notify_waiters();
         }
+        shared
     }
 
     /// Copies `member`'s answers, in boarding order (the first ones hold
