@@ -166,9 +166,6 @@ pub struct Finished {
     pub max_tokens: Option<u32>,
     /// Dispatch to first token, when there was one.
     pub ttft: Option<Duration>,
-    /// Its prompt shared llama-server's batches with another prompt
-    /// ([`Flights::land`]): its `prompt_ms` covers both.
-    pub shared: bool,
 }
 
 /// The key of `member` and `model` (no model named: the empty name).
@@ -353,7 +350,6 @@ impl Predictor {
             max_tokens: done.max_tokens,
             prompt_bytes: (p.prompt_bytes > 0).then_some(p.prompt_bytes),
             predicted_uncached: p.cached_bytes == 0,
-            prefill_shared: done.shared,
             ttft_ms: done
                 .ttft
                 .filter(|_| p.at_once)

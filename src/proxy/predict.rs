@@ -336,7 +336,9 @@ pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
 /// The record's [`TtftFacts`], and the book learns from the answer.
 pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
     let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
-    let shared = plan.flight.is_some_and(|b| predictor.flights.land(b));
+    if let Some(b) = plan.flight {
+        predictor.flights.land(b);
+    }
     let Some(p) = plan.predicted else {
         return;
     };
@@ -375,7 +377,6 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
             .first_token_any
             .zip(dispatched)
             .and_then(|(f, d)| f.checked_sub(d)),
-        shared,
     };
     predictor.learn(&p, &done);
 }

@@ -47,9 +47,6 @@ struct Entry {
     id: u64,
     flight: InFlight,
     promise: Option<Promise>,
-    /// Its prompt shared batches with another's: one prefilling when it
-    /// boarded, or one that boarded before its own prefill ended.
-    shared: bool,
 }
 
 /// The board of answers in flight, per member.
@@ -81,18 +78,10 @@ impl Flights {
         if promise.is_some() {
             self.promised.fetch_add(1, Ordering::Relaxed);
         }
-        // llama-server fills each batch with every prompt pending: this
-        // prompt and those still prefilling share their batches.
-        let mut shared = false;
-        for e in list.iter_mut().filter(|e| e.flight.prefill_left > 0) {
-            e.shared = true;
-            shared = true;
-        }
         list.push(Entry {
             id,
             flight,
             promise,
-            shared,
         });
         Some(Boarded { member, id })
     }
@@ -158,30 +147,29 @@ impl Flights {
         });
     }
 
-    /// `b` is over; whether its prompt shared batches with another's (see
-    /// [`Flights::board`]; false when it was not on the board).
-    pub fn land(&self, b: Boarded) -> bool {
-        let (ended, shared) = {
+    /// `b` is over.
+    pub fn land(&self, b: Boarded) {
+        let ended = {
             let Ok(mut by) = self.by_member.lock() else {
-                return false;
+                return;
             };
             let Some(list) = by.get_mut(&b.member) else {
-                return false;
+                return;
             };
-            let landed = list
+            let promised = list
                 .iter()
                 .position(|e| e.id == b.id)
-                .map(|at| list.remove(at));
+                .map(|at| list.remove(at))
+                .is_some_and(|e| e.promise.is_some());
             if list.is_empty() {
                 by.remove(&b.member);
             }
-            landed.map_or((false, false), |e| (e.promise.is_some(), e.shared))
+            promised
         };
         if ended {
             self.promised.fetch_sub(1, Ordering::Relaxed);
             self.changed.notify_waiters();
         }
-        shared
     }
 
     /// Copies `member`'s answers, in boarding order (the first ones hold

@@ -31,7 +31,6 @@ fn finished(prompt_n: u32) -> Finished {
         },
         max_tokens: Some(16),
         ttft: Some(Duration::from_secs_f64((prompt_ms + 5.0) / 1000.0)),
-        shared: false,
     }
 }
 
@@ -244,33 +243,4 @@ fn answers_predicted_uncached_teach_the_template_head() {
     // 101 new tokens at 2 ms a token with the head; 113 without.
     assert!(with + 15 < without, "{with} vs {without} ms");
     assert!((190..=230).contains(&with), "{with} ms");
-}
-
-#[test]
-fn prompts_prefilling_together_are_marked_shared_on_the_board() {
-    let p = Predictor::default();
-    let flight = |prefill_left| InFlight {
-        generated: 0,
-        max_tokens: Some(16),
-        prefill_left,
-    };
-    // An answer decoding (its prefill over) shares nothing with a new one.
-    let decoding = p.flights.board(0, flight(0), None).unwrap();
-    let alone = p.flights.board(0, flight(400), None).unwrap();
-    // A prompt sent while the first still prefills: both shared.
-    let second = p.flights.board(0, flight(300), None).unwrap();
-    // Another member's prompt shares nothing with them.
-    let elsewhere = p.flights.board(1, flight(300), None).unwrap();
-    assert!(p.flights.land(second));
-    assert!(p.flights.land(alone));
-    assert!(!p.flights.land(decoding));
-    assert!(!p.flights.land(elsewhere));
-    // Once a prompt's prefill is over, a later one does not share with it.
-    let first = p.flights.board(0, flight(400), None).unwrap();
-    p.flights.prefill_left(first, 0);
-    let later = p.flights.board(0, flight(300), None).unwrap();
-    assert!(!p.flights.land(later));
-    assert!(!p.flights.land(first));
-    // Not on the board: nothing to say.
-    assert!(!p.flights.land(first));
 }

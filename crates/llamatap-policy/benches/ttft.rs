@@ -35,7 +35,6 @@ fn observation(i: u32) -> Observation {
         ttft_ms: (busy == 0).then_some(prompt_ms + 10.0),
         started_ms: (busy == 0).then_some(7.0),
         predicted_uncached: false,
-        prefill_shared: false,
     }
 }
 

@@ -86,7 +86,6 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                 ttft_ms: f64_of(v, "ttft_ms"),
                 started_ms: f64_of(v, "started_ms"),
                 predicted_uncached: v.get("cached_bytes").and_then(Value::as_u64) == Some(0),
-                prefill_shared: false,
             };
             book.observe(&key, &obs);
             json!({ "ok": true })

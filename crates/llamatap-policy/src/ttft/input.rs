@@ -52,11 +52,6 @@ pub struct Observation {
     /// ahead, no other prompt prefilling when it was sent): it teaches the
     /// fixed per-request overhead (`ttft − prompt_ms`). `None` otherwise.
     pub ttft_ms: Option<f64>,
-    /// The prompt shared llama-server's batches with other prompts whose
-    /// tokens are not counted in `prefill_others` (a caller that cannot
-    /// count them): `prompt_ms` then covers an unknown part of theirs, so
-    /// the prefill curve, its bend and the level do not learn from it.
-    pub prefill_shared: bool,
     /// Whether the request was predicted with nothing cached
     /// ([`Query::cached`] of 0): the tokens llama-server still reused for it
     /// (`cache_n`: the chat template's head, which nearly every prompt

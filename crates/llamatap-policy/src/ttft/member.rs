@@ -141,10 +141,8 @@ impl Rates {
             self.share.add(seen.min(1.0));
         }
         if t.prompt_n > 0 && t.prompt_ms.is_finite() && t.prompt_ms >= 0.0 {
-            if !obs.prefill_shared {
-                let new = t.prompt_n.saturating_add(obs.prefill_others);
-                self.observe_prefill(new, t.cache_n, t.prompt_ms, busy);
-            }
+            let new = t.prompt_n.saturating_add(obs.prefill_others);
+            self.observe_prefill(new, t.cache_n, t.prompt_ms, busy);
             self.prefill_typical.add(t.prompt_ms);
         }
         if t.predicted_n >= 2 && t.predicted_ms.is_finite() && t.predicted_ms > 0.0 {

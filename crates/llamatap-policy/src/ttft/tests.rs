@@ -68,7 +68,6 @@ impl Member {
             ttft_ms: (busy == 0).then_some(prompt_ms + self.overhead),
             started_ms: (busy == 0).then_some(self.overhead * 0.75),
             predicted_uncached: cached == 0,
-            prefill_shared: false,
         }
     }
 

@@ -114,21 +114,3 @@ fn a_repeated_prompt_the_caller_did_not_know_of_is_not_the_head() {
     let want = m.ttft(300, 0, 0);
     assert!(rel_err(e.ttft_ms, want) < 0.05, "{} vs {want}", e.ttft_ms);
 }
-
-#[test]
-fn a_prefill_that_shared_its_batches_does_not_teach_the_curve() {
-    // A caller that cannot count the prompts prefilled beside says so: five
-    // times the time, for tokens it did not count, must not become the
-    // member's speed.
-    let m = Member::cpu();
-    let mut book = trained(&m, 60, 0.02, 4);
-    let before = estimate(book.predict(&0, &idle(800, 0))).ttft_ms;
-    for i in 0..10 {
-        let mut o = m.observation(300 + 40 * i, 0, 1, 1.0);
-        o.timings.prompt_ms *= 5.0;
-        o.prefill_shared = true;
-        book.observe(&0, &o);
-    }
-    let after = estimate(book.predict(&0, &idle(800, 0))).ttft_ms;
-    assert!(rel_err(after, before) < 0.01, "{before} then {after}");
-}

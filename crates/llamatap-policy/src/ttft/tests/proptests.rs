@@ -46,7 +46,6 @@ fn any_observation() -> impl Strategy<Value = Observation> {
                     ttft_ms: ttft,
                     started_ms: s,
                     predicted_uncached: busy % 2 == 0,
-                    prefill_shared: busy == 3,
                 }
             },
         )
