@@ -47,6 +47,7 @@ fn finished(i: u32) -> Finished {
         ttft: Some(Duration::from_secs_f64(
             (0.9 * f64::from(prompt_n) + 5.0) / 1000.0,
         )),
+        prefill_others: 0,
     }
 }
 

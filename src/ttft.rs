@@ -52,6 +52,7 @@ use crate::fleet::Fleet;
 mod flights;
 mod progress;
 mod promise;
+mod window;
 pub use flights::{Boarded, Flights};
 pub use promise::Promise;
 pub mod slo;
@@ -88,6 +89,9 @@ pub struct Predicted {
     pub prediction: Prediction,
     /// Other requests in flight on the member when it was dispatched.
     pub busy_others: u32,
+    /// The prompt tokens those in the member's slots still had to prefill
+    /// then (the prediction counted them ahead of it).
+    pub beside_tokens: u32,
     /// A free slot and nothing queued ahead at dispatch.
     pub at_once: bool,
     /// The kind of load it was dispatched into (its ratio calibrates the
@@ -166,6 +170,9 @@ pub struct Finished {
     pub max_tokens: Option<u32>,
     /// Dispatch to first token, when there was one.
     pub ttft: Option<Duration>,
+    /// Prompt tokens of other answers on the member processed during its
+    /// prefill ([`Flights::overlap`]; 0 when not known).
+    pub prefill_others: u32,
 }
 
 /// The key of `member` and `model` (no model named: the empty name).
@@ -294,18 +301,19 @@ impl Predictor {
             Err(_) => Prediction::NoData,
         };
         let load = query.load;
-        let beside = load
+        let beside_tokens = load
             .in_flight
             .iter()
             .take(load.busy as usize)
-            .any(|f| f.prefill_left > 0);
+            .fold(0u32, |sum, f| sum.saturating_add(f.prefill_left));
         Predicted {
             key,
             prediction,
             busy_others,
+            beside_tokens,
             at_once: (load.slots == 0 || load.busy < load.slots)
                 && load.queue_ahead == 0
-                && !beside,
+                && beside_tokens == 0,
             prompt_bytes,
             cached_bytes: cached_bytes.min(prompt_bytes),
             stratum: Stratum::of(&load),
@@ -347,6 +355,8 @@ impl Predictor {
         let obs = Observation {
             timings: done.timings,
             busy_others: p.busy_others,
+            prefill_others: done.prefill_others,
+            beside_at_dispatch: p.beside_tokens,
             max_tokens: done.max_tokens,
             prompt_bytes: (p.prompt_bytes > 0).then_some(p.prompt_bytes),
             predicted_uncached: p.cached_bytes == 0,

@@ -5,7 +5,8 @@
 //! ask gets none (its stream has the events a direct request gets, ids and
 //! times apart), a client that asked gets them, the prediction corrected by
 //! them is in the access line and `/latency.json`, and `[ttft]
-//! prompt_progress = false` turns it all off.
+//! prompt_progress = false` turns it all off; and two prompts prefilled
+//! together on the slow model count each other's tokens.
 
 mod common;
 
@@ -278,4 +279,48 @@ fn progress_events_keep_a_long_prefill_alive_unseen() {
     eprintln!("without progress: {line}");
     assert_ne!(line["outcome"], "ok", "{line}");
     assert!(!String::from_utf8_lossy(&answer).ends_with("data: [DONE]\n\n"));
+}
+
+/// Two streamed chats on one member with two slots, the second sent once
+/// the first's prefill started: each answer's access line counts the other
+/// prompt's tokens that went through its own prefill's batches, at most all
+/// of them.
+#[test]
+fn prompts_prefilled_together_count_each_others_tokens() {
+    let llama = LlamaServer::start("slow", &["-np", "2", "-b", "64", "-ub", "64"]);
+    let (proxy, log) = start(&llama, "beside", "");
+    let addr = proxy.addr();
+    let chat = "/v1/chat/completions";
+    let long = llama.prompt_of_tokens_from("long", 600);
+    let short = llama.prompt_of_tokens_from("short", 120);
+    // The first asks for progress itself, to be seen to have started.
+    let first = body(chat, &long, true, &[("return_progress", json!(true))]);
+    let mut reader = http::post(&addr, chat, &first).unwrap();
+    let started = reader.read_until(b"prompt_progress").unwrap();
+    assert!(!started.is_empty());
+    let second = std::thread::spawn({
+        let addr = addr.clone();
+        let b = body(chat, &short, true, &[]);
+        move || send(&addr, chat, &b)
+    });
+    let rest = reader.read_all().unwrap();
+    assert!(String::from_utf8_lossy(&rest).ends_with("data: [DONE]\n\n"));
+    let (status, answer) = second.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(progress_events(&answer).is_empty());
+    access_line(&log, 2);
+    let lines = access_lines(&log);
+    let new =
+        |l: &Value| l["prompt_tokens"].as_u64().unwrap() - l["cached_tokens"].as_u64().unwrap();
+    for (this, other) in [(&lines[0], &lines[1]), (&lines[1], &lines[0])] {
+        eprintln!("{this}");
+        let beside = this["ttft_prefill_beside_tokens"].as_u64();
+        let beside = beside.unwrap_or_else(|| panic!("no tokens beside: {this}"));
+        assert!(beside > 0, "{this}");
+        assert!(
+            beside <= new(other) + 1,
+            "{beside} of {}: {this}",
+            new(other)
+        );
+    }
 }

@@ -336,8 +336,11 @@ pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
 /// The record's [`TtftFacts`], and the book learns from the answer.
 pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
     let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
+    let mut beside = None;
     if let Some(b) = plan.flight {
-        predictor.flights.land(b);
+        let flights = &predictor.flights;
+        beside = flights.overlap(b, std::time::Instant::now());
+        flights.land(b);
     }
     let Some(p) = plan.predicted else {
         return;
@@ -353,6 +356,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         progress_events: plan.progress_events,
         made_room: plan.made_room,
         held_ms: plan.held.map(|d| ttft::round_ms(d.as_secs_f64() * 1000.0)),
+        prefill_beside_tokens: beside,
     });
     if refused || rec.outcome != Outcome::Ok {
         return;
@@ -377,6 +381,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
             .first_token_any
             .zip(dispatched)
             .and_then(|(f, d)| f.checked_sub(d)),
+        prefill_others: beside.unwrap_or(0),
     };
     predictor.learn(&p, &done);
 }

@@ -146,7 +146,8 @@ pub fn filter(
     let Some(f) = ctx.attempt.progress.filter.as_deref_mut() else {
         return chunk;
     };
-    // Progress comes before the first token: past it, the filter goes.
+    // Progress comes before the first token (which ended the prefill on
+    // the board, [`first_token`]): past it, the filter goes.
     let tokens = ctx
         .seen
         .observer
@@ -154,7 +155,7 @@ pub fn filter(
         .is_some_and(|o| o.facts().token_events > 0);
     if tokens && f.is_idle() {
         ctx.attempt.progress.filter = None;
-        predict::prefilling(predictor, ctx, 0);
+        first_token(predictor, ctx);
         return chunk;
     }
     let now = Instant::now();
@@ -162,10 +163,13 @@ pub fn filter(
     let mut out = Vec::new();
     let mut read = |p: PromptProgress| {
         plan.progress_events = plan.progress_events.saturating_add(1);
-        if let Some(b) = plan.flight {
-            let left = p.total.saturating_sub(p.processed);
-            predictor.flights.prefill_left(b, left);
-        }
+        let beside = plan.flight.map_or(0, |b| {
+            let flights = &predictor.flights;
+            // The first event is sent as the slot starts its prefill.
+            flights.started(b, now, p.total.saturating_sub(p.cache));
+            flights.prefill_left(b, p.total.saturating_sub(p.processed));
+            flights.beside(b)
+        });
         let Some(predicted) = plan.predicted.as_ref() else {
             return;
         };
@@ -175,7 +179,10 @@ pub fn filter(
             processed: p.processed,
             time_ms: p.time_ms,
         };
-        if let Some(ms) = predictor.correct(predicted, &progress, now).ttft_ms() {
+        if let Some(ms) = predictor
+            .correct(predicted, &progress, (now, beside))
+            .ttft_ms()
+        {
             plan.corrected_ms = Some(round_ms(ms));
             if let Some(b) = plan.flight {
                 predictor.flights.expect(b, ms);
@@ -195,4 +202,13 @@ pub fn filter(
         return None;
     }
     Some(Bytes::from(out))
+}
+
+/// The attempt's first token went through: its prefill is over (on the
+/// board of answers in flight, for the predictions beside it and the
+/// prompts its batches carried).
+pub fn first_token(predictor: &Predictor, ctx: &RequestCtx) {
+    if let Some(b) = ctx.attempt.routed.ttft.flight {
+        predictor.flights.prefilled(b, Instant::now());
+    }
 }

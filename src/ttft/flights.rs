@@ -15,12 +15,18 @@
 //! prefill ending, or its attempt landing, wakes the requests waiting on
 //! it ([`Flights::changed`]).
 //!
+//! Each attempt's prefill [`Window`] (its first progress event to its
+//! first token) is kept on its entry, and for a few landed answers beyond
+//! (a short answer can land before a long prefill beside it ends), so that
+//! an answer landing can say how many tokens of other prompts went through
+//! its batches ([`Flights::overlap`]).
+//!
 //! Deliberately not here: the tokens the answers have generated (they
 //! would be counted per token; the predictor assumes a typical answer),
 //! predicting ([`super::Predictor`]), and the wait itself (the proxy's
 //! `predict`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -29,9 +35,12 @@ use llamatap_policy::ttft::{InFlight, MAX_SLOTS};
 use tokio::sync::Notify;
 
 use super::promise::Promise;
+use super::window::Window;
 
 /// Most answers kept per member: those beyond are not in its slots.
 const MAX_PER_MEMBER: usize = 4 * MAX_SLOTS;
+/// Prefill windows of landed answers kept per member.
+const LANDED_KEPT: usize = 16;
 
 /// One attempt on the board: its member and its own id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,12 +56,23 @@ struct Entry {
     id: u64,
     flight: InFlight,
     promise: Option<Promise>,
+    window: Window,
+}
+
+/// One member's answers, in boarding order, and the prefill windows of
+/// those landed while others were on the board (newest last). Dropped
+/// when its last answer lands: a landed prefill ended before any later
+/// answer boarded.
+#[derive(Debug, Default)]
+struct Board {
+    list: Vec<Entry>,
+    landed: VecDeque<Window>,
 }
 
 /// The board of answers in flight, per member.
 #[derive(Debug, Default)]
 pub struct Flights {
-    by_member: Mutex<HashMap<usize, Vec<Entry>>>,
+    by_member: Mutex<HashMap<usize, Board>>,
     next: AtomicU64,
     /// Answers on the board with a promise, their prefill not over.
     promised: AtomicUsize,
@@ -70,7 +90,7 @@ impl Flights {
     ) -> Option<Boarded> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let mut by = self.by_member.lock().ok()?;
-        let list = by.entry(member).or_default();
+        let list = &mut by.entry(member).or_default().list;
         if list.len() >= MAX_PER_MEMBER {
             return None;
         }
@@ -82,6 +102,7 @@ impl Flights {
             id,
             flight,
             promise,
+            window: Window::default(),
         });
         Some(Boarded { member, id })
     }
@@ -95,7 +116,7 @@ impl Flights {
             };
             let Some(e) = by
                 .get_mut(&b.member)
-                .and_then(|l| l.iter_mut().find(|e| e.id == b.id))
+                .and_then(|m| m.list.iter_mut().find(|e| e.id == b.id))
             else {
                 return;
             };
@@ -111,6 +132,49 @@ impl Flights {
     /// What `b` still has to prefill is now `prefill_left` tokens.
     pub fn prefill_left(&self, b: Boarded, prefill_left: u32) {
         self.with(b, |e| e.flight.prefill_left = prefill_left);
+    }
+
+    /// `b`'s prefill started `at` (its first progress event), with
+    /// `tokens` to process.
+    pub fn started(&self, b: Boarded, at: Instant, tokens: u32) {
+        self.with(b, |e| e.window.start(at, tokens));
+    }
+
+    /// `b`'s first token came `at`: its prefill is over.
+    pub fn prefilled(&self, b: Boarded, at: Instant) {
+        self.with(b, |e| {
+            e.flight.prefill_left = 0;
+            e.window.end(at);
+        });
+    }
+
+    /// The prompt tokens the other answers on `b`'s member that started
+    /// their prefill still have to prefill.
+    pub fn beside(&self, b: Boarded) -> u32 {
+        let Ok(by) = self.by_member.lock() else {
+            return 0;
+        };
+        by.get(&b.member).map_or(0, |m| {
+            m.list
+                .iter()
+                .filter(|e| e.id != b.id && e.window.started())
+                .fold(0u32, |sum, e| sum.saturating_add(e.flight.prefill_left))
+        })
+    }
+
+    /// The prompt tokens of other answers on `b`'s member processed during
+    /// `b`'s prefill (pro rata, [`Window::tokens_during`]), once its
+    /// prefill ended; `None` before, or without its start.
+    pub fn overlap(&self, b: Boarded, now: Instant) -> Option<u32> {
+        let by = self.by_member.lock().ok()?;
+        let m = by.get(&b.member)?;
+        let span = m.list.iter().find(|e| e.id == b.id)?.window.span()?;
+        let others = m.list.iter().filter(|e| e.id != b.id).map(|e| &e.window);
+        let tokens: f64 = others
+            .chain(&m.landed)
+            .map(|w| w.tokens_during(span, now))
+            .sum();
+        Some(tokens.round().min(f64::from(u32::MAX)) as u32)
     }
 
     /// `b`'s request is now known whole: its `max_tokens`, and, when given,
@@ -153,18 +217,27 @@ impl Flights {
             let Ok(mut by) = self.by_member.lock() else {
                 return;
             };
-            let Some(list) = by.get_mut(&b.member) else {
+            let Some(m) = by.get_mut(&b.member) else {
                 return;
             };
-            let promised = list
+            let landed = m
+                .list
                 .iter()
                 .position(|e| e.id == b.id)
-                .map(|at| list.remove(at))
-                .is_some_and(|e| e.promise.is_some());
-            if list.is_empty() {
+                .map(|at| m.list.remove(at));
+            if m.list.is_empty() {
                 by.remove(&b.member);
+            } else if let Some(mut w) = landed.as_ref().map(|e| e.window) {
+                if w.started() {
+                    // One that never saw its first token ended here.
+                    w.end(Instant::now());
+                    if m.landed.len() >= LANDED_KEPT {
+                        m.landed.pop_front();
+                    }
+                    m.landed.push_back(w);
+                }
             }
-            promised
+            landed.is_some_and(|e| e.promise.is_some())
         };
         if ended {
             self.promised.fetch_sub(1, Ordering::Relaxed);
@@ -178,11 +251,11 @@ impl Flights {
         let Ok(by) = self.by_member.lock() else {
             return 0;
         };
-        let Some(list) = by.get(&member) else {
+        let Some(m) = by.get(&member) else {
             return 0;
         };
-        let n = list.len().min(out.len());
-        for (o, e) in out.iter_mut().zip(list) {
+        let n = m.list.len().min(out.len());
+        for (o, e) in out.iter_mut().zip(&m.list) {
             *o = e.flight;
         }
         n
@@ -200,6 +273,7 @@ impl Flights {
     pub fn held_by(&self, b: Boarded, delay_ms: f64, now: Instant) -> Option<Instant> {
         let by = self.by_member.lock().ok()?;
         by.get(&b.member)?
+            .list
             .iter()
             .take_while(|e| e.id != b.id)
             .filter_map(|e| e.promise.filter(|p| p.broken_by(delay_ms, now)))
@@ -307,6 +381,7 @@ mod tests {
         fn map_deadline(&self, f: &Flights) -> Instant {
             let by = f.by_member.lock().unwrap();
             by[&self.member]
+                .list
                 .iter()
                 .find(|e| e.id == self.id)
                 .and_then(|e| e.promise)
@@ -336,6 +411,58 @@ mod tests {
         f.land(done);
         assert!(!f.promised());
         assert_eq!(f.promised.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn an_answer_counts_the_prompts_prefilled_beside_it_even_those_landed() {
+        use std::time::Duration;
+        let f = Flights::default();
+        let t0 = Instant::now();
+        let ms = |v: u64| t0 + Duration::from_millis(v);
+        let long = f.board(0, flight(900), None).unwrap();
+        let short = f.board(0, flight(100), None).unwrap();
+        let late = f.board(0, flight(50), None).unwrap();
+        let elsewhere = f.board(1, flight(70), None).unwrap();
+        f.started(long, ms(0), 800);
+        f.started(short, ms(100), 200);
+        f.started(elsewhere, ms(0), 70);
+        assert_eq!(f.beside(long), 100, "only the prefills started");
+        f.prefill_left(short, 40);
+        assert_eq!(f.beside(long), 40);
+        // Not over yet, or never started: nothing to say.
+        assert_eq!(f.overlap(long, ms(300)), None);
+        assert_eq!(f.overlap(late, ms(300)), None);
+        f.prefilled(short, ms(300));
+        // The short answer lands before the long prefill ends: still counted.
+        f.land(short);
+        f.started(late, ms(350), 400);
+        f.prefilled(long, ms(400));
+        f.prefilled(elsewhere, ms(400));
+        // All of short's 200, and a twentieth of late's 400 by t = 1350.
+        assert_eq!(f.overlap(long, ms(1350)), Some(220));
+        // Other members are not counted.
+        assert_eq!(f.overlap(elsewhere, ms(1350)), Some(0));
+        f.land(late);
+        f.land(long);
+        assert!(!f.by_member.lock().unwrap().contains_key(&0));
+    }
+
+    #[test]
+    fn a_member_keeps_a_bounded_number_of_landed_prefills() {
+        let f = Flights::default();
+        let keeper = f.board(3, flight(10), None).unwrap();
+        for _ in 0..LANDED_KEPT + 5 {
+            let b = f.board(3, flight(10), None).unwrap();
+            f.started(b, Instant::now(), 10);
+            f.land(b);
+        }
+        // One never started adds no window.
+        let quiet = f.board(3, flight(10), None).unwrap();
+        f.land(quiet);
+        let by = f.by_member.lock().unwrap();
+        assert_eq!(by[&3].landed.len(), LANDED_KEPT);
+        drop(by);
+        f.land(keeper);
     }
 
     #[tokio::test]

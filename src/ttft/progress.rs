@@ -15,12 +15,17 @@ impl Predictor {
     /// The prediction `p` corrected by `progress`, read `at`: the TTFT from
     /// dispatch, the time before the slot started and the cached prefix
     /// now known (`NoData` when the member and model learned nothing yet).
-    /// The other slots are taken as busy as at dispatch, with no prompt of
-    /// theirs left to prefill.
-    pub fn correct(&self, p: &Predicted, progress: &Progress, at: Instant) -> Prediction {
+    /// The other slots are taken as busy as at dispatch, with `beside`
+    /// prompt tokens of theirs still to prefill ([`super::Flights::beside`]).
+    pub fn correct(
+        &self,
+        p: &Predicted,
+        progress: &Progress,
+        (at, beside): (Instant, u32),
+    ) -> Prediction {
         let since_sent_ms = at.saturating_duration_since(p.sent).as_secs_f64() * 1000.0;
         match self.book.lock() {
-            Ok(book) => book.correct(&p.key, progress, since_sent_ms, p.busy_others, 0),
+            Ok(book) => book.correct(&p.key, progress, since_sent_ms, p.busy_others, beside),
             Err(_) => Prediction::NoData,
         }
     }

@@ -31,6 +31,7 @@ fn finished(prompt_n: u32) -> Finished {
         },
         max_tokens: Some(16),
         ttft: Some(Duration::from_secs_f64((prompt_ms + 5.0) / 1000.0)),
+        prefill_others: 0,
     }
 }
 
@@ -129,21 +130,24 @@ fn a_progress_event_corrects_the_prediction_by_what_it_says() {
         time_ms: 0,
     };
     // Nothing learned: nothing to correct.
-    assert_eq!(p.correct(&first, &progress, first.sent), Prediction::NoData);
+    assert_eq!(
+        p.correct(&first, &progress, (first.sent, 0)),
+        Prediction::NoData
+    );
     for _ in 0..8 {
         let at = p.predict(&f, 0, Some("m"), (1600, 0), false);
         p.learn(&at, &finished(400));
     }
     let at = p.predict(&f, 0, Some("m"), (1600, 0), false);
     // Half the prompt done: less is left than at its start.
-    let start = p.correct(&at, &progress, at.sent).ttft_ms().unwrap();
+    let start = p.correct(&at, &progress, (at.sent, 0)).ttft_ms().unwrap();
     let half = llamatap_policy::ttft::Progress {
         processed: 200,
         time_ms: 400,
         ..progress
     };
     let later = at.sent + Duration::from_millis(400);
-    let corrected = p.correct(&at, &half, later).ttft_ms().unwrap();
+    let corrected = p.correct(&at, &half, (later, 0)).ttft_ms().unwrap();
     assert!(start > 0.0 && corrected >= 400.0, "{start} {corrected}");
     // The slot started at once and ran as learned (2 ms a token): about
     // the same TTFT from dispatch, whichever event said it.
@@ -182,6 +186,7 @@ fn a_prompt_still_prefilling_beside_is_counted_until_its_prefill_ends() {
     let (a, s) = (alone.prediction.ttft_ms(), beside.prediction.ttft_ms());
     assert!(s.unwrap() > a.unwrap() + 100.0, "alone {a:?}, beside {s:?}");
     assert!(alone.at_once && !beside.at_once);
+    assert_eq!((alone.beside_tokens, beside.beside_tokens), (0, 800));
     // Its first token came: nothing is ahead any more.
     p.flights.prefill_left(b, 0);
     let after = p.predict(&f, 0, None, (1600, 0), false);
@@ -190,6 +195,35 @@ fn a_prompt_still_prefilling_beside_is_counted_until_its_prefill_ends() {
     p.flights.land(b);
     let mut out = [InFlight::default(); 4];
     assert_eq!(p.flights.of(0, &mut out), 0);
+}
+
+#[test]
+fn answers_that_shared_their_batches_teach_the_whole_batches() {
+    // Each learns a dozen answers alone, then a dozen whose 400 tokens went
+    // through batches with 400 of another prompt's (1,600 ms, not 800): one
+    // told so, one not.
+    let f = fleet(1);
+    let (told, untold) = (Predictor::default(), Predictor::default());
+    for p in [&told, &untold] {
+        for i in 0..12u32 {
+            let prompt_n = 200 + 100 * (i % 4);
+            let at = p.predict(&f, 0, None, (u64::from(prompt_n) * 4, 0), false);
+            p.learn(&at, &finished(prompt_n));
+        }
+    }
+    for _ in 0..12 {
+        for (p, others) in [(&told, 400), (&untold, 0)] {
+            let at = p.predict(&f, 0, None, (1600, 0), false);
+            let mut shared = finished(800);
+            shared.timings.prompt_n = 400;
+            shared.prefill_others = others;
+            p.learn(&at, &shared);
+        }
+    }
+    let ms = |p: &Predictor| p.predict(&f, 0, None, (1600, 0), false).ms().unwrap();
+    // 400 tokens alone: 800 ms and a few of overhead, as first learned.
+    assert!((700..=1000).contains(&ms(&told)), "{} ms", ms(&told));
+    assert!(ms(&untold) > 1200, "{} ms", ms(&untold));
 }
 
 #[test]

@@ -233,6 +233,11 @@ pub struct TtftFacts {
     /// an earlier answer's first token past that answer's objective, whole
     /// milliseconds; `None` when it did not wait.
     pub held_ms: Option<u64>,
+    /// Prompt tokens of other answers on the member that went through the
+    /// batches of this answer's prefill (its first progress event to its
+    /// first token; pro rata of each other prefill's interval); `None`
+    /// when its prefill's interval is not known.
+    pub prefill_beside_tokens: Option<u32>,
 }
 
 impl TtftFacts {

@@ -94,6 +94,10 @@ pub const LLAMATAP_TTFT_MADE_ROOM: &str = "llamatap.ttft.made_room";
 /// earlier answer's first token past that answer's TTFT objective,
 /// milliseconds (int; present only when it waited).
 pub const LLAMATAP_TTFT_HELD_MS: &str = "llamatap.ttft.held_ms";
+/// Prompt tokens of other answers that went through the batches of this
+/// answer's prefill (int; present only when its prefill's interval is
+/// known).
+pub const LLAMATAP_TTFT_PREFILL_BESIDE_TOKENS: &str = "llamatap.ttft.prefill_beside_tokens";
 /// Prompt progress events read from the answer (int).
 pub const LLAMATAP_TTFT_PROGRESS_EVENTS: &str = "llamatap.ttft.progress_events";
 

@@ -179,7 +179,10 @@ pub async fn body(
                     }
                 }
                 ctx.seen.terminal_sent |= terminal_seen(ctx);
-                tokens = tokens || has_tokens(ctx);
+                if !tokens && has_tokens(ctx) {
+                    tokens = true;
+                    progress::first_token(&steps.predictor, ctx);
+                }
             }
             // A continuation's stream is llamatap's own request: it ends
             // with its last event, and a body that ends before it was cut.

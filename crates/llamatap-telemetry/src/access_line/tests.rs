@@ -74,6 +74,7 @@ fn a_line_has_every_field() {
         "corrected_ttft_ms": null,
         "ttft_slo_ms": null,
         "ttft_held_ms": null,
+        "ttft_prefill_beside_tokens": null,
         "first_sentence_ms": 90.0,
         "e2e_ms": 310.0,
         "prompt_tokens": 10,
@@ -194,9 +195,11 @@ fn the_predicted_ttft_and_the_objective_are_fields() {
         progress_events: 2,
         made_room: false,
         held_ms: Some(35),
+        prefill_beside_tokens: Some(210),
     });
     let v = parse(&line(&rec, "tiny", None));
     assert_eq!(v["ttft_held_ms"], 35);
+    assert_eq!(v["ttft_prefill_beside_tokens"], 210);
     assert_eq!(v["predicted_ttft_ms"], 420);
     assert_eq!(v["corrected_ttft_ms"], 380);
     assert_eq!(v["ttft_slo_ms"], 500);

@@ -70,6 +70,7 @@ fn the_ttft_ratio_is_measured_from_dispatch() {
         progress_events: 0,
         made_room: false,
         held_ms: None,
+        prefill_beside_tokens: None,
     };
     let ratio = facts.ratio(Some(Duration::from_millis(600))).unwrap();
     assert!((ratio - 1.25).abs() < 1e-9, "{ratio}");
