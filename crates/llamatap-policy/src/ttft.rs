@@ -106,6 +106,22 @@ pub struct Estimate {
     pub confidence: Confidence,
 }
 
+#[cfg(test)]
+impl Estimate {
+    /// An estimate of a prefill alone (100 tokens, no wait or overhead),
+    /// for the tests.
+    pub(crate) fn prefill_only(ttft_ms: f64, confidence: Confidence) -> Estimate {
+        Estimate {
+            ttft_ms,
+            wait_ms: 0.0,
+            prefill_ms: ttft_ms,
+            overhead_ms: 0.0,
+            prompt_tokens: 100,
+            confidence,
+        }
+    }
+}
+
 /// A prediction, or the plain statement that there is nothing to predict by.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Prediction {

@@ -5,17 +5,6 @@
 use super::*;
 use proptest::prelude::*;
 
-fn estimate(ttft_ms: f64, confidence: Confidence) -> Estimate {
-    Estimate {
-        ttft_ms,
-        wait_ms: 0.0,
-        prefill_ms: ttft_ms,
-        overhead_ms: 0.0,
-        prompt_tokens: 100,
-        confidence,
-    }
-}
-
 fn of(ratios: &[f64]) -> Ratios {
     let mut r = Ratios::default();
     for &x in ratios {
@@ -38,7 +27,7 @@ fn empty_has_no_quantile_and_a_factor_of_one() {
     let r = Ratios::default();
     assert!(r.is_empty());
     assert_eq!(r.quantile(COVERAGE), None);
-    let b = r.bound(estimate(200.0, Confidence::High));
+    let b = r.bound(Estimate::prefill_only(200.0, Confidence::High));
     assert_eq!(b.factor, 1.0);
     assert_eq!(b.ttft_ms, 200.0);
     assert_eq!(b.ratios, 0);
@@ -99,24 +88,24 @@ fn the_window_forgets_the_oldest() {
 fn confidence_needs_the_minimum_and_a_sure_prediction() {
     let mut r = Ratios::default();
     for i in 0..MIN_RATIOS {
-        let b = r.bound(estimate(100.0, Confidence::High));
+        let b = r.bound(Estimate::prefill_only(100.0, Confidence::High));
         assert_eq!(b.confidence, Confidence::Low, "after {i}");
         r.push(1.5);
     }
-    let b = r.bound(estimate(100.0, Confidence::High));
+    let b = r.bound(Estimate::prefill_only(100.0, Confidence::High));
     assert_eq!(b.confidence, Confidence::High);
     assert_eq!(b.factor, 1.5);
     assert_eq!(b.ttft_ms, 150.0);
     assert_eq!(b.ratios, MIN_RATIOS);
     assert_eq!(b.estimate.ttft_ms, 100.0);
-    let b = r.bound(estimate(100.0, Confidence::Low));
+    let b = r.bound(Estimate::prefill_only(100.0, Confidence::Low));
     assert_eq!(b.confidence, Confidence::Low);
 }
 
 #[test]
 fn a_factor_below_one_lowers_the_bound() {
     let r = of(&[0.5; 40]);
-    let b = r.bound(estimate(100.0, Confidence::High));
+    let b = r.bound(Estimate::prefill_only(100.0, Confidence::High));
     assert_eq!(b.ttft_ms, 50.0);
 }
 
@@ -168,7 +157,7 @@ proptest! {
             .collect();
         prop_assert_eq!(r.len(), tail.len());
         prop_assert_eq!(r.quantile(coverage), Some(reference(&tail, coverage)));
-        let b = r.bound(estimate(predicted, Confidence::High));
+        let b = r.bound(Estimate::prefill_only(predicted, Confidence::High));
         prop_assert!(b.ttft_ms.is_finite() && b.ttft_ms >= 0.0);
         let lo = tail.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = tail.iter().copied().fold(0.0, f64::max);

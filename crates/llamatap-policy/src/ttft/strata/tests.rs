@@ -6,14 +6,7 @@ use super::*;
 use crate::ttft::WINDOW;
 
 fn estimate(ttft_ms: f64) -> Estimate {
-    Estimate {
-        ttft_ms,
-        wait_ms: 0.0,
-        prefill_ms: ttft_ms,
-        overhead_ms: 0.0,
-        prompt_tokens: 100,
-        confidence: Confidence::High,
-    }
+    Estimate::prefill_only(ttft_ms, Confidence::High)
 }
 
 fn load(busy: u32, queue_ahead: u32) -> Load<'static> {
