@@ -15,7 +15,7 @@ Two fleets:
 - `mixed`: member `b` serves `slow.gguf` under the same model name (a member
   on slower hardware; `--alias` gives both the one name).
 
-The workload (seeded): three client threads; conversations of five turns,
+The workload (seeded): three client threads (`--clients`); conversations of five turns,
 each with its own system prompt of 150 to 700 words and a user message of 10
 to 40 words a turn (a turn repeats the conversation so far); short (5 to 60
 words) and long (400 to 900 words) one-shot prompts between them; answers of
@@ -117,8 +117,8 @@ def start_llamatap(binary, ports, steer, policy, logdir, variant):
     return proc, port, access
 
 
-def jobs(seed, convs, shorts, longs):
-    """Three lists of jobs, one per client; a conversation stays on one."""
+def jobs(seed, convs, shorts, longs, clients=3):
+    """One list of jobs per client; a conversation stays on one."""
     rng = random.Random(seed)
     items = []
     for _ in range(convs):
@@ -130,7 +130,7 @@ def jobs(seed, convs, shorts, longs):
     for _ in range(longs):
         items.append(("one", words(rng, rng.randint(400, 900)), rng.randint(8, 40)))
     rng.shuffle(items)
-    return [items[i::3] for i in range(3)]
+    return [items[i::clients] for i in range(clients)]
 
 
 def chat(port, messages, max_tokens):
@@ -194,7 +194,7 @@ def run_variant(args, variant, steer, logdir):
         start = time.time()
         threads = [
             threading.Thread(target=client, args=(port, mine, errors))
-            for mine in jobs(args.seed, args.convs, args.shorts, args.longs)
+            for mine in jobs(args.seed, args.convs, args.shorts, args.longs, args.clients)
         ]
         for t in threads:
             t.start()
@@ -246,6 +246,8 @@ def main():
     ap.add_argument("--steer", type=int, default=150, help="ttft_steer_percent of the steer variant")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--convs", type=int, default=6)
+    ap.add_argument("--clients", type=int, default=3,
+                    help="client threads (more than the fleet's 4 slots queue)")
     ap.add_argument("--shorts", type=int, default=10)
     ap.add_argument("--longs", type=int, default=4)
     ap.add_argument("--order", default="off,steer", help="variants in run order")

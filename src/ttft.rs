@@ -150,6 +150,9 @@ pub struct Plan {
     /// How long the request waited before its dispatch so as not to push
     /// an earlier answer's first token past its objective ([`Promise`]).
     pub held: Option<Duration>,
+    /// The prompt tokens of other answers that went through the current
+    /// attempt's prefill batches ([`Flights::overlap`]), once it landed.
+    pub prefill_beside: Option<u32>,
 }
 
 /// Milliseconds rounded to a whole number (finite, ≥ 0).

@@ -178,6 +178,11 @@ pub struct Routed {
     pub ejected: bool,
     /// Its TTFT objective and prediction ([`crate::ttft`]).
     pub ttft: crate::ttft::Plan,
+    /// The current attempt's member, once its answer's body ended upstream
+    /// and it was released from the member's load then
+    /// ([`super::routing::answer_ended`]); `logging` does not release it
+    /// again.
+    pub freed: Option<std::sync::Arc<crate::fleet::Member>>,
 }
 
 impl RequestCtx {

@@ -234,6 +234,7 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     if let Some(previous) = plan.flight.take() {
         predictor.flights.land(previous);
     }
+    plan.prefill_beside = None;
     let flight = InFlight {
         generated: 0,
         max_tokens: max_tokens(ctx),
@@ -333,15 +334,23 @@ pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
     Ok(())
 }
 
-/// The record's [`TtftFacts`], and the book learns from the answer.
-pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
-    let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
-    let mut beside = None;
-    if let Some(b) = plan.flight {
+/// The attempt's answer ended (upstream, or in `logging`): it lands from
+/// the board of answers in flight, with the prompt tokens of others that
+/// went through its prefill's batches.
+pub fn landed(predictor: &Predictor, ctx: &mut RequestCtx) {
+    let plan = &mut ctx.attempt.routed.ttft;
+    if let Some(b) = plan.flight.take() {
         let flights = &predictor.flights;
-        beside = flights.overlap(b, std::time::Instant::now());
+        plan.prefill_beside = flights.overlap(b, std::time::Instant::now());
         flights.land(b);
     }
+}
+
+/// The record's [`TtftFacts`], and the book learns from the answer.
+pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
+    landed(predictor, ctx);
+    let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
+    let beside = plan.prefill_beside;
     let Some(p) = plan.predicted else {
         return;
     };

@@ -139,8 +139,11 @@ pub async fn prepare(
 /// load. An upstream whose connect failed (in `ctx.attempt.routed.tried`) is not chosen
 /// again; one whose pooled connection turned out stale may be.
 pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
+    let freed = ctx.attempt.routed.freed.take();
     if let Some(previous) = ctx.attempt.member.take() {
-        fleet.release(previous);
+        if freed.is_none() {
+            fleet.release(previous);
+        }
     }
     ctx.attempt.routed.ejected = false;
     let model = ctx.asked.request.model.as_deref();
@@ -205,7 +208,25 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
         .ok_or_else(|| errors::unresolved(&member.upstream.address))
 }
 
-/// The request is over: release the upstream, eject it when `cause` (what
+/// The attempt's answer ended upstream (the end of its body was read):
+/// its member's slot is free, so it leaves the member's load now, before
+/// the client has the last bytes and `logging` runs; a request the client
+/// sends on that end is not counted behind it.
+pub fn answer_ended(fleet: &Fleet, ctx: &mut RequestCtx) {
+    let Some(i) = ctx.attempt.member else {
+        return;
+    };
+    if ctx.attempt.routed.freed.is_some() {
+        return;
+    }
+    if let Some(m) = fleet.member(i) {
+        ctx.attempt.routed.freed = Some(m);
+        fleet.release(i);
+    }
+}
+
+/// The request is over: release the upstream (unless its answer's end
+/// did), eject it when `cause` (what
 /// failed, when an error ended the request) says so, learn from `cache_n`,
 /// and describe the routing for telemetry.
 pub fn finish(
@@ -216,8 +237,14 @@ pub fn finish(
 ) -> Option<UpstreamFacts> {
     let i = ctx.attempt.member.take()?;
     // Read before the release: a draining member may leave once it is idle.
-    let member = fleet.member(i);
-    fleet.release(i);
+    let member = match ctx.attempt.routed.freed.take() {
+        Some(m) => Some(m),
+        None => {
+            let m = fleet.member(i);
+            fleet.release(i);
+            m
+        }
+    };
     if end.ejects(ctx.attempt.routed.ejected) {
         fleet.eject(i);
     }

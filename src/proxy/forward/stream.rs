@@ -24,7 +24,7 @@ use tokio::sync::futures::Notified;
 use super::super::context::RequestCtx;
 use super::super::continuable;
 use super::super::moves::{Registration, Signal};
-use super::super::{downstream, progress, Steps};
+use super::super::{downstream, predict, progress, routing, Steps};
 use super::attempt::Ending;
 use super::{checks, drain, record};
 use crate::upstream::client::Exchange;
@@ -50,6 +50,7 @@ pub async fn body(
             return Ok(Ending::Cut(Reason::UpstreamDied, ended()));
         }
         // A bodiless answer: its end is all the client gets.
+        upstream_done(steps, ctx);
         steps.response_chunk(ctx, None, true);
         downstream::body(session, Bytes::new(), true, client_timeout).await?;
         return Ok(Ending::Whole);
@@ -170,6 +171,9 @@ pub async fn body(
                 // anything sees the chunk: the copies, the counts and the
                 // client all get the client's stream.
                 let chunk = progress::filter(&steps.predictor, ctx, chunk, end);
+                if end {
+                    upstream_done(steps, ctx);
+                }
                 steps.response_chunk(ctx, chunk.as_ref(), end);
                 let b = chunk.unwrap_or_default();
                 if !b.is_empty() || end {
@@ -191,6 +195,7 @@ pub async fn body(
                 let done = chunk.as_ref().is_some_and(|c| r.feed(c, &mut out));
                 if done {
                     record::heard(ctx, r.counts());
+                    upstream_done(steps, ctx);
                 }
                 if !out.is_empty() || done {
                     if !tokens {
@@ -225,6 +230,15 @@ pub async fn body(
         }
     }
     Ok(Ending::Whole)
+}
+
+/// The upstream's answer is over (its body's end read): its slot is free
+/// before the client has the last bytes, so the member's load and the
+/// board of answers in flight drop it now, not in `logging`: a request
+/// the client sends on that end is not predicted or routed behind it.
+fn upstream_done(steps: &Steps, ctx: &mut RequestCtx) {
+    routing::answer_ended(&steps.fleet, ctx);
+    predict::landed(&steps.predictor, ctx);
 }
 
 /// Resolves when the answer is told to move; never without a signal.
