@@ -163,12 +163,19 @@ pub fn filter(
     let mut out = Vec::new();
     let mut read = |p: PromptProgress| {
         plan.progress_events = plan.progress_events.saturating_add(1);
+        let left = p.total.saturating_sub(p.processed);
         let beside = plan.flight.map_or(0, |b| {
             let flights = &predictor.flights;
             // The first event is sent as the slot starts its prefill.
             flights.started(b, now, p.total.saturating_sub(p.cache));
-            flights.prefill_left(b, p.total.saturating_sub(p.processed));
-            flights.beside(b)
+            flights.prefill_left(b, left);
+            // Once its own prompt is done, the next batch brings its first
+            // token: the prompts beside no longer delay it.
+            if left > 0 {
+                flights.beside(b)
+            } else {
+                0
+            }
         });
         let Some(predicted) = plan.predicted.as_ref() else {
             return;
