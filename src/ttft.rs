@@ -30,8 +30,8 @@
 //! first token.
 //!
 //! Deliberately not here: the tokens generated so far by the answers in
-//! flight (counting them would be work per token; the book assumes each
-//! busy slot at a typical answer's point), the admission queue's waiting
+//! flight (counting them would be work per token; each answer's time since
+//! its first token, at the member's decode rate, stands in), the admission queue's waiting
 //! requests at dispatch (a request is predicted when it is dispatched,
 //! after its wait; only the bound before routing counts them), asking for
 //! and reading progress events (the proxy's `progress`), and any decision

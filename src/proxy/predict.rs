@@ -239,6 +239,7 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
         generated: 0,
         max_tokens: max_tokens(ctx),
         prefill_left: streamed_prefill(ctx, &predicted, cached),
+        decoding_ms: 0,
     };
     let promise = promises::promise(predictor, ctx, &predicted);
     ctx.attempt.routed.ttft.flight = predictor.flights.board(member, flight, promise);

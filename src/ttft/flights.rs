@@ -21,8 +21,12 @@
 //! an answer landing can say how many tokens of other prompts went through
 //! its batches ([`Flights::overlap`]).
 //!
+//! Each answer's first token is noted too: a copy of the list carries each
+//! answer's time since it, from which the predictor reckons how far into
+//! its answer it is.
+//!
 //! Deliberately not here: the tokens the answers have generated (they
-//! would be counted per token; the predictor assumes a typical answer),
+//! would be counted per token; their time since the first token stands in),
 //! predicting ([`super::Predictor`]), and the wait itself (the proxy's
 //! `predict`).
 
@@ -57,6 +61,8 @@ struct Entry {
     flight: InFlight,
     promise: Option<Promise>,
     window: Window,
+    /// When its first token came.
+    first_token: Option<Instant>,
 }
 
 /// One member's answers, in boarding order, and the prefill windows of
@@ -103,6 +109,7 @@ impl Flights {
             flight,
             promise,
             window: Window::default(),
+            first_token: None,
         });
         Some(Boarded { member, id })
     }
@@ -145,6 +152,7 @@ impl Flights {
         self.with(b, |e| {
             e.flight.prefill_left = 0;
             e.window.end(at);
+            e.first_token.get_or_insert(at);
         });
     }
 
@@ -246,8 +254,10 @@ impl Flights {
     }
 
     /// Copies `member`'s answers, in boarding order (the first ones hold
-    /// its slots), into `out`; how many.
+    /// its slots), into `out`, each with its time since its first token;
+    /// how many.
     pub fn of(&self, member: usize, out: &mut [InFlight]) -> usize {
+        let now = Instant::now();
         let Ok(by) = self.by_member.lock() else {
             return 0;
         };
@@ -257,6 +267,10 @@ impl Flights {
         let n = m.list.len().min(out.len());
         for (o, e) in out.iter_mut().zip(&m.list) {
             *o = e.flight;
+            let since = e
+                .first_token
+                .map_or(0, |t| now.saturating_duration_since(t).as_millis());
+            o.decoding_ms = u32::try_from(since).unwrap_or(u32::MAX);
         }
         n
     }
@@ -296,6 +310,7 @@ mod tests {
             generated: 0,
             max_tokens: Some(64),
             prefill_left,
+            decoding_ms: 0,
         }
     }
 
@@ -445,6 +460,21 @@ mod tests {
         f.land(late);
         f.land(long);
         assert!(!f.by_member.lock().unwrap().contains_key(&0));
+    }
+
+    #[test]
+    fn a_copy_carries_each_answers_time_since_its_first_token() {
+        use std::time::Duration;
+        let f = Flights::default();
+        let a = f.board(0, flight(10), None).unwrap();
+        let b = f.board(0, flight(10), None).unwrap();
+        f.prefilled(a, Instant::now() - Duration::from_secs(2));
+        let mut out = [InFlight::default(); 4];
+        assert_eq!(f.of(0, &mut out), 2);
+        assert!(out[0].decoding_ms >= 2000, "{:?}", out[0]);
+        assert_eq!((out[1].decoding_ms, out[1].prefill_left), (0, 10));
+        f.land(a);
+        f.land(b);
     }
 
     #[test]

@@ -52,6 +52,7 @@ fn bench(c: &mut Criterion) {
         generated: 20,
         max_tokens: Some(128),
         prefill_left: 0,
+        decoding_ms: 0,
     }; 4];
     let free = Query {
         prompt: PromptSize::Tokens(1200),

@@ -100,6 +100,7 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                             generated: f.get(0).and_then(Value::as_u64).unwrap_or(0) as u32,
                             max_tokens: f.get(1).and_then(Value::as_u64).map(|m| m as u32),
                             prefill_left: f.get(2).and_then(Value::as_u64).unwrap_or(0) as u32,
+                            decoding_ms: 0,
                         })
                         .collect()
                 })

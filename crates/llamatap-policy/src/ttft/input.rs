@@ -84,6 +84,10 @@ pub struct InFlight {
     /// Prompt tokens it still has to prefill (0 once its first token came;
     /// its estimate of new tokens before its first progress event).
     pub prefill_left: u32,
+    /// Milliseconds since its first token (0 before it, or not known): at
+    /// the member's decode rate, the tokens it has generated when
+    /// `generated` is not counted (the larger of the two is used).
+    pub decoding_ms: u32,
 }
 
 /// The member's load when the request would be dispatched.

@@ -346,11 +346,13 @@ fn a_full_member_waits_for_the_first_slot_to_free() {
             generated: 10,
             max_tokens: Some(64),
             prefill_left: 0,
+            decoding_ms: 0,
         },
         InFlight {
             generated: 60,
             max_tokens: Some(64),
             prefill_left: 0,
+            decoding_ms: 0,
         },
     ];
     let full = Query {
@@ -524,6 +526,7 @@ fn a_prompt_prefilling_beside_shares_the_batches() {
         generated: 0,
         max_tokens: Some(64),
         prefill_left: 900,
+        decoding_ms: 0,
     }];
     let beside = Query {
         load: Load {
@@ -613,6 +616,7 @@ fn answers_that_run_to_max_tokens_hold_their_slot_to_the_end() {
         generated: 10,
         max_tokens: Some(400),
         prefill_left: 0,
+        decoding_ms: 0,
     }];
     let full = Query {
         load: Load {
@@ -628,6 +632,24 @@ fn answers_that_run_to_max_tokens_hold_their_slot_to_the_end() {
     // 390 tokens left at the learned decode rate, not what is left of a
     // typical 64-token answer.
     assert!(rel_err(e.wait_ms, 390.0 * decode) < 0.05, "{e:?}");
+    // Its time since its first token says how far it is when its tokens
+    // are not counted: 200 tokens' time, 200 left.
+    let timed = [InFlight {
+        generated: 0,
+        decoding_ms: (200.0 * decode) as u32,
+        ..long[0]
+    }];
+    let e = estimate(book.predict(
+        &0,
+        &Query {
+            load: Load {
+                in_flight: &timed,
+                ..full.load
+            },
+            ..full
+        },
+    ));
+    assert!(rel_err(e.wait_ms, 200.0 * decode) < 0.05, "{e:?}");
     // Answers that stop at a quarter of their max_tokens: a quarter is
     // expected of this one too.
     let mut quarter = TtftBook::new(1);

@@ -13,7 +13,7 @@
 //!
 //! Deliberately not here: learning the rates (`member.rs`).
 
-use super::input::Load;
+use super::input::{InFlight, Load};
 
 /// The most slots whose free times are computed; a member with more is
 /// treated as having this many, each freeing as its own answers say.
@@ -55,7 +55,7 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
     for (i, t) in at.iter_mut().enumerate().take(busy as usize) {
         *t = match load.in_flight.get(i) {
             Some(a) => {
-                let left = remaining(a.generated, a.max_tokens, &pace);
+                let left = remaining(generated(a, &pace), a.max_tokens, &pace);
                 left * pace.decode_ms + f64::from(a.prefill_left) * pace.prefill_ms
             }
             None => pace.answer_tokens / 2.0 * pace.decode_ms,
@@ -72,6 +72,17 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
     } else {
         None
     }
+}
+
+/// Tokens an answer has generated: counted, or its time since its first
+/// token at the decode rate with every slot busy.
+fn generated(a: &InFlight, pace: &Pace) -> u32 {
+    let timed = if pace.decode_ms > 0.0 {
+        (f64::from(a.decoding_ms) / pace.decode_ms).min(f64::from(u32::MAX)) as u32
+    } else {
+        0
+    };
+    a.generated.max(timed)
 }
 
 /// Tokens an answer still has to decode: what is left of a typical answer

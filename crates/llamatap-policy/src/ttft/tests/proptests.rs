@@ -99,7 +99,7 @@ proptest! {
         since in any_ms(),
     ) {
         let book = book_of(&history);
-        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2), prefill_left: generated }; busy as usize];
+        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2), prefill_left: generated, decoding_ms: 0 }; busy as usize];
         let load = Load { slots, busy, queue_ahead: queue, in_flight: &flights };
         for prompt in [PromptSize::Tokens(tokens), PromptSize::Bytes(bytes)] {
             let q = Query { prompt, cached: PromptSize::Tokens(cached), load };
@@ -145,7 +145,7 @@ proptest! {
         prefill_left in 0u32..2000,
     ) {
         let book = book_of(&history);
-        let flights = [InFlight { generated, max_tokens: None, prefill_left }; 16];
+        let flights = [InFlight { generated, max_tokens: None, prefill_left, decoding_ms: 0 }; 16];
         let at = |busy: u32| book.predict(&0, &Query {
             prompt: PromptSize::Tokens(tokens),
             cached: PromptSize::Tokens(0),
