@@ -17,8 +17,9 @@
 //!   [`described`] when its body is read later, [`prefilling`] as its
 //!   prefill goes).
 //! - [`head`] (the client's response head): `x-llamatap-predicted-ttft-ms`.
-//! - [`finish`] (in `logging`): the record's [`TtftFacts`], and the book
-//!   learns from the answer's `timings`.
+//! - [`landed`] (the answer's end read upstream) and [`finish`] (in
+//!   `logging`), in [`learn`]: off the board, the record's TTFT facts, and
+//!   the book learns from the answer's `timings`.
 //!
 //! Nothing here runs per streamed chunk. Deliberately not here: how a
 //! paused answer moves ([`super::moves`], the continuation), and reading
@@ -35,10 +36,13 @@ use super::reply::{write_error, write_error_with, ErrorReply};
 use crate::admission::Admission;
 use crate::config::slo::Slos;
 use crate::fleet::Fleet;
-use crate::ttft::{self, slo, Finished, Predicted, Predictor};
+use crate::ttft::{self, slo, Predicted, Predictor};
 use llamatap_policy::tenant::Priority;
-use llamatap_policy::ttft::{Bound, Confidence, InFlight, Timings};
-use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
+use llamatap_policy::ttft::{Bound, Confidence, InFlight};
+use llamatap_telemetry::record::Outcome;
+
+mod learn;
+pub use learn::{finish, landed};
 
 /// The request header carrying a TTFT objective, integer milliseconds.
 pub const SLO_HEADER: &str = "x-slo-ttft-ms";
@@ -333,73 +337,4 @@ pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
         resp.insert_header(PREDICTED_HEADER, ms.to_string())?;
     }
     Ok(())
-}
-
-/// The attempt's answer ended (upstream, or in `logging`): it lands from
-/// the board of answers in flight, with the prompt tokens of others that
-/// went through its prefill's batches.
-pub fn landed(predictor: &Predictor, ctx: &mut RequestCtx) {
-    let plan = &mut ctx.attempt.routed.ttft;
-    if let Some(b) = plan.flight.take() {
-        let flights = &predictor.flights;
-        plan.prefill_beside = flights.overlap(b, std::time::Instant::now());
-        flights.land(b);
-    }
-}
-
-/// The record's [`TtftFacts`], and the book learns from the answer.
-pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
-    landed(predictor, ctx);
-    let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
-    let beside = plan.prefill_beside;
-    let Some(p) = plan.predicted else {
-        return;
-    };
-    let dispatched = p.sent.checked_duration_since(ctx.asked.received);
-    let refused = rec.error_type == Some("ttft_slo_unattainable");
-    rec.ttft = Some(TtftFacts {
-        predicted_ms: p.ms(),
-        confidence: confidence(&p),
-        slo_ms: plan.slo_ms,
-        dispatched: if refused { None } else { dispatched },
-        corrected_ms: plan.corrected_ms,
-        progress_events: plan.progress_events,
-        made_room: plan.made_room,
-        held_ms: plan.held.map(|d| ttft::round_ms(d.as_secs_f64() * 1000.0)),
-        prefill_beside_tokens: beside,
-    });
-    if refused || rec.outcome != Outcome::Ok {
-        return;
-    }
-    let Some(t) = rec.timings.as_ref() else {
-        return;
-    };
-    let n = |v: Option<u64>| v.map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX));
-    let done = Finished {
-        timings: Timings {
-            prompt_n: n(t.prompt_n),
-            prompt_ms: t.prompt_ms.unwrap_or(0.0),
-            cache_n: n(t.cache_n),
-            predicted_n: n(t.predicted_n),
-            predicted_ms: t.predicted_ms.unwrap_or(0.0),
-        },
-        max_tokens: rec
-            .request
-            .max_tokens
-            .map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
-        ttft: rec
-            .first_token_any
-            .zip(dispatched)
-            .and_then(|(f, d)| f.checked_sub(d)),
-        prefill_others: beside.unwrap_or(0),
-    };
-    predictor.learn(&p, &done);
-}
-
-fn confidence(p: &Predicted) -> &'static str {
-    match p.confidence() {
-        Some(Confidence::High) => "high",
-        Some(Confidence::Low) => "low",
-        None => "none",
-    }
 }

@@ -1,0 +1,81 @@
+//! The end of an attempt's TTFT life: it lands from the board of answers
+//! in flight (when its body's end is read upstream, else in `logging`),
+//! its record gets its [`TtftFacts`], and the book learns from its
+//! `timings`.
+//!
+//! Deliberately not here: the prediction at dispatch and its header (the
+//! parent module), reading progress events (`progress`).
+
+use crate::proxy::context::RequestCtx;
+use crate::ttft::{self, Finished, Predicted, Predictor};
+use llamatap_policy::ttft::{Confidence, Timings};
+use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
+
+/// The attempt's answer ended (upstream, or in `logging`): it lands from
+/// the board of answers in flight, with the prompt tokens of others that
+/// went through its prefill's batches.
+pub fn landed(predictor: &Predictor, ctx: &mut RequestCtx) {
+    let plan = &mut ctx.attempt.routed.ttft;
+    if let Some(b) = plan.flight.take() {
+        let flights = &predictor.flights;
+        plan.prefill_beside = flights.overlap(b, std::time::Instant::now());
+        flights.land(b);
+    }
+}
+
+/// The record's [`TtftFacts`], and the book learns from the answer.
+pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
+    landed(predictor, ctx);
+    let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
+    let beside = plan.prefill_beside;
+    let Some(p) = plan.predicted else {
+        return;
+    };
+    let dispatched = p.sent.checked_duration_since(ctx.asked.received);
+    let refused = rec.error_type == Some("ttft_slo_unattainable");
+    rec.ttft = Some(TtftFacts {
+        predicted_ms: p.ms(),
+        confidence: confidence(&p),
+        slo_ms: plan.slo_ms,
+        dispatched: if refused { None } else { dispatched },
+        corrected_ms: plan.corrected_ms,
+        progress_events: plan.progress_events,
+        made_room: plan.made_room,
+        held_ms: plan.held.map(|d| ttft::round_ms(d.as_secs_f64() * 1000.0)),
+        prefill_beside_tokens: beside,
+    });
+    if refused || rec.outcome != Outcome::Ok {
+        return;
+    }
+    let Some(t) = rec.timings.as_ref() else {
+        return;
+    };
+    let n = |v: Option<u64>| v.map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX));
+    let done = Finished {
+        timings: Timings {
+            prompt_n: n(t.prompt_n),
+            prompt_ms: t.prompt_ms.unwrap_or(0.0),
+            cache_n: n(t.cache_n),
+            predicted_n: n(t.predicted_n),
+            predicted_ms: t.predicted_ms.unwrap_or(0.0),
+        },
+        max_tokens: rec
+            .request
+            .max_tokens
+            .map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
+        ttft: rec
+            .first_token_any
+            .zip(dispatched)
+            .and_then(|(f, d)| f.checked_sub(d)),
+        prefill_others: beside.unwrap_or(0),
+    };
+    predictor.learn(&p, &done);
+}
+
+fn confidence(p: &Predicted) -> &'static str {
+    match p.confidence() {
+        Some(Confidence::High) => "high",
+        Some(Confidence::Low) => "low",
+        None => "none",
+    }
+}

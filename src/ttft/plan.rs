@@ -1,0 +1,46 @@
+//! A request's TTFT state across its attempts, kept in its context: its
+//! objective, the members left out for it, its prediction and correction,
+//! its place on the board of answers in flight.
+//!
+//! Plain data; deliberately no behaviour (the proxy's `predict` and
+//! `progress` fill it).
+
+use std::time::Duration;
+
+#[cfg(doc)]
+use super::{progress, prompt_bytes, steer, Flights, Promise};
+use super::{Boarded, Predicted};
+
+/// A request's TTFT state across its attempts: plain data in its context.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// Its objective, ms (`x-slo-ttft-ms`, else the tenant's or class's
+    /// default).
+    pub slo_ms: Option<u32>,
+    /// Members left out of routing: predicted over the objective.
+    pub avoid: Vec<usize>,
+    /// No member was predicted within the objective, and an answer of a
+    /// less urgent class was told to pause to make room on the one left.
+    pub made_room: bool,
+    /// Members left out of this attempt's routing without an objective:
+    /// predicted much slower than the fastest ([`steer`]).
+    pub steered: Vec<usize>,
+    /// The prompt's size in bytes ([`prompt_bytes`]).
+    pub prompt_bytes: u64,
+    /// The current attempt's prediction.
+    pub predicted: Option<Predicted>,
+    /// The current attempt's prediction as corrected by its last prompt
+    /// progress event ([`progress`]), whole ms from dispatch.
+    pub corrected_ms: Option<u64>,
+    /// Prompt progress events the current attempt read.
+    pub progress_events: u32,
+    /// The current attempt on the board of answers in flight
+    /// ([`Flights`]), until `logging` or the next attempt.
+    pub flight: Option<Boarded>,
+    /// How long the request waited before its dispatch so as not to push
+    /// an earlier answer's first token past its objective ([`Promise`]).
+    pub held: Option<Duration>,
+    /// The prompt tokens of other answers that went through the current
+    /// attempt's prefill batches ([`Flights::overlap`]), once it landed.
+    pub prefill_beside: Option<u32>,
+}
