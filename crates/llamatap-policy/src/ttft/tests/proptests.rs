@@ -99,7 +99,7 @@ proptest! {
         since in any_ms(),
     ) {
         let book = book_of(&history);
-        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2), prefill_left: generated, decoding_ms: 0 }; busy as usize];
+        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2), prefill_left: generated, decoding_ms: generated.saturating_mul(997) }; busy as usize];
         let load = Load { slots, busy, queue_ahead: queue, in_flight: &flights };
         for prompt in [PromptSize::Tokens(tokens), PromptSize::Bytes(bytes)] {
             let q = Query { prompt, cached: PromptSize::Tokens(cached), load };
@@ -108,6 +108,26 @@ proptest! {
         let (total, cache, processed, time_ms) = progress;
         let p = Progress { total, cache, processed, time_ms };
         check_finite(book.correct(&0, &p, since, busy, generated))?;
+    }
+
+    #[test]
+    fn a_slot_frees_no_later_for_an_answer_decoding_longer(
+        history in proptest::collection::vec(sane_observation(), 1..40),
+        a in 0u32..600_000,
+        b in 0u32..600_000,
+        max_tokens in proptest::option::of(1u32..2000),
+        prefill_left in 0u32..2000,
+    ) {
+        let book = book_of(&history);
+        let at = |decoding_ms: u32| {
+            let busy = [InFlight { generated: 0, max_tokens, prefill_left, decoding_ms }];
+            let load = Load { slots: 1, busy: 1, queue_ahead: 0, in_flight: &busy };
+            let q = Query { prompt: PromptSize::Tokens(300), cached: PromptSize::Tokens(0), load };
+            book.predict(&0, &q).ttft_ms()
+        };
+        if let (Some(short), Some(long)) = (at(a.min(b)), at(a.max(b))) {
+            prop_assert!(long <= short + 1e-6, "{short} then {long}");
+        }
     }
 
     #[test]
