@@ -177,9 +177,30 @@ impl Held {
         }
     }
 
-    /// Gives its slot back (a paused answer, before it waits again).
+    /// Gives its slot back (a paused answer, before it waits again; an
+    /// answer whose end was read upstream). Once only: without a slot, a
+    /// no-op.
     pub fn give_back(&mut self) {
         drop(self.ticket.take());
+    }
+
+    /// A request of `class` granted a slot at once, as [`wait`] grants it
+    /// when one is free (`None` when none is).
+    #[cfg(test)]
+    pub(crate) fn granted_at_once(
+        admission: &Arc<Admission>,
+        class: Priority,
+        asking: &Asking<'_>,
+    ) -> Option<Box<Held>> {
+        let mut h = Box::new(Held::new(class, asking, 1));
+        let who = (class as usize, h.who.0);
+        let now = admission.with(|s| {
+            admission.refresh(s);
+            s.admit_now(who.0, who.1)
+        });
+        now.filter(|g| *g)?;
+        h.ticket = Some(Ticket::new(admission, who));
+        Some(h)
     }
 
     /// The request left the queue without a slot: its wait ends now.

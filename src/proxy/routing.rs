@@ -210,18 +210,22 @@ pub fn choose(fleet: &Fleet, ctx: &mut RequestCtx) -> Result<SocketAddr> {
 
 /// The attempt's answer ended upstream (the end of its body was read):
 /// its member's slot is free, so it leaves the member's load now, before
-/// the client has the last bytes and `logging` runs; a request the client
-/// sends on that end is not counted behind it.
+/// the client has the last bytes and `logging` runs, and then gives its
+/// admission slot back (the queue dispatches the next request): a request
+/// the client sends on that end is neither counted nor queued behind it.
 pub fn answer_ended(fleet: &Fleet, ctx: &mut RequestCtx) {
     let Some(i) = ctx.attempt.member else {
         return;
     };
-    if ctx.attempt.routed.freed.is_some() {
-        return;
+    if ctx.attempt.routed.freed.is_none() {
+        if let Some(m) = fleet.member(i) {
+            ctx.attempt.routed.freed = Some(m);
+            fleet.release(i);
+        }
     }
-    if let Some(m) = fleet.member(i) {
-        ctx.attempt.routed.freed = Some(m);
-        fleet.release(i);
+    // Last: the request it dispatches sees the member's load without it.
+    if let Some(h) = ctx.admission.as_deref_mut() {
+        h.give_back();
     }
 }
 

@@ -233,12 +233,14 @@ pub async fn body(
 }
 
 /// The upstream's answer is over (its body's end read): its slot is free
-/// before the client has the last bytes, so the member's load and the
-/// board of answers in flight drop it now, not in `logging`: a request
-/// the client sends on that end is not predicted or routed behind it.
+/// before the client has the last bytes, so the board of answers in
+/// flight, the member's load and the admission queue drop it now, not in
+/// `logging`: a request the client sends on that end is not predicted,
+/// routed or queued behind it. The board goes first: the queue's slot,
+/// given back last, may dispatch a request at once.
 fn upstream_done(steps: &Steps, ctx: &mut RequestCtx) {
-    routing::answer_ended(&steps.fleet, ctx);
     predict::landed(&steps.predictor, ctx);
+    routing::answer_ended(&steps.fleet, ctx);
 }
 
 /// Resolves when the answer is told to move; never without a signal.

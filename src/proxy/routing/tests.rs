@@ -79,3 +79,55 @@ fn an_answer_that_ended_upstream_leaves_the_members_load_once() {
     choose(&f, &mut retried).unwrap();
     assert_eq!(load(), 1);
 }
+
+#[test]
+fn an_answer_that_ended_upstream_gives_its_queue_slot_to_the_next_request() {
+    use crate::admission::{Admission, Asking, Held};
+    use llamatap_policy::tenant::{Priority, TenantId};
+    let o = crate::config::Overrides {
+        upstreams: vec!["http://127.0.0.1:9000".into()],
+        ..crate::config::Overrides::default()
+    };
+    let raw = crate::config::RawConfig::default();
+    let mut config = crate::config::Config::from_raw(raw, &o).unwrap();
+    config.queue.enabled = true;
+    config.queue.max_inflight = Some(1);
+    let f = std::sync::Arc::new(Fleet::new(&config));
+    for m in f.members() {
+        m.set_address(m.upstream.address.parse().unwrap());
+        m.set_health(Ok(()));
+    }
+    let moves = crate::proxy::moves::Moves::new();
+    let adm = Admission::new(&config, std::sync::Arc::clone(&f), None, moves, None);
+    let asking = Asking {
+        tenant: TenantId::Anonymous,
+        received: std::time::Instant::now(),
+        model: None,
+    };
+    let class = Priority::Interactive;
+    let mut ctx = RequestCtx::new();
+    ctx.admission = Held::granted_at_once(&adm, class, &asking);
+    assert!(ctx.admission.is_some(), "the only slot is free");
+    choose(&f, &mut ctx).unwrap();
+    assert!(
+        Held::granted_at_once(&adm, class, &asking).is_none(),
+        "a second request waits while the answer streams"
+    );
+    // Its end is read upstream: the next request goes at once, before the
+    // client has the last bytes.
+    answer_ended(&f, &mut ctx);
+    let next = Held::granted_at_once(&adm, class, &asking);
+    assert!(next.is_some(), "the slot was given back");
+    assert!(
+        Held::granted_at_once(&adm, class, &asking).is_none(),
+        "given back once: the next request holds it"
+    );
+    answer_ended(&f, &mut ctx);
+    let rec = ctx.record("POST".into(), "/".into(), Outcome::Ok, None, None);
+    finish(&f, &mut ctx, &rec, &End::Whole).expect("the member's facts");
+    drop(ctx);
+    assert!(
+        Held::granted_at_once(&adm, class, &asking).is_none(),
+        "`logging` and the context's drop give nothing back twice"
+    );
+}
