@@ -65,7 +65,8 @@ pub struct Member {
     /// Slots listed by `/slots`, `u32::MAX` when unknown (read when the
     /// queue is on, or in a fleet).
     pub(super) total_slots: AtomicU32,
-    /// Its own queue (`llamacpp:requests_deferred`), `u32::MAX` when unknown.
+    /// Its own queue (`llamacpp:requests_deferred`) beyond llamatap's own
+    /// requests over its slots at the read, `u32::MAX` when unknown.
     pub(super) deferred: AtomicU32,
     /// Marks of its process's life, as last read.
     pub(super) marks: Mutex<Marks>,
@@ -198,10 +199,21 @@ impl Member {
         }
     }
 
-    /// Records its queue (`llamacpp:requests_deferred`; `None`: unknown).
+    /// Records its queue (`llamacpp:requests_deferred`, just read; `None`:
+    /// unknown), less the part llamatap's own requests beyond its slots
+    /// explain now: what is left waits there for reasons llamatap does not
+    /// count itself (other clients). Kept until the next read, the raw
+    /// gauge would count llamatap's own excess requests long after they
+    /// got a slot, as a queue ahead of every request routed or predicted
+    /// meanwhile; their own count is current.
     pub fn set_deferred(&self, deferred: Option<u32>) {
+        let own_excess = match self.total_slots() {
+            Some(slots) => self.in_flight().saturating_sub(slots),
+            None => 0,
+        };
+        let beyond = deferred.map(|d| d.saturating_sub(own_excess).min(u32::MAX - 1));
         self.deferred
-            .store(deferred.unwrap_or(u32::MAX), Ordering::Relaxed);
+            .store(beyond.unwrap_or(u32::MAX), Ordering::Relaxed);
     }
 
     /// Records the marks just read; the evidence when they show that another
@@ -222,7 +234,9 @@ impl Member {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// llama-server's `requests_deferred` at the last read, if known.
+    /// llama-server's `requests_deferred` at the last read beyond
+    /// llamatap's own excess requests then ([`Member::set_deferred`]), if
+    /// known.
     pub fn deferred(&self) -> Option<u32> {
         match self.deferred.load(Ordering::Relaxed) {
             u32::MAX => None,

@@ -79,6 +79,34 @@ fn load_is_counted_and_released() {
 }
 
 #[test]
+fn a_members_queue_counts_only_what_llamataps_own_excess_does_not_explain() {
+    let f = fleet(1);
+    let m = f.member(0).unwrap();
+    m.set_total_slots(Some(2));
+    for _ in 0..3 {
+        f.choose(None, &Chain::default(), None, &[]).unwrap();
+    }
+    // Three of llamatap's requests on two slots: the one llama-server
+    // queues is llamatap's own, counted already.
+    m.set_deferred(Some(1));
+    assert_eq!(m.deferred(), Some(0));
+    // Two more wait there from other clients.
+    m.set_deferred(Some(3));
+    assert_eq!(m.deferred(), Some(2));
+    // Read while a slot is free: all of it is someone else's.
+    f.release(0);
+    f.release(0);
+    m.set_deferred(Some(1));
+    assert_eq!(m.deferred(), Some(1));
+    // Slots unknown: nothing can be explained, the gauge is taken whole.
+    m.set_total_slots(None);
+    m.set_deferred(Some(4));
+    assert_eq!(m.deferred(), Some(4));
+    m.set_deferred(None);
+    assert_eq!(m.deferred(), None);
+}
+
+#[test]
 fn an_ejected_upstream_is_skipped_until_a_check_passes() {
     let f = fleet(2);
     f.eject(0);
