@@ -90,6 +90,22 @@ impl Mean {
             _ => x,
         }
     }
+
+    /// Adds `x` (≥ 0) to the mean of a fixed cost, whose noise only adds
+    /// (a wait, a cold start): clipped as [`Mean::clip`] once the mean has
+    /// weight; before that, a value under `1/CLIP` of the mean (less
+    /// `slack`) starts it anew, since what came before was such noise. A
+    /// llama-server's first request can take a hundred times its usual
+    /// overhead, and the clip alone would then need a dozen requests to
+    /// bring the mean down.
+    fn add_cost(&mut self, x: f64, slack: f64) {
+        let x = x.max(0.0);
+        match self.get() {
+            Some(m) if self.weight < 2.0 && x < m / CLIP - slack => *self = Mean::default(),
+            _ => {}
+        }
+        self.add(self.clip(x, slack));
+    }
 }
 
 /// The learned rates of one member and model.
@@ -163,10 +179,10 @@ impl Rates {
         let timed = t.prompt_ms.is_finite() && t.prompt_ms >= 0.0;
         if let Some(ttft) = obs.ttft_ms.filter(|v| v.is_finite() && *v >= 0.0 && timed) {
             let over = (ttft - t.prompt_ms).max(0.0);
-            self.overhead.add(self.overhead.clip(over, 20.0).max(0.0));
+            self.overhead.add_cost(over, 20.0);
         }
         if let Some(lead) = obs.started_ms.filter(|v| v.is_finite() && *v >= 0.0) {
-            self.lead.add(self.lead.clip(lead, 20.0).max(0.0));
+            self.lead.add_cost(lead, 20.0);
         }
         self.observations = self.observations.saturating_add(1);
     }

@@ -278,6 +278,29 @@ fn one_outlier_moves_the_prediction_little() {
 }
 
 #[test]
+fn a_slow_first_request_does_not_set_the_overhead() {
+    let m = Member::cpu();
+    let mut book = TtftBook::new(4);
+    // A llama-server's first request: 400 ms before its prefill started
+    // (a cold start), then requests at its usual 12 ms.
+    let mut first = m.observation(600, 0, 0, 1.0);
+    first.ttft_ms = first.ttft_ms.map(|t| t + 388.0);
+    first.started_ms = Some(395.0);
+    book.observe(&0, &first);
+    assert!(book.learned(&0).unwrap().overhead_ms.unwrap() > 300.0);
+    book.observe(&0, &m.observation(500, 0, 0, 1.0));
+    let l = book.learned(&0).unwrap();
+    assert!(rel_err(l.overhead_ms.unwrap(), 12.0) < 0.02, "{l:?}");
+    // Once it has weight, a slow request is clipped (to 3 × 12 + 20 ms)
+    // and moves the mean, as before.
+    book.observe(&0, &m.observation(700, 0, 0, 1.0));
+    book.observe(&0, &m.observation(300, 0, 0, 1.0));
+    book.observe(&0, &first);
+    let over = book.learned(&0).unwrap().overhead_ms.unwrap();
+    assert!((20.0..30.0).contains(&over), "{over}");
+}
+
+#[test]
 fn garbage_observations_are_ignored() {
     let m = Member::cpu();
     let mut book = trained(&m, 50, 0.0, 7);
