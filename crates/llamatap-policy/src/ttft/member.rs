@@ -176,12 +176,22 @@ impl Rates {
                     .add((f64::from(t.predicted_n) / f64::from(max)).min(1.0));
             }
         }
+        // The first request a member answers is its cold start (weights
+        // paged in, buffers allocated): its fixed costs say nothing of the
+        // next ones.
+        let warm = self.observations > 0;
         let timed = t.prompt_ms.is_finite() && t.prompt_ms >= 0.0;
-        if let Some(ttft) = obs.ttft_ms.filter(|v| v.is_finite() && *v >= 0.0 && timed) {
+        if let Some(ttft) = obs
+            .ttft_ms
+            .filter(|v| warm && v.is_finite() && *v >= 0.0 && timed)
+        {
             let over = (ttft - t.prompt_ms).max(0.0);
             self.overhead.add_cost(over, 20.0);
         }
-        if let Some(lead) = obs.started_ms.filter(|v| v.is_finite() && *v >= 0.0) {
+        if let Some(lead) = obs
+            .started_ms
+            .filter(|v| warm && v.is_finite() && *v >= 0.0)
+        {
             self.lead.add_cost(lead, 20.0);
         }
         self.observations = self.observations.saturating_add(1);

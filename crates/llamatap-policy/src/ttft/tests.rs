@@ -159,7 +159,9 @@ fn one_observation_gives_a_low_confidence_estimate() {
     book.observe(&7, &m.observation(500, 0, 0, 1.0));
     let e = estimate(book.predict(&7, &idle(500, 0)));
     assert_eq!(e.confidence, Confidence::Low);
-    assert!(rel_err(e.ttft_ms, m.ttft(500, 0, 0)) < 0.01, "{e:?}");
+    // The prefill; not yet the overhead (the first request is a cold start).
+    assert_eq!(e.overhead_ms, 0.0);
+    assert!(rel_err(e.ttft_ms, m.prefill(500, 0, 0)) < 0.01, "{e:?}");
     // Another key knows nothing.
     assert_eq!(book.predict(&8, &idle(500, 0)), Prediction::NoData);
 }
@@ -283,19 +285,26 @@ fn a_slow_first_request_does_not_set_the_overhead() {
     let mut book = TtftBook::new(4);
     // A llama-server's first request: 400 ms before its prefill started
     // (a cold start), then requests at its usual 12 ms.
-    let mut first = m.observation(600, 0, 0, 1.0);
-    first.ttft_ms = first.ttft_ms.map(|t| t + 388.0);
-    first.started_ms = Some(395.0);
-    book.observe(&0, &first);
-    assert!(book.learned(&0).unwrap().overhead_ms.unwrap() > 300.0);
+    let mut slow = m.observation(600, 0, 0, 1.0);
+    slow.ttft_ms = slow.ttft_ms.map(|t| t + 388.0);
+    slow.started_ms = Some(395.0);
+    book.observe(&0, &slow);
+    assert_eq!(book.learned(&0).unwrap().overhead_ms, None, "a cold start");
     book.observe(&0, &m.observation(500, 0, 0, 1.0));
+    let l = book.learned(&0).unwrap();
+    assert!(rel_err(l.overhead_ms.unwrap(), 12.0) < 0.02, "{l:?}");
+    // A slow one while the mean has little weight moves it a long way;
+    // the next usual one starts it anew.
+    book.observe(&0, &slow);
+    assert!(book.learned(&0).unwrap().overhead_ms.unwrap() > 150.0);
+    book.observe(&0, &m.observation(700, 0, 0, 1.0));
     let l = book.learned(&0).unwrap();
     assert!(rel_err(l.overhead_ms.unwrap(), 12.0) < 0.02, "{l:?}");
     // Once it has weight, a slow request is clipped (to 3 × 12 + 20 ms)
     // and moves the mean, as before.
     book.observe(&0, &m.observation(700, 0, 0, 1.0));
     book.observe(&0, &m.observation(300, 0, 0, 1.0));
-    book.observe(&0, &first);
+    book.observe(&0, &slow);
     let over = book.learned(&0).unwrap().overhead_ms.unwrap();
     assert!((20.0..30.0).contains(&over), "{over}");
 }
