@@ -9,7 +9,8 @@
 //! prediction (streamed answers only: their progress events and first token
 //! say when the prefill is over); each progress event sets what is left; the
 //! first token, or a head with no progress to come, sets it to 0; the
-//! attempt lands in `logging`, or when another attempt replaces it. The
+//! attempt lands when its body's end is read upstream, else in `logging`
+//! (a cut or failed answer), or when another attempt replaces it. The
 //! lock is held for one of these steps (a short scan of one member's
 //! list), never across an await; nothing here runs per token. A promise's
 //! prefill ending, or its attempt landing, wakes the requests waiting on

@@ -35,7 +35,8 @@ pub struct Plan {
     /// Prompt progress events the current attempt read.
     pub progress_events: u32,
     /// The current attempt on the board of answers in flight
-    /// ([`Flights`]), until `logging` or the next attempt.
+    /// ([`Flights`]), until its body's end is read upstream, `logging`,
+    /// or the next attempt.
     pub flight: Option<Boarded>,
     /// How long the request waited before its dispatch so as not to push
     /// an earlier answer's first token past its objective ([`Promise`]).
