@@ -1129,14 +1129,7 @@ fn a_continued_answer_is_charged_the_tokens_before_and_after_the_cut() {
     );
     // The charge lands in the minute the answer ends: start with most of
     // one left (a condition on the clock).
-    let left_in_minute = || {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        60_000 - now % 60_000
-    };
-    assert!(fleet::wait_for(Duration::from_secs(61), || left_in_minute() >= 45_000).is_some());
+    common::wait_for_minute_with(45_000);
     // Without include_usage nothing in the client's stream counts tokens.
     let body = body(json!({"stream_options": {"include_usage": false}}));
     let auth = format!("Bearer {KEY}");

@@ -22,7 +22,7 @@ use common::llama::LlamaServer;
 use common::otlp;
 use common::proxy::{metric_series, metric_value, rss_kib, Llamatap};
 use common::redis::Redis;
-use common::{free_port, temp_config, wait_until};
+use common::{free_port, left_in_minute, temp_config, wait_for_minute_with, wait_until};
 
 const ALICE: &str = "alice-secret-key-7f3a9c";
 const BOB: &str = "bob-secret-key-5e1d20";
@@ -74,20 +74,6 @@ fn tokens_of(u: &serde_json::Value) -> u64 {
     u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
 }
 
-/// Milliseconds left in the current one-minute window.
-fn left_in_minute() -> u64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    60_000 - now % 60_000
-}
-
-/// Waits (on the clock) until at least `ms` of the current minute is left.
-fn wait_for_window_with(ms: u64) {
-    assert!(wait_until(Duration::from_secs(61), || left_in_minute() >= ms));
-}
-
 // === the OpenAI SDK ===
 
 /// The SDK's calls, each HTTP attempt's send time and answer (status and
@@ -134,7 +120,7 @@ fn the_openai_sdk_backs_off_as_told_and_every_call_succeeds() {
     // Five calls against three a minute: the fourth is refused once, waits
     // for the next window, and it and the fifth go through there. Start with
     // enough of the minute left that the first three share one window.
-    wait_for_window_with(15_000);
+    wait_for_minute_with(15_000);
     let out = Command::new(common::python())
         .args([
             "-c",
@@ -516,7 +502,7 @@ fn two_replicas_share_one_token_limit_through_redis_and_follow_the_fallback() {
     let b = Llamatap::start(&llama.base_url, &["--config", cb.to_str().unwrap()]);
 
     // Both replicas at once, until the shared window is full: one limit.
-    wait_for_window_with(40_000);
+    wait_for_minute_with(40_000);
     let window = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -595,7 +581,7 @@ fn two_replicas_share_one_token_limit_through_redis_and_follow_the_fallback() {
             / 60
     };
     assert!(wait_until(Duration::from_secs(61), || now_window() > window));
-    wait_for_window_with(20_000);
+    wait_for_minute_with(20_000);
     let (status, head, _) = charge(&a.addr(), ALICE, false);
     assert_eq!(status, 200, "{:?} {admitted} {}", head, a.stderr());
     let (status, head, _) = charge(&b.addr(), ALICE, false);
@@ -683,7 +669,7 @@ fn a_silent_store_costs_a_request_at_most_its_timeout() {
         t.elapsed()
     };
     let baseline = (0..3).map(|_| direct()).max().unwrap();
-    wait_for_window_with(10_000);
+    wait_for_minute_with(10_000);
     // Fail open: served, each waiting at most the 50 ms timeout.
     for i in 0..5 {
         let t = std::time::Instant::now();
@@ -1283,7 +1269,7 @@ fn a_response_fields_that_hides_the_counts_is_refused_for_a_token_limited_tenant
         })
         .to_string()
     };
-    wait_for_window_with(30_000);
+    wait_for_minute_with(30_000);
     let before = remaining_tokens(&p, ALICE);
     assert_eq!(before, TPM);
     for path in ["/completion", "/completions"] {
@@ -1340,7 +1326,7 @@ fn an_answer_larger_than_max_inspect_bytes_is_charged_its_counts() {
     );
     let proxy = Llamatap::start(&llama.base_url, &["--config", config.to_str().unwrap()]);
     let p = proxy.addr();
-    wait_for_window_with(30_000);
+    wait_for_minute_with(30_000);
     let mut left = remaining_tokens(&p, ALICE);
     assert_eq!(left, TPM);
 

@@ -58,6 +58,24 @@ pub fn wait_until(timeout: std::time::Duration, mut done: impl FnMut() -> bool) 
     }
 }
 
+/// Milliseconds left in the current one-minute window of the tenants'
+/// limits (fixed windows aligned to the wall clock).
+pub fn left_in_minute() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    60_000 - now % 60_000
+}
+
+/// Waits (on the clock, a condition) until at least `ms` of the current
+/// minute is left: a test whose charges and readings must share one
+/// window of the tenants' limits starts here.
+pub fn wait_for_minute_with(ms: u64) {
+    assert!(wait_until(std::time::Duration::from_secs(61), || {
+        left_in_minute() >= ms
+    }));
+}
+
 /// The project venv's python (with the openai, dnslib and
 /// kubernetes-validate packages): `LLAMATAP_PYTHON`, else the venv
 /// scripts/ensure-deps.sh makes in the cache.
