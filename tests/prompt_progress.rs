@@ -159,9 +159,20 @@ fn progress_is_asked_stripped_or_passed_and_corrects_the_prediction() {
         assert_eq!(line["path"], *path);
         assert!(line["predicted_ttft_ms"].is_u64(), "{line}");
         assert!(line["corrected_ttft_ms"].is_u64(), "{path}: {line}");
+        // So is when its slot started it: after dispatch, before the first
+        // token (both from arrival, later than dispatch).
+        let started = line["ttft_slot_started_ms"].as_u64();
+        let ttft = line["ttft_ms"].as_f64().unwrap();
+        assert!(started.is_some_and(|s| s as f64 <= ttft.ceil()), "{line}");
+        assert!(line["ttft_predicted_wait_ms"].is_u64(), "{line}");
         eprintln!(
-            "{path}: predicted {} ms, corrected {} ms, measured {} ms from arrival",
-            line["predicted_ttft_ms"], line["corrected_ttft_ms"], line["ttft_ms"]
+            "{path}: predicted {} ms (wait {}), corrected {} ms, slot started {} ms \
+             from dispatch, measured {} ms from arrival",
+            line["predicted_ttft_ms"],
+            line["ttft_predicted_wait_ms"],
+            line["corrected_ttft_ms"],
+            line["ttft_slot_started_ms"],
+            line["ttft_ms"]
         );
     }
 
@@ -228,6 +239,7 @@ fn the_switch_turns_progress_off() {
     let line = access_line(&log, 2);
     assert!(line["predicted_ttft_ms"].is_u64(), "{line}");
     assert!(line["corrected_ttft_ms"].is_null(), "{line}");
+    assert!(line["ttft_slot_started_ms"].is_null(), "{line}");
     // A client that asks still gets them from llama-server.
     let p = format!("nonce-asked {prompt}");
     let (_, answer) = send(

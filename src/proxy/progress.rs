@@ -104,6 +104,7 @@ pub fn forget(ctx: &mut RequestCtx) {
     ctx.attempt.progress = Default::default();
     ctx.attempt.routed.ttft.corrected_ms = None;
     ctx.attempt.routed.ttft.progress_events = 0;
+    ctx.attempt.routed.ttft.slot_started = None;
 }
 
 /// The answer's head: an event stream of an attempt that asked gets its
@@ -163,6 +164,7 @@ pub fn filter(
     let mut out = Vec::new();
     let mut read = |p: PromptProgress| {
         plan.progress_events = plan.progress_events.saturating_add(1);
+        plan.slot_started.get_or_insert(now);
         let left = p.total.saturating_sub(p.processed);
         let beside = plan.flight.map_or(0, |b| {
             let flights = &predictor.flights;

@@ -5,7 +5,7 @@
 //! Plain data; deliberately no behaviour (the proxy's `predict` and
 //! `progress` fill it).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[cfg(doc)]
 use super::{progress, prompt_bytes, steer, Flights, Promise};
@@ -34,6 +34,9 @@ pub struct Plan {
     pub corrected_ms: Option<u64>,
     /// Prompt progress events the current attempt read.
     pub progress_events: u32,
+    /// When the current attempt's first prompt progress event was read:
+    /// its slot started the prompt.
+    pub slot_started: Option<Instant>,
     /// The current attempt on the board of answers in flight
     /// ([`Flights`]), until its body's end is read upstream, `logging`,
     /// or the next attempt.

@@ -238,6 +238,14 @@ pub struct TtftFacts {
     /// first token; pro rata of each other prefill's interval); `None`
     /// when its prefill's interval is not known.
     pub prefill_beside_tokens: Option<u32>,
+    /// The prediction's wait before the prompt's own prefill (for a slot
+    /// to free, or for the prompts other slots are prefilling, whichever
+    /// is longer), whole milliseconds; `None` without a prediction.
+    pub predicted_wait_ms: Option<u64>,
+    /// Dispatch to llama-server's first prompt progress event, sent as a
+    /// slot starts the prompt (its own queue, the request's parsing and
+    /// tokenizing), whole milliseconds; `None` without progress events.
+    pub slot_started_ms: Option<u64>,
 }
 
 impl TtftFacts {

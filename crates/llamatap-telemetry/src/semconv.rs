@@ -98,6 +98,12 @@ pub const LLAMATAP_TTFT_HELD_MS: &str = "llamatap.ttft.held_ms";
 /// answer's prefill (int; present only when its prefill's interval is
 /// known).
 pub const LLAMATAP_TTFT_PREFILL_BESIDE_TOKENS: &str = "llamatap.ttft.prefill_beside_tokens";
+/// The prediction's wait before the prompt's own prefill (for a slot, or
+/// for the prompts other slots are prefilling), milliseconds (int).
+pub const LLAMATAP_TTFT_PREDICTED_WAIT_MS: &str = "llamatap.ttft.predicted_wait_ms";
+/// Dispatch to llama-server's first prompt progress event (its slot
+/// started the prompt), milliseconds (int; present only with one).
+pub const LLAMATAP_TTFT_SLOT_STARTED_MS: &str = "llamatap.ttft.slot_started_ms";
 /// Prompt progress events read from the answer (int).
 pub const LLAMATAP_TTFT_PROGRESS_EVENTS: &str = "llamatap.ttft.progress_events";
 

@@ -142,6 +142,8 @@ mod tests {
             made_room: false,
             held_ms: None,
             prefill_beside_tokens: None,
+            predicted_wait_ms: None,
+            slot_started_ms: None,
         });
         rec
     }

@@ -8,7 +8,7 @@
 
 use crate::proxy::context::RequestCtx;
 use crate::ttft::{self, Finished, Predicted, Predictor};
-use llamatap_policy::ttft::{Confidence, Timings};
+use llamatap_policy::ttft::{Confidence, Prediction, Timings};
 use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
 
 /// The attempt's answer ended (upstream, or in `logging`): it lands from
@@ -43,6 +43,14 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         made_room: plan.made_room,
         held_ms: plan.held.map(|d| ttft::round_ms(d.as_secs_f64() * 1000.0)),
         prefill_beside_tokens: beside,
+        predicted_wait_ms: match p.prediction {
+            Prediction::Estimate(e) => Some(ttft::round_ms(e.wait_ms)),
+            Prediction::NoData => None,
+        },
+        slot_started_ms: plan
+            .slot_started
+            .and_then(|s| s.checked_duration_since(p.sent))
+            .map(|d| ttft::round_ms(d.as_secs_f64() * 1000.0)),
     });
     if refused || rec.outcome != Outcome::Ok {
         return;

@@ -75,6 +75,8 @@ fn a_line_has_every_field() {
         "ttft_slo_ms": null,
         "ttft_held_ms": null,
         "ttft_prefill_beside_tokens": null,
+        "ttft_predicted_wait_ms": null,
+        "ttft_slot_started_ms": null,
         "first_sentence_ms": 90.0,
         "e2e_ms": 310.0,
         "prompt_tokens": 10,
@@ -196,10 +198,14 @@ fn the_predicted_ttft_and_the_objective_are_fields() {
         made_room: false,
         held_ms: Some(35),
         prefill_beside_tokens: Some(210),
+        predicted_wait_ms: Some(150),
+        slot_started_ms: Some(171),
     });
     let v = parse(&line(&rec, "tiny", None));
     assert_eq!(v["ttft_held_ms"], 35);
     assert_eq!(v["ttft_prefill_beside_tokens"], 210);
+    assert_eq!(v["ttft_predicted_wait_ms"], 150);
+    assert_eq!(v["ttft_slot_started_ms"], 171);
     assert_eq!(v["predicted_ttft_ms"], 420);
     assert_eq!(v["corrected_ttft_ms"], 380);
     assert_eq!(v["ttft_slo_ms"], 500);

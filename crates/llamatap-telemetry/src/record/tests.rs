@@ -71,6 +71,8 @@ fn the_ttft_ratio_is_measured_from_dispatch() {
         made_room: false,
         held_ms: None,
         prefill_beside_tokens: None,
+        predicted_wait_ms: None,
+        slot_started_ms: None,
     };
     let ratio = facts.ratio(Some(Duration::from_millis(600))).unwrap();
     assert!((ratio - 1.25).abs() < 1e-9, "{ratio}");

@@ -80,6 +80,14 @@ impl Tracing {
                 let n = i64::from(n);
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_PREFILL_BESIDE_TOKENS, n));
             }
+            if let Some(ms) = t.predicted_wait_ms {
+                let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_PREDICTED_WAIT_MS, ms));
+            }
+            if let Some(ms) = t.slot_started_ms {
+                let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_SLOT_STARTED_MS, ms));
+            }
             if t.progress_events > 0 {
                 let n = i64::from(t.progress_events);
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_PROGRESS_EVENTS, n));
