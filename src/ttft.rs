@@ -53,10 +53,12 @@ mod flights;
 mod plan;
 mod progress;
 mod promise;
+mod tally;
 mod window;
 pub use flights::{Boarded, Flights};
 pub use plan::Plan;
 pub use promise::Promise;
+pub use tally::Tally;
 pub mod slo;
 pub mod steer;
 #[cfg(test)]

@@ -246,7 +246,10 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
         decoding_ms: 0,
     };
     let promise = promises::promise(predictor, ctx, &predicted);
-    ctx.attempt.routed.ttft.flight = predictor.flights.board(member, flight, promise);
+    let boarded = predictor.flights.board(member, flight, promise);
+    let plan = &mut ctx.attempt.routed.ttft;
+    plan.tally = boarded.and_then(|b| predictor.flights.tally(b));
+    plan.flight = boarded;
 }
 
 /// The bytes of the prompt the chosen member likely holds: the router's
@@ -337,4 +340,14 @@ pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
         resp.insert_header(PREDICTED_HEADER, ms.to_string())?;
     }
     Ok(())
+}
+
+/// After a chunk of the answer: the tokens its stream has counted, for the
+/// requests predicted beside it (one atomic store; nothing when the
+/// attempt is not on the board or its answer is not observed).
+pub fn counted(ctx: &RequestCtx) {
+    let tally = ctx.attempt.routed.ttft.tally.as_ref();
+    if let (Some(t), Some(o)) = (tally, ctx.seen.observer.as_ref()) {
+        t.set(o.facts().token_events);
+    }
 }

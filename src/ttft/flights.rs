@@ -22,12 +22,14 @@
 //! an answer landing can say how many tokens of other prompts went through
 //! its batches ([`Flights::overlap`]).
 //!
-//! Each answer's first token is noted too: a copy of the list carries each
-//! answer's time since it, from which the predictor reckons how far into
-//! its answer it is.
+//! Each answer's first token is noted too, and each entry shares a
+//! [`Tally`] with its request, which sets the tokens its stream has
+//! counted after each chunk (an atomic store, no lock): a copy of the list
+//! carries each answer's count, or, when it is not counted (an answer not
+//! streamed), its time since its first token, from which the predictor
+//! reckons how far into its answer it is.
 //!
-//! Deliberately not here: the tokens the answers have generated (they
-//! would be counted per token; their time since the first token stands in),
+//! Deliberately not here: counting the tokens (the stream's observer),
 //! predicting ([`super::Predictor`]), and the wait itself (the proxy's
 //! `predict`).
 
@@ -40,6 +42,7 @@ use llamatap_policy::ttft::{InFlight, MAX_SLOTS};
 use tokio::sync::Notify;
 
 use super::promise::Promise;
+use super::tally::Tally;
 use super::window::Window;
 
 /// Most answers kept per member: those beyond are not in its slots.
@@ -64,6 +67,8 @@ struct Entry {
     window: Window,
     /// When its first token came.
     first_token: Option<Instant>,
+    /// The tokens its stream has counted.
+    tally: Tally,
 }
 
 /// One member's answers, in boarding order, and the prefill windows of
@@ -111,8 +116,20 @@ impl Flights {
             promise,
             window: Window::default(),
             first_token: None,
+            tally: Tally::default(),
         });
         Some(Boarded { member, id })
+    }
+
+    /// The tally `b`'s stream sets its generated tokens in, if it is on
+    /// the board.
+    pub fn tally(&self, b: Boarded) -> Option<Tally> {
+        let by = self.by_member.lock().ok()?;
+        by.get(&b.member)?
+            .list
+            .iter()
+            .find(|e| e.id == b.id)
+            .map(|e| e.tally.clone())
     }
 
     /// Runs `f` on `b`'s entry, if it is on the board; wakes the waiters
@@ -255,8 +272,8 @@ impl Flights {
     }
 
     /// Copies `member`'s answers, in boarding order (the first ones hold
-    /// its slots), into `out`, each with its time since its first token;
-    /// how many.
+    /// its slots), into `out`, each with the tokens its stream counted and
+    /// its time since its first token; how many.
     pub fn of(&self, member: usize, out: &mut [InFlight]) -> usize {
         let now = Instant::now();
         let Ok(by) = self.by_member.lock() else {
@@ -268,6 +285,7 @@ impl Flights {
         let n = m.list.len().min(out.len());
         for (o, e) in out.iter_mut().zip(&m.list) {
             *o = e.flight;
+            o.generated = e.tally.get();
             let since = e
                 .first_token
                 .map_or(0, |t| now.saturating_duration_since(t).as_millis());

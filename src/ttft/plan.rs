@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(doc)]
 use super::{progress, prompt_bytes, steer, Flights, Promise};
-use super::{Boarded, Predicted};
+use super::{Boarded, Predicted, Tally};
 
 /// A request's TTFT state across its attempts: plain data in its context.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -41,6 +41,9 @@ pub struct Plan {
     /// ([`Flights`]), until its body's end is read upstream, `logging`,
     /// or the next attempt.
     pub flight: Option<Boarded>,
+    /// The current attempt's generated tokens, shared with its entry on
+    /// the board; set after each chunk of its stream.
+    pub tally: Option<Tally>,
     /// How long the request waited before its dispatch so as not to push
     /// an earlier answer's first token past its objective ([`Promise`]).
     pub held: Option<Duration>,

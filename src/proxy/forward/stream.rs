@@ -175,6 +175,7 @@ pub async fn body(
                     upstream_done(steps, ctx);
                 }
                 steps.response_chunk(ctx, chunk.as_ref(), end);
+                predict::counted(ctx);
                 let b = chunk.unwrap_or_default();
                 if !b.is_empty() || end {
                     if let Err(e) = downstream::body(session, b, end, client_timeout).await {

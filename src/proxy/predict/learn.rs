@@ -16,6 +16,7 @@ use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
 /// went through its prefill's batches.
 pub fn landed(predictor: &Predictor, ctx: &mut RequestCtx) {
     let plan = &mut ctx.attempt.routed.ttft;
+    plan.tally = None;
     if let Some(b) = plan.flight.take() {
         let flights = &predictor.flights;
         plan.prefill_beside = flights.overlap(b, std::time::Instant::now());

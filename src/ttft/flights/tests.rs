@@ -1,6 +1,6 @@
 //! Tests of the board of answers in flight: boarding, updates and
 //! landing, the bounded lists, promises, prefill windows and the time since
-//! each first token.
+//! each first token, and the tokens each stream counted.
 
 use super::*;
 
@@ -173,6 +173,26 @@ fn a_copy_carries_each_answers_time_since_its_first_token() {
     assert!(out[0].decoding_ms >= 2000, "{:?}", out[0]);
     assert_eq!((out[1].decoding_ms, out[1].prefill_left), (0, 10));
     f.land(a);
+    f.land(b);
+}
+
+#[test]
+fn a_copy_carries_the_tokens_each_answers_stream_counted() {
+    let f = Flights::default();
+    let a = f.board(0, flight(0), None).unwrap();
+    let b = f.board(0, flight(0), None).unwrap();
+    let tally = f.tally(a).unwrap();
+    assert_eq!(tally, f.tally(a).unwrap(), "one tally per answer");
+    assert_ne!(tally, f.tally(b).unwrap());
+    tally.set(17);
+    let mut out = [InFlight::default(); 4];
+    assert_eq!(f.of(0, &mut out), 2);
+    assert_eq!((out[0].generated, out[1].generated), (17, 0));
+    tally.set(u64::MAX);
+    f.of(0, &mut out);
+    assert_eq!(out[0].generated, u32::MAX);
+    f.land(a);
+    assert_eq!(f.tally(a), None, "landed: off the board");
     f.land(b);
 }
 

@@ -77,7 +77,8 @@ pub enum PromptSize {
 /// An answer in flight on the member, for when a slot will free.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InFlight {
-    /// Tokens generated so far.
+    /// Tokens generated so far, as its stream counted them (0: not
+    /// counted, or none yet).
     pub generated: u32,
     /// The request's `max_tokens` (or `n_predict`), if it set one.
     pub max_tokens: Option<u32>,
@@ -86,7 +87,7 @@ pub struct InFlight {
     pub prefill_left: u32,
     /// Milliseconds since its first token (0 before it, or not known): at
     /// the member's decode rate, the tokens it has generated when
-    /// `generated` is not counted (the larger of the two is used).
+    /// `generated` is not counted (a count, when there is one, wins).
     pub decoding_ms: u32,
 }
 

@@ -682,6 +682,24 @@ fn answers_that_run_to_max_tokens_hold_their_slot_to_the_end() {
         },
     ));
     assert!(rel_err(e.wait_ms, 200.0 * decode) < 0.05, "{e:?}");
+    // A count wins over the time: an answer whose decode was slowed by
+    // prompts beside has generated fewer tokens than its time says.
+    let slowed = [InFlight {
+        generated: 10,
+        decoding_ms: (200.0 * decode) as u32,
+        ..long[0]
+    }];
+    let e = estimate(book.predict(
+        &0,
+        &Query {
+            load: Load {
+                in_flight: &slowed,
+                ..full.load
+            },
+            ..full
+        },
+    ));
+    assert!(rel_err(e.wait_ms, 390.0 * decode) < 0.05, "{e:?}");
     // Answers that stop at a quarter of their max_tokens: a quarter is
     // expected of this one too.
     let mut quarter = TtftBook::new(1);

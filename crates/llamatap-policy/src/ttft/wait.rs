@@ -74,15 +74,19 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
     }
 }
 
-/// Tokens an answer has generated: counted, or its time since its first
-/// token at the decode rate with every slot busy.
+/// Tokens an answer has generated: counted, else its time since its
+/// first token at the decode rate with every slot busy. The count wins:
+/// the time overstates the tokens whenever prompts prefilling beside slow
+/// the decode, and an answer thought nearly done holds its slot on.
 fn generated(a: &InFlight, pace: &Pace) -> u32 {
-    let timed = if pace.decode_ms > 0.0 {
+    if a.generated > 0 {
+        return a.generated;
+    }
+    if pace.decode_ms > 0.0 {
         (f64::from(a.decoding_ms) / pace.decode_ms).min(f64::from(u32::MAX)) as u32
     } else {
         0
-    };
-    a.generated.max(timed)
+    }
 }
 
 /// Tokens an answer still has to decode: what is left of a typical answer
