@@ -664,42 +664,34 @@ fn answers_that_run_to_max_tokens_hold_their_slot_to_the_end() {
     // 390 tokens left at the learned decode rate, not what is left of a
     // typical 64-token answer.
     assert!(rel_err(e.wait_ms, 390.0 * decode) < 0.05, "{e:?}");
+    // The wait with `busy` in the slot instead.
+    let wait_with = |busy: InFlight| {
+        let in_flight = [busy];
+        let q = Query {
+            load: Load {
+                in_flight: &in_flight,
+                ..full.load
+            },
+            ..full
+        };
+        estimate(book.predict(&0, &q)).wait_ms
+    };
     // Its time since its first token says how far it is when its tokens
     // are not counted: 200 tokens' time, 200 left.
-    let timed = [InFlight {
+    let timed = InFlight {
         generated: 0,
         decoding_ms: (200.0 * decode) as u32,
         ..long[0]
-    }];
-    let e = estimate(book.predict(
-        &0,
-        &Query {
-            load: Load {
-                in_flight: &timed,
-                ..full.load
-            },
-            ..full
-        },
-    ));
-    assert!(rel_err(e.wait_ms, 200.0 * decode) < 0.05, "{e:?}");
+    };
+    let w = wait_with(timed);
+    assert!(rel_err(w, 200.0 * decode) < 0.05, "{w}");
     // A count wins over the time: an answer whose decode was slowed by
     // prompts beside has generated fewer tokens than its time says.
-    let slowed = [InFlight {
+    let w = wait_with(InFlight {
         generated: 10,
-        decoding_ms: (200.0 * decode) as u32,
-        ..long[0]
-    }];
-    let e = estimate(book.predict(
-        &0,
-        &Query {
-            load: Load {
-                in_flight: &slowed,
-                ..full.load
-            },
-            ..full
-        },
-    ));
-    assert!(rel_err(e.wait_ms, 390.0 * decode) < 0.05, "{e:?}");
+        ..timed
+    });
+    assert!(rel_err(w, 390.0 * decode) < 0.05, "{w}");
     // Answers that stop at a quarter of their max_tokens: a quarter is
     // expected of this one too.
     let mut quarter = TtftBook::new(1);
