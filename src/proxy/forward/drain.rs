@@ -21,7 +21,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::Error;
 
 use super::super::context::RequestCtx;
-use super::super::Steps;
+use super::super::{predict, Steps};
 use crate::upstream::client::Exchange;
 use llamatap_policy::conversation::Use;
 
@@ -54,6 +54,8 @@ pub async fn after_hangup(
         let n = chunk.as_ref().map_or(0, |c| c.len() as u64);
         unsent += n;
         steps.response_chunk(ctx, chunk.as_ref(), end);
+        // Still on the board: the predictions beside it see its count.
+        predict::counted(ctx);
         if end {
             break;
         }
