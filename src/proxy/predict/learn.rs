@@ -42,7 +42,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         corrected_ms: plan.corrected_ms,
         progress_events: plan.progress_events,
         made_room: plan.made_room,
-        held_ms: plan.held.map(|d| ttft::round_ms(d.as_secs_f64() * 1000.0)),
+        held_ms: plan.held.map(whole_ms),
         prefill_beside_tokens: beside,
         predicted_wait_ms: match p.prediction {
             Prediction::Estimate(e) => Some(ttft::round_ms(e.wait_ms)),
@@ -51,7 +51,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         slot_started_ms: plan
             .slot_started
             .and_then(|s| s.checked_duration_since(p.sent))
-            .map(|d| ttft::round_ms(d.as_secs_f64() * 1000.0)),
+            .map(whole_ms),
     });
     if refused || rec.outcome != Outcome::Ok {
         return;
@@ -79,6 +79,11 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         prefill_others: beside.unwrap_or(0),
     };
     predictor.learn(&p, &done);
+}
+
+/// `d` in whole milliseconds, as the record carries them.
+fn whole_ms(d: std::time::Duration) -> u64 {
+    ttft::round_ms(d.as_secs_f64() * 1000.0)
 }
 
 fn confidence(p: &Predicted) -> &'static str {
