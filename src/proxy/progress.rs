@@ -166,18 +166,10 @@ pub fn filter(
         plan.progress_events = plan.progress_events.saturating_add(1);
         plan.slot_started.get_or_insert(now);
         let left = p.total.saturating_sub(p.processed);
+        // The first event is sent as the slot starts its prefill.
         let beside = plan.flight.map_or(0, |b| {
-            let flights = &predictor.flights;
-            // The first event is sent as the slot starts its prefill.
-            flights.started(b, now, p.total.saturating_sub(p.cache));
-            flights.prefill_left(b, left);
-            // Once its own prompt is done, the next batch brings its first
-            // token: the prompts beside no longer delay it.
-            if left > 0 {
-                flights.beside(b)
-            } else {
-                0
-            }
+            let tokens = p.total.saturating_sub(p.cache);
+            predictor.flights.progressed(b, now, tokens, left)
         });
         let Some(predicted) = plan.predicted.as_ref() else {
             return;
@@ -193,7 +185,7 @@ pub fn filter(
             .ttft_ms()
         {
             plan.corrected_ms = Some(round_ms(ms));
-            if let Some(b) = plan.flight {
+            if let Some(b) = plan.flight.filter(|_| predictor.flights.promised()) {
                 predictor.flights.expect(b, ms);
             }
         }

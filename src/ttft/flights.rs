@@ -132,37 +132,58 @@ impl Flights {
             .map(|e| e.tally.clone())
     }
 
-    /// Runs `f` on `b`'s entry, if it is on the board; wakes the waiters
-    /// when its promise ended.
-    fn with(&self, b: Boarded, f: impl FnOnce(&mut Entry)) {
-        let ended = {
-            let Ok(mut by) = self.by_member.lock() else {
-                return;
-            };
-            let Some(e) = by
-                .get_mut(&b.member)
-                .and_then(|m| m.list.iter_mut().find(|e| e.id == b.id))
-            else {
-                return;
-            };
-            f(e);
-            e.flight.prefill_left == 0 && e.promise.take().is_some()
+    /// Runs `f` on `b`'s member's list and the place of `b`'s entry in it,
+    /// if it is on the board (`None` if not); wakes the waiters when its
+    /// promise ended.
+    fn with_list<R>(&self, b: Boarded, f: impl FnOnce(&mut [Entry], usize) -> R) -> Option<R> {
+        let (r, ended) = {
+            let mut by = self.by_member.lock().ok()?;
+            let list = &mut by.get_mut(&b.member)?.list;
+            let i = list.iter().position(|e| e.id == b.id)?;
+            let r = f(list, i);
+            let ended = list
+                .get_mut(i)
+                .is_some_and(|e| e.flight.prefill_left == 0 && e.promise.take().is_some());
+            (r, ended)
         };
         if ended {
             self.promised.fetch_sub(1, Ordering::Relaxed);
             self.changed.notify_waiters();
         }
+        Some(r)
+    }
+
+    /// Runs `f` on `b`'s entry, if it is on the board; wakes the waiters
+    /// when its promise ended.
+    fn with(&self, b: Boarded, f: impl FnOnce(&mut Entry)) {
+        self.with_list(b, |list, i| list.get_mut(i).map(f));
+    }
+
+    /// A progress event of `b`'s, under one lock: its prefill started `at`
+    /// (kept from the first event) with `tokens` to process, and `left`
+    /// are still to prefill. Returns the prompt tokens the other answers on
+    /// its member that started their prefill still have to prefill while
+    /// its own are not done (then 0: the next batch brings its first
+    /// token, and the prompts beside no longer delay it).
+    pub fn progressed(&self, b: Boarded, at: Instant, tokens: u32, left: u32) -> u32 {
+        self.with_list(b, |list, i| {
+            if let Some(e) = list.get_mut(i) {
+                e.window.start(at, tokens);
+                e.flight.prefill_left = left;
+            }
+            if left == 0 {
+                return 0;
+            }
+            list.iter()
+                .filter(|e| e.id != b.id && e.window.started())
+                .fold(0u32, |sum, e| sum.saturating_add(e.flight.prefill_left))
+        })
+        .unwrap_or(0)
     }
 
     /// What `b` still has to prefill is now `prefill_left` tokens.
     pub fn prefill_left(&self, b: Boarded, prefill_left: u32) {
         self.with(b, |e| e.flight.prefill_left = prefill_left);
-    }
-
-    /// `b`'s prefill started `at` (its first progress event), with
-    /// `tokens` to process.
-    pub fn started(&self, b: Boarded, at: Instant, tokens: u32) {
-        self.with(b, |e| e.window.start(at, tokens));
     }
 
     /// `b`'s first token came `at`: its prefill is over.
@@ -172,20 +193,6 @@ impl Flights {
             e.window.end(at);
             e.first_token.get_or_insert(at);
         });
-    }
-
-    /// The prompt tokens the other answers on `b`'s member that started
-    /// their prefill still have to prefill.
-    pub fn beside(&self, b: Boarded) -> u32 {
-        let Ok(by) = self.by_member.lock() else {
-            return 0;
-        };
-        by.get(&b.member).map_or(0, |m| {
-            m.list
-                .iter()
-                .filter(|e| e.id != b.id && e.window.started())
-                .fold(0u32, |sum, e| sum.saturating_add(e.flight.prefill_left))
-        })
     }
 
     /// The prompt tokens of other answers on `b`'s member processed during

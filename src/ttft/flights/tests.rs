@@ -137,19 +137,32 @@ fn an_answer_counts_the_prompts_prefilled_beside_it_even_those_landed() {
     let short = f.board(0, flight(100), None).unwrap();
     let late = f.board(0, flight(50), None).unwrap();
     let elsewhere = f.board(1, flight(70), None).unwrap();
-    f.started(long, ms(0), 800);
-    f.started(short, ms(100), 200);
-    f.started(elsewhere, ms(0), 70);
-    assert_eq!(f.beside(long), 100, "only the prefills started");
-    f.prefill_left(short, 40);
-    assert_eq!(f.beside(long), 40);
+    assert_eq!(
+        f.progressed(long, ms(0), 800, 800),
+        0,
+        "none beside started"
+    );
+    assert_eq!(f.progressed(short, ms(100), 200, 200), 800);
+    f.progressed(elsewhere, ms(0), 70, 70);
+    assert_eq!(
+        f.progressed(long, ms(150), 800, 700),
+        200,
+        "only the prefills started, on its own member"
+    );
+    assert_eq!(f.progressed(short, ms(200), 200, 40), 700);
+    assert_eq!(f.progressed(long, ms(250), 800, 600), 40);
+    assert_eq!(
+        f.progressed(long, ms(260), 800, 0),
+        0,
+        "its own prompt done: the prompts beside no longer delay it"
+    );
     // Not over yet, or never started: nothing to say.
     assert_eq!(f.overlap(long, ms(300)), None);
     assert_eq!(f.overlap(late, ms(300)), None);
     f.prefilled(short, ms(300));
     // The short answer lands before the long prefill ends: still counted.
     f.land(short);
-    f.started(late, ms(350), 400);
+    f.progressed(late, ms(350), 400, 400);
     f.prefilled(long, ms(400));
     f.prefilled(elsewhere, ms(400));
     // All of short's 200, and a twentieth of late's 400 by t = 1350.
@@ -202,7 +215,7 @@ fn a_member_keeps_a_bounded_number_of_landed_prefills() {
     let keeper = f.board(3, flight(10), None).unwrap();
     for _ in 0..LANDED_KEPT + 5 {
         let b = f.board(3, flight(10), None).unwrap();
-        f.started(b, Instant::now(), 10);
+        f.progressed(b, Instant::now(), 10, 10);
         f.land(b);
     }
     // One never started adds no window.
@@ -221,7 +234,9 @@ async fn the_end_of_a_promise_wakes_the_waiters() {
     let b = f.board(0, flight(10), Some(promise(60_000))).unwrap();
     // Waiters created before the change are woken by it.
     let first = f.changed().notified();
-    f.prefill_left(a, 0);
+    f.progressed(a, Instant::now(), 10, 4);
+    assert!(f.promised(), "its prefill is not over");
+    f.progressed(a, Instant::now(), 10, 0);
     tokio::time::timeout(std::time::Duration::from_secs(30), first)
         .await
         .unwrap();
