@@ -205,6 +205,9 @@ pub async fn body(
                     }
                     let b = Bytes::from(out);
                     steps.response_chunk(ctx, Some(&b), done);
+                    // The client's stream, the tokens before the cut
+                    // included: its `max_tokens` is the whole answer's.
+                    predict::counted(ctx);
                     downstream::body(session, b, done, client_timeout).await?;
                 }
                 if done {
