@@ -37,6 +37,7 @@ mod promises;
 mod reply;
 mod request_head;
 mod routing;
+mod sequence;
 mod steps;
 pub mod tenant;
 

@@ -17,6 +17,10 @@ pub struct RawTtft {
     /// token of an answer admitted with a TTFT objective past it waits for
     /// that first token; default `false`.
     pub keep_promises: Option<bool>,
+    /// Send the prompts to a member in the order they were dispatched to
+    /// it: a prompt waits until those dispatched before it to its member
+    /// have started (their first progress event); default `true`.
+    pub sequence_prompts: Option<bool>,
 }
 
 /// `[ttft]`, validated.
@@ -26,6 +30,8 @@ pub struct Ttft {
     pub prompt_progress: bool,
     /// Hold a prompt that would break an earlier answer's objective.
     pub keep_promises: bool,
+    /// Hold a prompt until those dispatched before it to its member started.
+    pub sequence_prompts: bool,
 }
 
 impl Default for Ttft {
@@ -33,6 +39,7 @@ impl Default for Ttft {
         Ttft {
             prompt_progress: true,
             keep_promises: false,
+            sequence_prompts: true,
         }
     }
 }
@@ -44,5 +51,8 @@ pub fn ttft(raw: RawTtft) -> Ttft {
             .prompt_progress
             .unwrap_or(Ttft::default().prompt_progress),
         keep_promises: raw.keep_promises.unwrap_or(Ttft::default().keep_promises),
+        sequence_prompts: raw
+            .sequence_prompts
+            .unwrap_or(Ttft::default().sequence_prompts),
     }
 }

@@ -289,9 +289,13 @@ pub fn described(predictor: &Predictor, ctx: &RequestCtx) {
     };
     let left = streamed_prefill(ctx, p, cached_at_choice(ctx));
     let promise = promises::promise(predictor, ctx, p);
-    predictor
-        .flights
-        .describe(b, max_tokens(ctx), Some(left), promise);
+    predictor.flights.describe(
+        b,
+        max_tokens(ctx),
+        Some(left),
+        promise,
+        ctx.attempt.progress.asked,
+    );
 }
 
 /// The attempt's prompt is prefilled, or no progress of it will be read

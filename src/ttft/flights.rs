@@ -44,6 +44,9 @@ use tokio::sync::Notify;
 use super::promise::Promise;
 use super::tally::Tally;
 use super::window::Window;
+use sequence::Sequencing;
+
+mod sequence;
 
 /// Most answers kept per member: those beyond are not in its slots.
 const MAX_PER_MEMBER: usize = 4 * MAX_SLOTS;
@@ -69,6 +72,9 @@ struct Entry {
     first_token: Option<Instant>,
     /// The tokens its stream has counted.
     tally: Tally,
+    /// Its first progress event is to come, and a later prompt to its
+    /// member waits for it ([`Flights::unstarted_before`]).
+    awaits_start: bool,
 }
 
 /// One member's answers, in boarding order, and the prefill windows of
@@ -89,6 +95,7 @@ pub struct Flights {
     /// Answers on the board with a promise, their prefill not over.
     promised: AtomicUsize,
     changed: Notify,
+    sequencing: Sequencing,
 }
 
 impl Flights {
@@ -117,6 +124,7 @@ impl Flights {
             window: Window::default(),
             first_token: None,
             tally: Tally::default(),
+            awaits_start: false,
         });
         Some(Boarded { member, id })
     }
@@ -166,19 +174,28 @@ impl Flights {
     /// its own are not done (then 0: the next batch brings its first
     /// token, and the prompts beside no longer delay it).
     pub fn progressed(&self, b: Boarded, at: Instant, tokens: u32, left: u32) -> u32 {
-        self.with_list(b, |list, i| {
-            if let Some(e) = list.get_mut(i) {
-                e.window.start(at, tokens);
-                e.flight.prefill_left = left;
-            }
-            if left == 0 {
-                return 0;
-            }
-            list.iter()
-                .filter(|e| e.id != b.id && e.window.started())
-                .fold(0u32, |sum, e| sum.saturating_add(e.flight.prefill_left))
-        })
-        .unwrap_or(0)
+        self.sequencing.saw(b.member);
+        let (beside, started) = self
+            .with_list(b, |list, i| {
+                let started = list.get_mut(i).is_some_and(|e| {
+                    e.window.start(at, tokens);
+                    e.flight.prefill_left = left;
+                    std::mem::take(&mut e.awaits_start)
+                });
+                if left == 0 {
+                    return (0, started);
+                }
+                let beside = list
+                    .iter()
+                    .filter(|e| e.id != b.id && e.window.started())
+                    .fold(0u32, |sum, e| sum.saturating_add(e.flight.prefill_left));
+                (beside, started)
+            })
+            .unwrap_or_default();
+        if started {
+            self.sequencing.stopped();
+        }
+        beside
     }
 
     /// What `b` still has to prefill is now `prefill_left` tokens.
@@ -188,11 +205,17 @@ impl Flights {
 
     /// `b`'s first token came `at`: its prefill is over.
     pub fn prefilled(&self, b: Boarded, at: Instant) {
-        self.with(b, |e| {
-            e.flight.prefill_left = 0;
-            e.window.end(at);
-            e.first_token.get_or_insert(at);
+        let awaited = self.with_list(b, |list, i| {
+            list.get_mut(i).is_some_and(|e| {
+                e.flight.prefill_left = 0;
+                e.window.end(at);
+                e.first_token.get_or_insert(at);
+                std::mem::take(&mut e.awaits_start)
+            })
         });
+        if awaited == Some(true) {
+            self.sequencing.stopped();
+        }
     }
 
     /// The prompt tokens of other answers on `b`'s member processed during
@@ -212,15 +235,22 @@ impl Flights {
 
     /// `b`'s request is now known whole: its `max_tokens`, and, when given,
     /// its prompt tokens still to prefill and its promise (kept only with a
-    /// prefill to come, and only if it had none).
+    /// prefill to come, and only if it had none). With `progress` (it asked
+    /// for progress events, and its member has sent them before) and a
+    /// prefill to come, later prompts to its member wait for its start.
     pub fn describe(
         &self,
         b: Boarded,
         max_tokens: Option<u32>,
         prefill_left: Option<u32>,
         promise: Option<Promise>,
+        progress: bool,
     ) {
-        self.with(b, |e| {
+        let progress = progress && self.sequencing.seen(b.member);
+        let changed = self.with_list(b, |list, i| {
+            let Some(e) = list.get_mut(i) else {
+                return (false, false);
+            };
             e.flight.max_tokens = max_tokens.or(e.flight.max_tokens);
             if let Some(left) = prefill_left {
                 e.flight.prefill_left = left;
@@ -231,7 +261,18 @@ impl Flights {
                     self.promised.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            let was = e.awaits_start;
+            e.awaits_start = progress
+                && e.flight.prefill_left > 0
+                && !e.window.started()
+                && e.first_token.is_none();
+            (was, e.awaits_start)
         });
+        match changed {
+            Some((false, true)) => self.sequencing.awaits(),
+            Some((true, false)) => self.sequencing.stopped(),
+            _ => {}
+        }
     }
 
     /// `b`'s promise now expects its first token `expected_ms` after it
@@ -270,11 +311,17 @@ impl Flights {
                     m.landed.push_back(w);
                 }
             }
-            landed.is_some_and(|e| e.promise.is_some())
+            landed.map(|e| (e.promise.is_some(), e.awaits_start))
+        };
+        let Some((ended, awaited)) = ended else {
+            return;
         };
         if ended {
             self.promised.fetch_sub(1, Ordering::Relaxed);
             self.changed.notify_waiters();
+        }
+        if awaited {
+            self.sequencing.stopped();
         }
     }
 

@@ -47,6 +47,10 @@ pub struct Plan {
     /// How long the request waited before its dispatch so as not to push
     /// an earlier answer's first token past its objective ([`Promise`]).
     pub held: Option<Duration>,
+    /// How long the request waited before it was written upstream for the
+    /// prompts dispatched before it to its member to start
+    /// (`[ttft] sequence_prompts`).
+    pub sequenced: Option<Duration>,
     /// The prompt tokens of other answers that went through the current
     /// attempt's prefill batches ([`Flights::overlap`]), once it landed.
     pub prefill_beside: Option<u32>,

@@ -233,6 +233,10 @@ pub struct TtftFacts {
     /// an earlier answer's first token past that answer's objective, whole
     /// milliseconds; `None` when it did not wait.
     pub held_ms: Option<u64>,
+    /// How long the request waited before it was written upstream for the
+    /// prompts dispatched before it to its member to start, whole
+    /// milliseconds; `None` when it did not wait.
+    pub sequenced_ms: Option<u64>,
     /// Prompt tokens of other answers on the member that went through the
     /// batches of this answer's prefill (its first progress event to its
     /// first token; pro rata of each other prefill's interval); `None`

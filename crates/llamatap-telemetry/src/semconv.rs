@@ -94,6 +94,10 @@ pub const LLAMATAP_TTFT_MADE_ROOM: &str = "llamatap.ttft.made_room";
 /// earlier answer's first token past that answer's TTFT objective,
 /// milliseconds (int; present only when it waited).
 pub const LLAMATAP_TTFT_HELD_MS: &str = "llamatap.ttft.held_ms";
+/// How long the request waited before it was written upstream for the
+/// prompts dispatched before it to its member to start, milliseconds (int;
+/// present only when it waited).
+pub const LLAMATAP_TTFT_SEQUENCED_MS: &str = "llamatap.ttft.sequenced_ms";
 /// Prompt tokens of other answers that went through the batches of this
 /// answer's prefill (int; present only when its prefill's interval is
 /// known).

@@ -141,6 +141,7 @@ mod tests {
             progress_events: 0,
             made_room: false,
             held_ms: None,
+            sequenced_ms: None,
             prefill_beside_tokens: None,
             predicted_wait_ms: None,
             slot_started_ms: None,

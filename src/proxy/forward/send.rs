@@ -18,7 +18,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use super::super::context::RequestCtx;
-use super::super::{predict, progress, request_head, Steps};
+use super::super::{predict, progress, request_head, sequence, Steps};
 use crate::upstream::client::Exchange;
 use llamatap_wire::continuation as plan;
 
@@ -64,6 +64,7 @@ pub async fn request(
             None
         };
         predict::described(&steps.predictor, ctx);
+        sequence::wait(steps, ctx).await;
         let mut out = wire(&req)?;
         out.put_slice(asked.as_deref().unwrap_or(body));
         return up.write(&out, timeout).await;
@@ -71,6 +72,7 @@ pub async fn request(
     if may_ask {
         return Box::pin(whole(steps, session, up, ctx, req, timeout)).await;
     }
+    sequence::wait(steps, ctx).await;
     let chunked = req.headers.contains_key(header::TRANSFER_ENCODING);
     let mut out = wire(&req)?;
     drop(req);
@@ -175,6 +177,7 @@ async fn whole(
     }
     let asked = progress::shape(ctx, &mut req, &body)?;
     predict::described(&steps.predictor, ctx);
+    sequence::wait(steps, ctx).await;
     let mut out = wire(&req)?;
     out.put_slice(asked.as_deref().unwrap_or(&body));
     up.write(&out, timeout).await

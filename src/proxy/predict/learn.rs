@@ -43,6 +43,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         progress_events: plan.progress_events,
         made_room: plan.made_room,
         held_ms: plan.held.map(whole_ms),
+        sequenced_ms: plan.sequenced.map(whole_ms),
         prefill_beside_tokens: beside,
         predicted_wait_ms: match p.prediction {
             Prediction::Estimate(e) => Some(ttft::round_ms(e.wait_ms)),

@@ -117,10 +117,10 @@ fn no_promise_without_a_prefill_and_each_counted_once() {
     assert!(!f.promised());
     // Known whole after its dispatch (one upstream): its prefill and
     // promise come then, once.
-    f.describe(done, Some(8), Some(0), Some(promise(1000)));
+    f.describe(done, Some(8), Some(0), Some(promise(1000)), false);
     assert!(!f.promised());
-    f.describe(done, Some(8), Some(300), Some(promise(1000)));
-    f.describe(done, Some(8), Some(300), Some(promise(1000)));
+    f.describe(done, Some(8), Some(300), Some(promise(1000)), false);
+    f.describe(done, Some(8), Some(300), Some(promise(1000)), false);
     assert_eq!(f.promised.load(Ordering::Relaxed), 1);
     f.land(done);
     assert!(!f.promised());

@@ -76,6 +76,10 @@ impl Tracing {
                 let ms = i64::try_from(ms).unwrap_or(i64::MAX);
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_HELD_MS, ms));
             }
+            if let Some(ms) = t.sequenced_ms {
+                let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_SEQUENCED_MS, ms));
+            }
             if let Some(n) = t.prefill_beside_tokens {
                 let n = i64::from(n);
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_PREFILL_BESIDE_TOKENS, n));
