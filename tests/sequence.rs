@@ -2,7 +2,8 @@
 //! Prompts sent to a member in the order llamatap dispatched them
 //! (`[ttft] sequence_prompts`), on a real llama-server with one slot: a
 //! prompt waits while the one dispatched before it has not started, and
-//! no longer than 50 ms; with the setting off it does not wait.
+//! no longer than 50 ms; without the setting (off by default) it does not
+//! wait.
 
 mod common;
 
@@ -110,7 +111,7 @@ fn queued_pair(llama: &LlamaServer, name: &str, toml: &str) -> Vec<Value> {
 #[test]
 fn a_prompt_waits_for_the_one_before_it_to_start_at_most_50_ms() {
     let llama = LlamaServer::start("tiny", &["-np", "1"]);
-    let lines = queued_pair(&llama, "on", "");
+    let lines = queued_pair(&llama, "on", "[ttft]\nsequence_prompts = true\n");
     let [holder, queued, second] = &lines[..] else {
         panic!("{lines:?}");
     };
@@ -128,9 +129,9 @@ fn a_prompt_waits_for_the_one_before_it_to_start_at_most_50_ms() {
 }
 
 #[test]
-fn with_sequence_prompts_off_no_prompt_waits() {
+fn by_default_no_prompt_waits() {
     let llama = LlamaServer::start("tiny", &["-np", "1"]);
-    let lines = queued_pair(&llama, "off", "[ttft]\nsequence_prompts = false\n");
+    let lines = queued_pair(&llama, "off", "");
     for l in &lines {
         eprintln!("{l}");
         assert_eq!(l["ttft_sequenced_ms"], Value::Null, "{l}");

@@ -19,7 +19,7 @@ pub struct RawTtft {
     pub keep_promises: Option<bool>,
     /// Send the prompts to a member in the order they were dispatched to
     /// it: a prompt waits until those dispatched before it to its member
-    /// have started (their first progress event); default `true`.
+    /// have started (their first progress event); default `false`.
     pub sequence_prompts: Option<bool>,
 }
 
@@ -39,7 +39,7 @@ impl Default for Ttft {
         Ttft {
             prompt_progress: true,
             keep_promises: false,
-            sequence_prompts: true,
+            sequence_prompts: false,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! attempt whose member has a prompt dispatched before it that has not
 //! started yet (no progress event, no first token) waits, just before its
 //! request is written upstream, until that prompt starts, at most
-//! [`MAX_WAIT`] (`[ttft] sequence_prompts`, on by default).
+//! [`MAX_WAIT`] (`[ttft] sequence_prompts`, off by default: it trades
+//! the later prompt's time for the earlier one's, and measured so in
+//! `docs/ttft-slo.md`).
 //!
 //! Why: llama-server takes every task that reached it between two batches
 //! into the next batch. Two prompts sent a millisecond apart to a member
