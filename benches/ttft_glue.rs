@@ -48,6 +48,7 @@ fn finished(i: u32) -> Finished {
             (0.9 * f64::from(prompt_n) + 5.0) / 1000.0,
         )),
         prefill_others: 0,
+        prefill_before: 0,
     }
 }
 

@@ -55,7 +55,7 @@ mod progress;
 mod promise;
 mod tally;
 mod window;
-pub use flights::{Boarded, Flights};
+pub use flights::{Boarded, Flights, Overlap};
 pub use plan::Plan;
 pub use promise::Promise;
 pub use tally::Tally;
@@ -146,6 +146,10 @@ pub struct Finished {
     /// Prompt tokens of other answers on the member processed during its
     /// prefill ([`Flights::overlap`]; 0 when not known).
     pub prefill_others: u32,
+    /// Prompt tokens of other answers on the member processed between its
+    /// dispatch and its prefill's start ([`Flights::overlap`]; 0 when not
+    /// known).
+    pub prefill_before: u32,
 }
 
 /// The key of `member` and `model` (no model named: the empty name).
@@ -329,6 +333,7 @@ impl Predictor {
             timings: done.timings,
             busy_others: p.busy_others,
             prefill_others: done.prefill_others,
+            prefill_before: done.prefill_before,
             beside_at_dispatch: p.beside_tokens,
             max_tokens: done.max_tokens,
             prompt_bytes: (p.prompt_bytes > 0).then_some(p.prompt_bytes),

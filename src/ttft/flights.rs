@@ -53,6 +53,16 @@ const MAX_PER_MEMBER: usize = 4 * MAX_SLOTS;
 /// Prefill windows of landed answers kept per member.
 const LANDED_KEPT: usize = 16;
 
+/// The prompt tokens of other answers that went through the member's
+/// batches while an answer waited for its slot and while it prefilled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overlap {
+    /// During its prefill (its first progress event to its first token).
+    pub during: u32,
+    /// From its dispatch to its prefill's start: the batches it waited for.
+    pub before: u32,
+}
+
 /// One attempt on the board: its member and its own id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Boarded {
@@ -72,6 +82,8 @@ struct Entry {
     first_token: Option<Instant>,
     /// The tokens its stream has counted.
     tally: Tally,
+    /// When it boarded (its dispatch).
+    boarded: Instant,
     /// Its first progress event is to come, and a later prompt to its
     /// member waits for it ([`Flights::unstarted_before`]).
     awaits_start: bool,
@@ -125,6 +137,7 @@ impl Flights {
             first_token: None,
             tally: Tally::default(),
             awaits_start: false,
+            boarded: Instant::now(),
         });
         Some(Boarded { member, id })
     }
@@ -219,18 +232,27 @@ impl Flights {
     }
 
     /// The prompt tokens of other answers on `b`'s member processed during
-    /// `b`'s prefill (pro rata, [`Window::tokens_during`]), once its
-    /// prefill ended; `None` before, or without its start.
-    pub fn overlap(&self, b: Boarded, now: Instant) -> Option<u32> {
+    /// `b`'s prefill, and before it, from its dispatch to its slot's start
+    /// (pro rata, [`Window::tokens_during`]), once its prefill ended;
+    /// `None` before, or without its start.
+    pub fn overlap(&self, b: Boarded, now: Instant) -> Option<Overlap> {
         let by = self.by_member.lock().ok()?;
         let m = by.get(&b.member)?;
-        let span = m.list.iter().find(|e| e.id == b.id)?.window.span()?;
-        let others = m.list.iter().filter(|e| e.id != b.id).map(|e| &e.window);
-        let tokens: f64 = others
-            .chain(&m.landed)
-            .map(|w| w.tokens_during(span, now))
-            .sum();
-        Some(tokens.round().min(f64::from(u32::MAX)) as u32)
+        let own = m.list.iter().find(|e| e.id == b.id)?;
+        let span = own.window.span()?;
+        let before = (own.boarded.min(span.0), span.0);
+        let others = || {
+            let listed = m.list.iter().filter(|e| e.id != b.id).map(|e| &e.window);
+            listed.chain(&m.landed)
+        };
+        let tokens = |(from, to)| {
+            let t: f64 = others().map(|w| w.tokens_during((from, to), now)).sum();
+            t.round().min(f64::from(u32::MAX)) as u32
+        };
+        Some(Overlap {
+            during: tokens(span),
+            before: tokens(before),
+        })
     }
 
     /// `b`'s request is now known whole: its `max_tokens`, and, when given,

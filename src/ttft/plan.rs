@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(doc)]
 use super::{progress, prompt_bytes, steer, Flights, Promise};
-use super::{Boarded, Predicted, Tally};
+use super::{Boarded, Overlap, Predicted, Tally};
 
 /// A request's TTFT state across its attempts: plain data in its context.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -52,6 +52,7 @@ pub struct Plan {
     /// (`[ttft] sequence_prompts`).
     pub sequenced: Option<Duration>,
     /// The prompt tokens of other answers that went through the current
-    /// attempt's prefill batches ([`Flights::overlap`]), once it landed.
-    pub prefill_beside: Option<u32>,
+    /// attempt's prefill batches, and those it waited for before its slot
+    /// started ([`Flights::overlap`]), once it landed.
+    pub prefill_beside: Option<Overlap>,
 }

@@ -29,6 +29,7 @@ fn observation(i: u32) -> Observation {
         },
         busy_others: busy,
         prefill_others: if busy > 1 { 200 } else { 0 },
+        prefill_before: 0,
         beside_at_dispatch: 0,
         max_tokens: Some(64),
         prompt_bytes: Some(u64::from(new + cached) * 4),

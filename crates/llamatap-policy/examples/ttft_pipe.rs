@@ -77,6 +77,7 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                 },
                 busy_others: u32_of(v, "busy_others"),
                 prefill_others: u32_of(v, "prefill_others"),
+                prefill_before: u32_of(v, "prefill_before"),
                 beside_at_dispatch: u32_of(v, "beside_at_dispatch"),
                 max_tokens: v
                     .get("max_tokens")

@@ -13,7 +13,7 @@ use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
 
 /// The attempt's answer ended (upstream, or in `logging`): it lands from
 /// the board of answers in flight, with the prompt tokens of others that
-/// went through its prefill's batches.
+/// went through its prefill's batches and before it.
 pub fn landed(predictor: &Predictor, ctx: &mut RequestCtx) {
     let plan = &mut ctx.attempt.routed.ttft;
     plan.tally = None;
@@ -44,7 +44,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         made_room: plan.made_room,
         held_ms: plan.held.map(whole_ms),
         sequenced_ms: plan.sequenced.map(whole_ms),
-        prefill_beside_tokens: beside,
+        prefill_beside_tokens: beside.map(|o| o.during),
         predicted_wait_ms: match p.prediction {
             Prediction::Estimate(e) => Some(ttft::round_ms(e.wait_ms)),
             Prediction::NoData => None,
@@ -77,7 +77,8 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
             .first_token_any
             .zip(dispatched)
             .and_then(|(f, d)| f.checked_sub(d)),
-        prefill_others: beside.unwrap_or(0),
+        prefill_others: beside.map_or(0, |o| o.during),
+        prefill_before: beside.map_or(0, |o| o.before),
     };
     predictor.learn(&p, &done);
 }

@@ -165,10 +165,16 @@ fn an_answer_counts_the_prompts_prefilled_beside_it_even_those_landed() {
     f.progressed(late, ms(350), 400, 400);
     f.prefilled(long, ms(400));
     f.prefilled(elsewhere, ms(400));
-    // All of short's 200, and a twentieth of late's 400 by t = 1350.
-    assert_eq!(f.overlap(long, ms(1350)), Some(220));
+    // All of short's 200, and a twentieth of late's 400 by t = 1350; it
+    // started as it boarded: nothing before.
+    let overlap = |during, before| Some(Overlap { during, before });
+    assert_eq!(f.overlap(long, ms(1350)), overlap(220, 0));
     // Other members are not counted.
-    assert_eq!(f.overlap(elsewhere, ms(1350)), Some(0));
+    assert_eq!(f.overlap(elsewhere, ms(1350)), overlap(0, 0));
+    // Late boarded at the start and started at 350: 7/8 of long's 800 and
+    // all of short's 200 went before, the rest of long's during.
+    f.prefilled(late, ms(1350));
+    assert_eq!(f.overlap(late, ms(1350)), overlap(100, 900));
     f.land(late);
     f.land(long);
     assert!(!f.by_member.lock().unwrap().contains_key(&0));

@@ -35,10 +35,15 @@ pub struct Observation {
     /// pending prompt, in slot order, so this one's `prompt_ms` covers them
     /// too.
     pub prefill_others: u32,
+    /// Prompt tokens of other requests prefilled between this one's
+    /// dispatch and its prefill's start: the batches it waited for (a
+    /// prompt that reached llama-server while another's batch ran starts
+    /// after that batch). Not in its `prompt_ms`.
+    pub prefill_before: u32,
     /// The prompt tokens the busy slots still had to prefill when this
     /// request was dispatched (the sum of [`InFlight::prefill_left`] it was
-    /// predicted with): with `prefill_others`, it teaches how much of them
-    /// goes through this request's batches.
+    /// predicted with): with `prefill_before` and `prefill_others`, it
+    /// teaches how much of them this request's first token waits for.
     pub beside_at_dispatch: u32,
     /// The request's `max_tokens`, if it set one: teaches the share of it
     /// answers use, for when a busy slot will free.

@@ -6,8 +6,10 @@
 //!   batches), `cache_n` and `prompt_ms` divided by the bend at the busy
 //!   slots then;
 //! - the prefill bend and the decode bend with other busy slots (`bend.rs`);
-//! - the share of the prompts prefilling beside at dispatch that went
-//!   through the request's batches;
+//! - the share of the prompts prefilling beside at dispatch that the
+//!   request's first token waited for: those that went through its
+//!   batches, and those prefilled between its dispatch and its slot's
+//!   start (its prompt missed their batch);
 //! - the decode time per token on an idle member, the typical answer length,
 //!   the share of `max_tokens` answers use and a typical prefill (for when a
 //!   busy slot frees, `wait.rs`);
@@ -127,8 +129,9 @@ pub(super) struct Rates {
     /// Tokens llama-server reused for prompts predicted with nothing
     /// cached (the chat template's head).
     head: Mean,
-    /// The share of the prompts prefilling beside at dispatch that went
-    /// through this one's batches.
+    /// The share of the prompts prefilling beside at dispatch that this
+    /// one's first token waited for: went through its batches, or ran
+    /// before its slot started.
     share: Mean,
     /// Decayed mean of |ln(measured / predicted)|: the usual scatter.
     noise: Mean,
@@ -153,7 +156,8 @@ impl Rates {
             self.head.add(f64::from(t.cache_n));
         }
         if obs.beside_at_dispatch >= MIN_RATIO_TOKENS {
-            let seen = f64::from(obs.prefill_others) / f64::from(obs.beside_at_dispatch);
+            let waited = obs.prefill_others.saturating_add(obs.prefill_before);
+            let seen = f64::from(waited) / f64::from(obs.beside_at_dispatch);
             self.share.add(seen.min(1.0));
         }
         if t.prompt_n > 0 && t.prompt_ms.is_finite() && t.prompt_ms >= 0.0 {

@@ -62,6 +62,7 @@ impl Member {
             },
             busy_others: busy,
             prefill_others: 0,
+            prefill_before: 0,
             beside_at_dispatch: 0,
             max_tokens: Some(64),
             prompt_bytes: Some(u64::from(new + cached) * 3),
@@ -569,22 +570,32 @@ fn a_prompt_prefilling_beside_shares_the_batches() {
     };
     // Requests sent beside a prefill of 900 tokens, all of which went
     // through their batches (their slot came second): prompt_ms covers both.
-    let taught = |share: f64| {
+    let taught_as = |share: f64, waited: bool| {
         let mut book = trained(&m, 200, 0.0, 12);
         for _ in 0..8 {
             let others = (900.0 * share) as u32;
             let mut o = m.observation(300, 0, 1, 1.0);
-            o.timings.prompt_ms = m.prefill(300 + others, 0, 1);
-            o.prefill_others = others;
+            if waited {
+                // Its prompt missed their batch: its slot started after.
+                o.prefill_before = others;
+            } else {
+                o.timings.prompt_ms = m.prefill(300 + others, 0, 1);
+                o.prefill_others = others;
+            }
             o.beside_at_dispatch = 900;
             book.observe(&0, &o);
         }
         book
     };
+    let taught = |share: f64| taught_as(share, false);
     let all = taught(1.0);
     let e = estimate(all.predict(&0, &beside));
     let want = m.prefill(1200, 0, 1) + m.overhead;
     assert!(rel_err(e.ttft_ms, want) < 0.1, "{e:?} vs {want}");
+    // Waiting for their batches before its own prefill started teaches
+    // the same share: its first token waited for all of them either way.
+    let w = estimate(taught_as(1.0, true).predict(&0, &beside));
+    assert!(rel_err(w.ttft_ms, e.ttft_ms) < 0.05, "{w:?} vs {e:?}");
     // The part of the others' prefill is a wait; this prompt's own part is
     // what the curve adds beyond it.
     assert!(e.wait_ms > e.prefill_ms, "{e:?}");

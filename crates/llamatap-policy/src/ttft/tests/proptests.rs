@@ -40,6 +40,7 @@ fn any_observation() -> impl Strategy<Value = Observation> {
                     },
                     busy_others: busy,
                     prefill_others: busy * 7,
+                    prefill_before: 0,
                     beside_at_dispatch: 0,
                     max_tokens: Some(64),
                     prompt_bytes: bytes,
