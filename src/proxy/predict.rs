@@ -281,8 +281,9 @@ fn streamed_prefill(ctx: &RequestCtx, predicted: &Predicted, cached: u64) -> u32
 
 /// The request's body was read whole after its dispatch (with one
 /// upstream nothing reads it before): its `max_tokens` and, streamed, its
-/// prompt to prefill go on the board.
-pub fn described(predictor: &Predictor, ctx: &RequestCtx) {
+/// prompt to prefill go on the board, and with `sequence` (`[ttft]
+/// sequence_prompts`) whether later prompts wait for its start.
+pub fn described(predictor: &Predictor, ctx: &RequestCtx, sequence: bool) {
     let plan = &ctx.attempt.routed.ttft;
     let (Some(b), Some(p)) = (plan.flight, plan.predicted.as_ref()) else {
         return;
@@ -294,7 +295,7 @@ pub fn described(predictor: &Predictor, ctx: &RequestCtx) {
         max_tokens(ctx),
         Some(left),
         promise,
-        ctx.attempt.progress.asked,
+        sequence && ctx.attempt.progress.asked,
     );
 }
 

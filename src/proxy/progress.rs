@@ -124,7 +124,7 @@ pub fn watch(predictor: &Predictor, ctx: &mut RequestCtx, resp: &mut ResponseHea
         // Its body is whole now (its `max_tokens` known); no progress will
         // say when its prefill ends: counted as done, as a request whose
         // progress is unknown.
-        predict::described(predictor, ctx);
+        predict::described(predictor, ctx, false);
         predict::prefilling(predictor, ctx, 0);
         return;
     }

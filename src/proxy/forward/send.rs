@@ -63,7 +63,7 @@ pub async fn request(
         } else {
             None
         };
-        predict::described(&steps.predictor, ctx);
+        predict::described(&steps.predictor, ctx, steps.config.ttft.sequence_prompts);
         sequence::wait(steps, ctx).await;
         let mut out = wire(&req)?;
         out.put_slice(asked.as_deref().unwrap_or(body));
@@ -176,7 +176,7 @@ async fn whole(
         }
     }
     let asked = progress::shape(ctx, &mut req, &body)?;
-    predict::described(&steps.predictor, ctx);
+    predict::described(&steps.predictor, ctx, steps.config.ttft.sequence_prompts);
     sequence::wait(steps, ctx).await;
     let mut out = wire(&req)?;
     out.put_slice(asked.as_deref().unwrap_or(&body));
