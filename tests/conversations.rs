@@ -13,7 +13,7 @@ use common::fleet::{self, serial, start_servers, upstream_up};
 use common::http;
 use common::llama::LlamaServer;
 use common::proxy::Llamatap;
-use common::temp_config;
+use common::{access_lines, temp_config};
 
 const ALICE: &str = "alice-secret-key-7f3a9c";
 const BOB: &str = "bob-secret-key-5e1d20";
@@ -389,15 +389,6 @@ fn replicas_share_the_book_through_the_store() {
 }
 
 // === one account of a resumed answer ===
-
-/// The access log's lines so far, parsed.
-fn access_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
 
 /// llama-server's count of generated tokens, from a chat stream's last
 /// event with `timings`.

@@ -13,10 +13,10 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::access_lines;
 use common::http;
 use common::llama::LlamaServer;
 use common::proxy::Llamatap;
-use common::temp_config;
 use serde_json::{json, Value};
 
 /// The body of a streamed (or not) request on `path`.
@@ -71,15 +71,6 @@ fn progress_events(answer: &[u8]) -> Vec<Value> {
         .collect()
 }
 
-/// The access log's lines so far, parsed.
-fn access_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 /// Waits for the access log's `n`th line (1-based) and returns it.
 fn access_line(path: &Path, n: usize) -> Value {
     let logged = common::wait_until(Duration::from_secs(30), || access_lines(path).len() >= n);
@@ -88,19 +79,8 @@ fn access_line(path: &Path, n: usize) -> Value {
 }
 
 fn start(llama: &LlamaServer, name: &str, toml: &str) -> (Llamatap, std::path::PathBuf) {
-    let log = std::env::temp_dir().join(format!("llamatap-progress-{name}-{}.jsonl", llama.port));
-    let _ = std::fs::remove_file(&log);
-    let config = temp_config(&format!("progress-{name}-{}", llama.port), toml);
-    let proxy = Llamatap::start(
-        &llama.base_url,
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--access-log",
-            log.to_str().unwrap(),
-        ],
-    );
-    (proxy, log)
+    let name = format!("progress-{name}-{}", llama.port);
+    Llamatap::start_logged(&llama.base_url, &name, toml)
 }
 
 #[test]

@@ -10,10 +10,10 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::access_lines;
 use common::http;
 use common::llama::LlamaServer;
 use common::proxy::Llamatap;
-use common::temp_config;
 use serde_json::{json, Value};
 
 const CHAT: &str = "/v1/chat/completions";
@@ -29,15 +29,6 @@ fn chat(prompt: &str, max_tokens: u32) -> String {
     .to_string()
 }
 
-/// The access log's lines so far, parsed.
-fn access_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 fn wait_for_lines(path: &Path, n: usize) -> Vec<Value> {
     let logged = common::wait_until(Duration::from_secs(60), || access_lines(path).len() >= n);
     assert!(logged, "no access line {n} in {}", path.display());
@@ -48,22 +39,32 @@ fn post(addr: &str, body: &str) -> http::Reader {
     http::post(addr, CHAT, body).unwrap()
 }
 
+/// Sends a short streamed prompt from another thread, and waits until
+/// llama-server holds `deferred` requests in its queue.
+fn queue(
+    llama: &LlamaServer,
+    addr: &str,
+    prompt: &str,
+    deferred: u32,
+) -> std::thread::JoinHandle<std::io::Result<Vec<u8>>> {
+    let (addr, body) = (addr.to_string(), chat(prompt, 4));
+    let sent = std::thread::spawn(move || post(&addr, &body).read_all());
+    let queued = common::wait_until(Duration::from_secs(60), || {
+        llama.metric("llamacpp:requests_deferred") >= f64::from(deferred)
+    });
+    assert!(
+        queued,
+        "{prompt}: llama-server never held {deferred} in its queue"
+    );
+    sent
+}
+
 /// With one slot held by a long answer: a prompt queued in llama-server
 /// behind it (not started), then a second prompt. Returns the access
 /// lines of the holder, the queued prompt and the second, in that order.
 fn queued_pair(llama: &LlamaServer, name: &str, toml: &str) -> Vec<Value> {
-    let log = std::env::temp_dir().join(format!("llamatap-sequence-{name}-{}.jsonl", llama.port));
-    let _ = std::fs::remove_file(&log);
-    let config = temp_config(&format!("sequence-{name}-{}", llama.port), toml);
-    let proxy = Llamatap::start(
-        &llama.base_url,
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--access-log",
-            log.to_str().unwrap(),
-        ],
-    );
+    let logged = format!("sequence-{name}-{}", llama.port);
+    let (proxy, log) = Llamatap::start_logged(&llama.base_url, &logged, toml);
     let addr = proxy.addr();
     // A first streamed answer: the member is seen to send progress events.
     post(&addr, &chat(&format!("{name} warm up"), 4))
@@ -73,25 +74,10 @@ fn queued_pair(llama: &LlamaServer, name: &str, toml: &str) -> Vec<Value> {
     // The holder takes the only slot and decodes for seconds.
     let mut holder = post(&addr, &chat(&format!("{name} hold"), 4000));
     holder.read_until(b"\"content\":\"").unwrap();
-    let queued = {
-        let (addr, body) = (addr.clone(), chat(&format!("{name} queued"), 4));
-        std::thread::spawn(move || post(&addr, &body).read_all())
-    };
     // Queued in llama-server: written upstream, so described on the board.
-    let deferred = common::wait_until(Duration::from_secs(60), || {
-        llama.metric("llamacpp:requests_deferred") >= 1.0
-    });
-    assert!(deferred, "the second prompt never queued in llama-server");
-    let second = {
-        let (addr, body) = (addr.clone(), chat(&format!("{name} second"), 4));
-        std::thread::spawn(move || post(&addr, &body).read_all())
-    };
-    // The third prompt reaches llama-server (with sequencing, once its
-    // wait is over): two deferred.
-    let both = common::wait_until(Duration::from_secs(60), || {
-        llama.metric("llamacpp:requests_deferred") >= 2.0
-    });
-    assert!(both, "the third prompt never reached llama-server");
+    let queued = queue(llama, &addr, &format!("{name} queued"), 1);
+    // Then the next one (with sequencing, once its wait is over).
+    let second = queue(llama, &addr, &format!("{name} second"), 2);
     // The holder's client hangs up: llama-server stops it, and the two
     // queued prompts are answered.
     drop(holder);

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use common::fleet::{serial, start_servers, upstream_up, wait_for};
 use common::http;
 use common::proxy::{metric_sum, Llamatap};
-use common::temp_config;
+use common::{access_lines, temp_config};
 use serde_json::Value;
 
 /// One streamed chat request as the client saw it.
@@ -715,13 +715,4 @@ fn a_prompt_that_would_push_an_admitted_answer_past_its_objective_waits() {
     eprintln!(
         "keep_promises {keep}: the promised request met its objective in {met} of {rounds} rounds"
     );
-}
-
-/// The access log's lines so far, parsed.
-fn access_lines(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }

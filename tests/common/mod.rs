@@ -42,6 +42,16 @@ pub fn temp_config(name: &str, toml: &str) -> std::path::PathBuf {
     p
 }
 
+/// An access log's lines so far, each parsed (lines that are not JSON are
+/// left out; a missing file has none).
+pub fn access_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 /// Polls `done` every 20 ms until it holds or `timeout` has passed; whether it
 /// held. Wait on the condition a test needs, never on a fixed sleep: a loaded
 /// machine is slow, a fast one is early, and a deadline costs only on failure.

@@ -35,6 +35,22 @@ impl Llamatap {
         Self::start_env(first, &args, &[])
     }
 
+    /// Starts llamatap in front of `upstream` with a config of `toml` and
+    /// an access log, both named after `name` (the log emptied first);
+    /// returns it and its access log's path.
+    pub fn start_logged(upstream: &str, name: &str, toml: &str) -> (Llamatap, std::path::PathBuf) {
+        let log = std::env::temp_dir().join(format!("llamatap-{name}.jsonl"));
+        let _ = std::fs::remove_file(&log);
+        let config = super::temp_config(name, toml);
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "--access-log",
+            log.to_str().unwrap(),
+        ];
+        (Self::start(upstream, &args), log)
+    }
+
     /// As [`start`], with environment variables.
     pub fn start_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Llamatap {
         let port = free_port();

@@ -4,7 +4,8 @@
 
 use super::*;
 
-fn flight(prefill_left: u32) -> InFlight {
+/// An answer on the board with `prefill_left` prompt tokens to prefill.
+pub(super) fn flight(prefill_left: u32) -> InFlight {
     InFlight {
         generated: 0,
         max_tokens: Some(64),

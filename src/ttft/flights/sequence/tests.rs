@@ -3,17 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::super::tests::flight;
 use super::super::Flights;
-use llamatap_policy::ttft::InFlight;
-
-fn flight(prefill_left: u32) -> InFlight {
-    InFlight {
-        generated: 0,
-        max_tokens: Some(64),
-        prefill_left,
-        decoding_ms: 0,
-    }
-}
 
 /// A board whose member 0 has sent progress events before.
 fn seen() -> Flights {
