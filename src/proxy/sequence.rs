@@ -14,7 +14,8 @@
 //! two happens is a matter of microseconds, and no prediction can tell.
 //! Sent once the first has started, the second always waits for the first's
 //! batch: the first is prefilled alone, as predicted, and the second's
-//! first token comes about when it would have anyway.
+//! first token comes after both prefills, as it often would anyway, though
+//! two batches one after the other take longer on a CPU than one of both.
 //!
 //! Only prompts that asked for progress events, on a member that has sent
 //! them before, are waited for (the board's [`Flights::unstarted_before`]);
