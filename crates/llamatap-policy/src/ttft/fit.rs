@@ -18,6 +18,13 @@
 //! feasible one of least residual is kept.
 //! The curve is then non-decreasing in `n` and in `c`, and never negative.
 //!
+//! Prompts all within a few percent of one size ([`ONE_SIZE_CV`]) cannot
+//! tell a fixed cost from a cost per token: the noise chose, and a fit that
+//! put every millisecond in the fixed part predicted the prompts
+//! prefilling beside, and any longer prompt, at no cost at all. Such data
+//! are fitted without the fixed part: as a cost per token, which is what a
+//! prefill on llama-server mostly is.
+//!
 //! Deliberately not here: the bend with busy slots (`bend.rs`), outlier and
 //! change handling beyond the decay (`member.rs` clips and resets).
 
@@ -27,6 +34,12 @@ const REL_FLOOR_MS: f64 = 5.0;
 
 /// Features of a prefill.
 const F: usize = 4;
+
+/// Below this coefficient of variation of the new tokens (weighted as the
+/// fit weighs them) the prompts are of one size, and the fit has no fixed
+/// part: with sizes within ±10 %, noise of a few percent in the times
+/// makes the cost per token's own error as large as the cost.
+const ONE_SIZE_CV: f64 = 0.1;
 
 /// The most cached tokens taken for what a prompt shares with nearly any
 /// other (the chat template's head), left out of the cost per cached
@@ -132,11 +145,29 @@ impl PrefillFit {
         self.solve();
     }
 
-    /// The non-negative least-squares coefficients over every feature subset.
+    /// The features the fit may use: all, or without the fixed part when
+    /// the prompts seen are of one size ([`ONE_SIZE_CV`]).
+    fn allowed(&self) -> u8 {
+        let (w, sum, squares) = (self.xx[0][0], self.xx[0][1], self.xx[1][1]);
+        if w <= 0.0 || sum <= 0.0 {
+            return 0b1111;
+        }
+        let mean = sum / w;
+        let variance = (squares / w - mean * mean).max(0.0);
+        if variance.sqrt() < ONE_SIZE_CV * mean {
+            0b1110
+        } else {
+            0b1111
+        }
+    }
+
+    /// The non-negative least-squares coefficients over every feature
+    /// subset allowed.
     fn solve(&mut self) {
+        let allowed = self.allowed();
         // The unconstrained least squares, when feasible, is the answer:
         // the subsets are only needed when it is not (or is singular).
-        if let Some(coef) = self.solve_subset(SUBSETS[0]) {
+        if let Some(coef) = self.solve_subset(SUBSETS[0] & allowed) {
             if coef.iter().all(|c| *c >= 0.0) {
                 self.coef = coef;
                 return;
@@ -146,12 +177,12 @@ impl PrefillFit {
         // feasible and no feature left out would lower the residual (the
         // optimality conditions of a non-negative least squares, a convex
         // problem), it is the answer, in one solve instead of fifteen.
-        if let Some(coef) = self.optimal_on(self.support) {
+        if let Some(coef) = self.optimal_on(self.support, allowed) {
             self.coef = coef;
             return;
         }
         let mut best: Option<([f64; F], f64, u8)> = None;
-        for mask in SUBSETS {
+        for mask in SUBSETS.into_iter().filter(|m| m & !allowed == 0) {
             let Some(coef) = self.solve_subset(mask) else {
                 continue;
             };
@@ -176,17 +207,17 @@ impl PrefillFit {
     }
 
     /// The solve on the features of `mask` when it is the non-negative
-    /// optimum: feasible, and the residual's gradient along every feature
-    /// left out is not negative.
-    fn optimal_on(&self, mask: u8) -> Option<[f64; F]> {
-        if mask == 0 {
+    /// optimum among those `allowed`: feasible, and the residual's
+    /// gradient along every allowed feature left out is not negative.
+    fn optimal_on(&self, mask: u8, allowed: u8) -> Option<[f64; F]> {
+        if mask == 0 || mask & !allowed != 0 {
             return None;
         }
         let coef = self.solve_subset(mask)?;
         if coef.iter().any(|c| *c < 0.0) {
             return None;
         }
-        for i in (0..F).filter(|i| mask & (1 << i) == 0) {
+        for i in (0..F).filter(|i| mask & (1 << i) == 0 && allowed & (1 << i) != 0) {
             let slope: f64 = (0..F).map(|j| self.xx[i][j] * coef[j]).sum::<f64>() - self.xy[i];
             if slope < -1e-9 * self.xy[i].abs().max(f64::MIN_POSITIVE) {
                 return None;
@@ -267,6 +298,30 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Prompts within a few tokens of one size, their times falling as
+    /// they grow (noise): the fit takes a cost per token, so a prompt of
+    /// twice the size costs about twice as much, not the same.
+    #[test]
+    fn prompts_of_one_size_are_a_cost_per_token() {
+        let mut fit = PrefillFit::default();
+        for i in 0..40 {
+            let (n, ms) = [(522.0, 470.0), (523.0, 455.0), (524.0, 440.0)][i % 3];
+            fit.add(n, 10.0, ms, 0.95);
+        }
+        let one = fit.at(523.0, 10.0);
+        let two = fit.at(1046.0, 10.0);
+        assert!((one - 455.0).abs() < 10.0, "{one}");
+        assert!(two > 1.8 * one, "{two} against {one}");
+        // Sizes spread more widely keep their fixed part.
+        let mut spread = PrefillFit::default();
+        for i in 0..40 {
+            let n = [100.0, 500.0, 1500.0][i % 3];
+            spread.add(n, 10.0, 40.0 + 0.8 * n, 0.95);
+        }
+        let fixed = spread.coefficients()[0];
+        assert!((fixed - 40.0).abs() < 1.0, "{:?}", spread.coefficients());
+    }
+
     proptest! {
         /// The shortcut through the last support finds the same least
         /// residual as solving every subset.
@@ -278,7 +333,7 @@ mod tests {
             for (n, c, ms) in points {
                 fit.add(n, c, ms, 0.95);
                 let mut best = f64::INFINITY;
-                for mask in SUBSETS {
+                for mask in SUBSETS.into_iter().filter(|m| m & !fit.allowed() == 0) {
                     if let Some(coef) = fit.solve_subset(mask).filter(|k| k.iter().all(|v| *v >= 0.0)) {
                         best = best.min(fit.residual(&coef));
                     }
