@@ -58,14 +58,10 @@ const MIN_BAND: f64 = 0.223;
 const CLIP_AFTER: f64 = 6.0;
 /// Observations before an estimate is of high confidence.
 const CONFIDENT_AFTER: u32 = 4;
-/// The share of the prompts other slots are prefilling that this one's
-/// first token is expected to wait for, before one was learned: all of
-/// them. llama-server takes every pending prompt into its next batch (up
-/// to `n_batch`, 2048 tokens by default), so a prompt that joins another's
-/// batches, or misses the first and waits for it, gets its first token
-/// after both; only a prompt beside too long for one batch, in a later
-/// slot, is partly left for after it.
-const BESIDE_SHARE: f64 = 1.0;
+/// The share of the prompts other slots are prefilling that is expected to
+/// go through this one's batches, before one was learned: llama-server fills
+/// each batch in slot order, and the slot a request gets is not known.
+const BESIDE_SHARE: f64 = 0.5;
 /// Prefill tokens below which a ratio says little about the per-token rate.
 const MIN_RATIO_TOKENS: u32 = 32;
 
