@@ -18,12 +18,13 @@
 //! feasible one of least residual is kept.
 //! The curve is then non-decreasing in `n` and in `c`, and never negative.
 //!
-//! Prompts all within a few percent of one size ([`ONE_SIZE_CV`]) cannot
-//! tell a fixed cost from a cost per token: the noise chose, and a fit that
-//! put every millisecond in the fixed part predicted the prompts
-//! prefilling beside, and any longer prompt, at no cost at all. Such data
-//! are fitted without the fixed part: as a cost per token, which is what a
-//! prefill on llama-server mostly is.
+//! Prompts all of nearly one size (their new tokens' coefficient of
+//! variation under [`ONE_SIZE_CV`]) cannot tell a fixed cost from a cost
+//! per token: the noise chose, and a fit that put every millisecond in
+//! the fixed part predicted the prompts prefilling beside, and any longer
+//! prompt, at no cost at all. Such data are fitted without the fixed
+//! part: as a cost per token, which is what a prefill on llama-server
+//! mostly is.
 //!
 //! Deliberately not here: the bend with busy slots (`bend.rs`), outlier and
 //! change handling beyond the decay (`member.rs` clips and resets).
