@@ -38,7 +38,7 @@ use crate::config::slo::Slos;
 use crate::fleet::Fleet;
 use crate::ttft::{self, slo, Predicted, Predictor};
 use llamatap_policy::tenant::Priority;
-use llamatap_policy::ttft::{Bound, Confidence, InFlight, Prediction};
+use llamatap_policy::ttft::{Bound, Confidence, InFlight};
 use llamatap_telemetry::record::Outcome;
 
 mod learn;
@@ -247,20 +247,9 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     };
     let promise = promises::promise(predictor, ctx, &predicted);
     let boarded = predictor.flights.board(member, flight, promise);
-    let pace = pace_ms(&predicted, cached);
     let plan = &mut ctx.attempt.routed.ttft;
-    plan.tally = boarded.and_then(|b| predictor.flights.paced(b, pace));
+    plan.tally = boarded.and_then(|b| predictor.flights.tally(b));
     plan.flight = boarded;
-}
-
-/// The prediction's prefill milliseconds per prompt token to prefill (0:
-/// not known), at which the board drains its prefill once started.
-fn pace_ms(p: &Predicted, cached: u64) -> f64 {
-    let tokens = ttft::new_tokens(p, cached);
-    match p.prediction {
-        Prediction::Estimate(e) if tokens > 0 => e.prefill_ms / f64::from(tokens),
-        _ => 0.0,
-    }
 }
 
 /// The bytes of the prompt the chosen member likely holds: the router's

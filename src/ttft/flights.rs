@@ -29,10 +29,6 @@
 //! streamed), its time since its first token, from which the predictor
 //! reckons how far into its answer it is.
 //!
-//! A copy for the predictor ([`Flights::of`], in `load`) drains the
-//! prefills started at each one's predicted pace: a prompt that fits one
-//! batch reports its tokens left only as its slot starts it.
-//!
 //! Deliberately not here: counting the tokens (the stream's observer),
 //! predicting ([`super::Predictor`]), and the wait itself (the proxy's
 //! `predict`).
@@ -50,7 +46,6 @@ use super::tally::Tally;
 use super::window::Window;
 use sequence::Sequencing;
 
-mod load;
 mod sequence;
 
 /// Most answers kept per member: those beyond are not in its slots.
@@ -92,10 +87,6 @@ struct Entry {
     /// Its first progress event is to come, and a later prompt to its
     /// member waits for it ([`Flights::unstarted_before`]).
     awaits_start: bool,
-    /// Its predicted prefill milliseconds per prompt token (0: unknown).
-    pace_ms: f64,
-    /// When its member last reported its tokens left (a progress event).
-    reported: Option<Instant>,
 }
 
 /// One member's answers, in boarding order, and the prefill windows of
@@ -147,28 +138,19 @@ impl Flights {
             tally: Tally::default(),
             awaits_start: false,
             boarded: Instant::now(),
-            pace_ms: 0.0,
-            reported: None,
         });
         Some(Boarded { member, id })
     }
 
-    /// `b`'s predicted prefill milliseconds per prompt token (0: unknown;
-    /// [`Flights::of`] drains its started prefill at it); the tally its
-    /// stream sets its generated tokens in, if it is on the board.
-    pub fn paced(&self, b: Boarded, pace_ms: f64) -> Option<Tally> {
-        let mut by = self.by_member.lock().ok()?;
-        let e = by
-            .get_mut(&b.member)?
+    /// The tally `b`'s stream sets its generated tokens in, if it is on
+    /// the board.
+    pub fn tally(&self, b: Boarded) -> Option<Tally> {
+        let by = self.by_member.lock().ok()?;
+        by.get(&b.member)?
             .list
-            .iter_mut()
-            .find(|e| e.id == b.id)?;
-        e.pace_ms = if pace_ms.is_finite() {
-            pace_ms.max(0.0)
-        } else {
-            0.0
-        };
-        Some(e.tally.clone())
+            .iter()
+            .find(|e| e.id == b.id)
+            .map(|e| e.tally.clone())
     }
 
     /// Runs `f` on `b`'s member's list and the place of `b`'s entry in it,
@@ -211,7 +193,6 @@ impl Flights {
                 let started = list.get_mut(i).is_some_and(|e| {
                     e.window.start(at, tokens);
                     e.flight.prefill_left = left;
-                    e.reported = Some(at);
                     std::mem::take(&mut e.awaits_start)
                 });
                 if left == 0 {
@@ -364,6 +345,29 @@ impl Flights {
         if awaited {
             self.sequencing.stopped();
         }
+    }
+
+    /// Copies `member`'s answers, in boarding order (the first ones hold
+    /// its slots), into `out`, each with the tokens its stream counted and
+    /// its time since its first token; how many.
+    pub fn of(&self, member: usize, out: &mut [InFlight]) -> usize {
+        let now = Instant::now();
+        let Ok(by) = self.by_member.lock() else {
+            return 0;
+        };
+        let Some(m) = by.get(&member) else {
+            return 0;
+        };
+        let n = m.list.len().min(out.len());
+        for (o, e) in out.iter_mut().zip(&m.list) {
+            *o = e.flight;
+            o.generated = e.tally.get();
+            let since = e
+                .first_token
+                .map_or(0, |t| now.saturating_duration_since(t).as_millis());
+            o.decoding_ms = u32::try_from(since).unwrap_or(u32::MAX);
+        }
+        n
     }
 
     /// Whether any answer on the board holds a promise (a load, nothing

@@ -201,9 +201,9 @@ fn a_copy_carries_the_tokens_each_answers_stream_counted() {
     let f = Flights::default();
     let a = f.board(0, flight(0), None).unwrap();
     let b = f.board(0, flight(0), None).unwrap();
-    let tally = f.paced(a, 0.0).unwrap();
-    assert_eq!(tally, f.paced(a, 0.0).unwrap(), "one tally per answer");
-    assert_ne!(tally, f.paced(b, 0.0).unwrap());
+    let tally = f.tally(a).unwrap();
+    assert_eq!(tally, f.tally(a).unwrap(), "one tally per answer");
+    assert_ne!(tally, f.tally(b).unwrap());
     tally.set(17);
     let mut out = [InFlight::default(); 4];
     assert_eq!(f.of(0, &mut out), 2);
@@ -212,7 +212,7 @@ fn a_copy_carries_the_tokens_each_answers_stream_counted() {
     f.of(0, &mut out);
     assert_eq!(out[0].generated, u32::MAX);
     f.land(a);
-    assert_eq!(f.paced(a, 0.0), None, "landed: off the board");
+    assert_eq!(f.tally(a), None, "landed: off the board");
     f.land(b);
 }
 
