@@ -17,7 +17,9 @@
 //!   dispatch, prompt bytes, whether it was predicted with nothing cached,
 //!   `max_tokens`, and its measured TTFT when it
 //!   started at once; and the ratio of its measured TTFT (dispatch to the
-//!   first token) to a prediction of high confidence, for the bound.
+//!   first token) to a prediction of high confidence, for the bound. A
+//!   member's first answer starts it from a peer: the member serving the
+//!   same model name with the most answers.
 //! - [`Predictor::correct`] ([`progress`]): the prediction corrected by a
 //!   `prompt_progress` event of the answer, during its prefill.
 //!
@@ -354,7 +356,9 @@ impl Predictor {
             _ => None,
         };
         if let Ok(mut book) = self.book.lock() {
-            book.observe(&p.key, &obs);
+            // A member's first answer starts it from a peer serving the
+            // same model name.
+            book.observe_among(&p.key, &obs, |k| k.1 == p.key.1);
             if let Some(r) = ratio {
                 book.record_ratio(&p.key, p.stratum, r, self.now_s());
             }

@@ -71,6 +71,44 @@ fn a_member_and_model_learn_from_their_own_answers_only() {
 }
 
 #[test]
+fn a_member_starts_from_a_peer_serving_the_same_model() {
+    let f = fleet(2);
+    let p = Predictor::default();
+    // 40 ms a prefill, and 1 ms a token.
+    let answer = |prompt_n: u32| Finished {
+        timings: Timings {
+            prompt_ms: 40.0 + f64::from(prompt_n),
+            ..finished(prompt_n).timings
+        },
+        ttft: Some(Duration::from_secs_f64(
+            (45.0 + f64::from(prompt_n)) / 1000.0,
+        )),
+        ..finished(prompt_n)
+    };
+    for i in 0..16u32 {
+        let prompt_n = 100 + 100 * (i % 8);
+        let at = p.predict(&f, 0, Some("m"), (u64::from(prompt_n) * 4, 0), false);
+        p.learn(&at, &answer(prompt_n));
+    }
+    // One short answer on member 1 of the same model, and on member 0 of
+    // another: the first starts from member 0's curve, the second alone is
+    // a cost per token (80 ms for 40 tokens: 2 ms a token).
+    for (member, model) in [(1, "m"), (0, "n")] {
+        let at = p.predict(&f, member, Some(model), (160, 0), false);
+        p.learn(&at, &answer(40));
+    }
+    let ms = |member, model| {
+        let got = p.predict(&f, member, Some(model), (1600, 0), false);
+        got.prediction.ttft_ms().expect("a prediction")
+    };
+    // 400 tokens: 440 ms, and the 5 ms of overhead member 0 learned.
+    let peer = ms(1, "m");
+    assert!((420.0..=490.0).contains(&peer), "{peer} ms");
+    let alone = ms(0, "n");
+    assert!(alone > 700.0, "{alone} ms");
+}
+
+#[test]
 fn the_load_counts_the_requests_in_flight_but_not_this_one() {
     let f = fleet(1);
     let p = Predictor::default();

@@ -88,7 +88,8 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                 started_ms: f64_of(v, "started_ms"),
                 predicted_uncached: v.get("cached_bytes").and_then(Value::as_u64) == Some(0),
             };
-            book.observe(&key, &obs);
+            // One model on every member: each is the others' peer.
+            book.observe_among(&key, &obs, |_| true);
             json!({ "ok": true })
         }
         "predict" => {

@@ -16,10 +16,13 @@
 //! - **the fixed overhead** outside `prompt_ms` (parsing, templating,
 //!   tokenizing, the first event's way back).
 //!
-//! Learning is online, per member and model (any hardware mix: nothing is
-//! shared between keys), from finished requests' `timings` and the busy
-//! slots at dispatch ([`Observation`]), with decayed means of bounded weight,
-//! outlier clipping and a change detector (`ttft/member.rs`). A prompt (or
+//! Learning is online, per member and model (any hardware mix), from
+//! finished requests' `timings` and the busy slots at dispatch
+//! ([`Observation`]), with decayed means of bounded weight, outlier
+//! clipping and a change detector (`ttft/member.rs`). Keys share nothing,
+//! but for a start: a key's first answer may start it from a peer's
+//! rates, faded to one answer's weight and scaled through that answer
+//! ([`TtftBook::observe_among`]). A prompt (or
 //! cached prefix) known only by its bytes is converted with the member's
 //! learned line from bytes to tokens (`ttft/bytes.rs`; 4 bytes per token
 //! before any was learned).
@@ -73,6 +76,7 @@ pub use strata::{Calibration, Stratum, MAX_AGE_S};
 pub use wait::MAX_SLOTS;
 
 use member::Rates;
+pub use member::PEER_ANSWERS;
 
 /// How far a prediction can be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,10 +213,29 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
 
     /// Learns from a finished request of `key`.
     pub fn observe(&mut self, key: &K, obs: &Observation) {
+        self.observe_among(key, obs, |_| false);
+    }
+
+    /// Learns from a finished request of `key`; a key not held yet starts
+    /// from the rates of its peer (a held key for which `is_peer` holds:
+    /// another member serving the same model) with the most answers, at
+    /// least [`PEER_ANSWERS`], faded to the weight of one and scaled
+    /// through its own first prefill (`ttft/member/prior.rs`). The scan of
+    /// the table for a peer happens once per new key.
+    pub fn observe_among(&mut self, key: &K, obs: &Observation, is_peer: impl Fn(&K) -> bool) {
         self.clock += 1;
         let at = match self.index.get(key) {
             Some(&i) => i,
-            None => self.admit(key),
+            None => {
+                let prior = self
+                    .entries
+                    .iter()
+                    .filter(|e| e.rates.observations() >= PEER_ANSWERS)
+                    .filter(|e| &e.key != key && is_peer(&e.key))
+                    .max_by_key(|e| (e.rates.observations(), e.touched))
+                    .map_or_else(Rates::default, |e| e.rates.as_prior());
+                self.admit(key, prior)
+            }
         };
         if let Some(e) = self.entries.get_mut(at) {
             e.rates.observe(obs);
@@ -220,11 +243,12 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
         }
     }
 
-    /// A slot for a new key: appended, or the least recently updated key's.
-    fn admit(&mut self, key: &K) -> usize {
+    /// A slot for a new key starting from `rates`: appended, or the least
+    /// recently updated key's.
+    fn admit(&mut self, key: &K, rates: Rates) -> usize {
         let fresh = Entry {
             key: key.clone(),
-            rates: Rates::default(),
+            rates,
             ratios: Calibration::default(),
             touched: self.clock,
         };

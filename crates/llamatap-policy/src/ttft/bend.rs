@@ -56,6 +56,16 @@ impl Bend {
         self.weight[b] = self.weight[b] * decay + 1.0;
     }
 
+    /// Each bucket's weight cut to at most `most`, its mean kept.
+    pub(super) fn faded_to(mut self, most: f64) -> Bend {
+        for (sum, w) in self.log_sum.iter_mut().zip(self.weight.iter_mut()) {
+            let keep = if *w > most { most / *w } else { 1.0 };
+            *sum *= keep;
+            *w *= keep;
+        }
+        self
+    }
+
     /// The mean factor a bucket measured, if it has.
     fn own(&self, b: usize) -> Option<f64> {
         (self.weight[b] >= SEEN).then(|| (self.log_sum[b] / self.weight[b]).exp())

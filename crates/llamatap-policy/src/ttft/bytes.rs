@@ -40,6 +40,21 @@ impl BytesToTokens {
         self.bt = self.bt * DECAY + bytes * tokens;
     }
 
+    /// The same line, its weight cut to at most `most`.
+    pub(super) fn faded_to(self, most: f64) -> BytesToTokens {
+        if self.w <= most {
+            return self;
+        }
+        let k = most / self.w;
+        BytesToTokens {
+            w: self.w * k,
+            b: self.b * k,
+            t: self.t * k,
+            bb: self.bb * k,
+            bt: self.bt * k,
+        }
+    }
+
     /// Whether anything was learned.
     pub(super) fn learned(&self) -> bool {
         self.w > 0.0

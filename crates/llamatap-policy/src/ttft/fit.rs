@@ -123,6 +123,26 @@ impl PrefillFit {
         self.weight *= keep;
     }
 
+    /// The same fit as if every prefill seen had taken `r` times as long
+    /// (`r` > 0, finite): the curve scaled by `r`, each prefill's relative
+    /// weight kept.
+    pub(super) fn scale(&mut self, r: f64) {
+        if !(r.is_finite() && r > 0.0) {
+            return;
+        }
+        for row in &mut self.xx {
+            for v in row.iter_mut() {
+                *v /= r * r;
+            }
+        }
+        for v in &mut self.xy {
+            *v /= r;
+        }
+        for v in &mut self.coef {
+            *v *= r;
+        }
+    }
+
     /// Adds one prefill of `new` tokens after `cached` ones that took `ms`
     /// (already normalised to an idle member), after fading the past by
     /// `decay`, and solves again.

@@ -29,7 +29,7 @@
 //! other work on its machine, or a restart on other hardware, shows within a
 //! few requests. A prefill off the expectation is clipped, for the curve, to
 //! three times the usual scatter (at least ±25%, at most a factor of 3).
-//!
+//! A new member may start from a peer's rates, faded (`member/prior.rs`).
 //! Fixed size (no allocation), O(1) per update and per prediction.
 //! Deliberately not here: the bounded table of members (`ttft.rs`).
 
@@ -39,6 +39,11 @@ use super::fit::{PrefillFit, HEAD};
 use super::input::{Observation, Progress, PromptSize, Query};
 use super::wait::{slot_wait, Pace};
 use super::{Confidence, Estimate, Prediction};
+use mean::Mean;
+
+mod mean;
+mod prior;
+pub use prior::PEER_ANSWERS;
 
 /// Decay of the prefill fit per observation (about twenty observations weigh).
 const DECAY: f64 = 0.95;
@@ -64,51 +69,6 @@ const CONFIDENT_AFTER: u32 = 4;
 const BESIDE_SHARE: f64 = 0.5;
 /// Prefill tokens below which a ratio says little about the per-token rate.
 const MIN_RATIO_TOKENS: u32 = 32;
-
-/// A decayed mean with a bounded weight.
-#[derive(Debug, Clone, Copy, Default)]
-struct Mean {
-    sum: f64,
-    weight: f64,
-}
-
-impl Mean {
-    fn add(&mut self, x: f64) {
-        if x.is_finite() {
-            self.sum = self.sum * MEAN_DECAY + x;
-            self.weight = self.weight * MEAN_DECAY + 1.0;
-        }
-    }
-
-    fn get(&self) -> Option<f64> {
-        (self.weight > 0.0).then(|| self.sum / self.weight)
-    }
-
-    /// `x` clipped to `1/CLIP..=CLIP` times the mean (plus `slack`), once
-    /// the mean has some weight.
-    fn clip(&self, x: f64, slack: f64) -> f64 {
-        match self.get() {
-            Some(m) if self.weight >= 2.0 => x.clamp(m / CLIP - slack, m * CLIP + slack),
-            _ => x,
-        }
-    }
-
-    /// Adds `x` (≥ 0) to the mean of a fixed cost, whose noise only adds
-    /// (a wait, a cold start): clipped as [`Mean::clip`] once the mean has
-    /// weight; before that, a value under `1/CLIP` of the mean (less
-    /// `slack`) starts it anew, since what came before was such noise. A
-    /// llama-server's first request can take a hundred times its usual
-    /// overhead, and the clip alone would then need a dozen requests to
-    /// bring the mean down.
-    fn add_cost(&mut self, x: f64, slack: f64) {
-        let x = x.max(0.0);
-        match self.get() {
-            Some(m) if self.weight < 2.0 && x < m / CLIP - slack => *self = Mean::default(),
-            _ => {}
-        }
-        self.add(self.clip(x, slack));
-    }
-}
 
 /// The learned rates of one member and model.
 #[derive(Debug, Clone, Copy, Default)]
@@ -139,6 +99,9 @@ pub(super) struct Rates {
     /// of the last prefills' offsets from it (0: as fitted).
     level: f64,
     observations: u32,
+    /// The curve is a peer's, not yet scaled to this member's first
+    /// prefill (`member/prior.rs`).
+    borrowed: bool,
 }
 
 impl Rates {
@@ -203,10 +166,13 @@ impl Rates {
 
     fn observe_prefill(&mut self, new: u32, cached: u32, ms: f64, busy: u32) {
         let (n, c) = (f64::from(new), f64::from(cached));
+        let mut y = ms / self.prefill_bend.at(busy);
+        if std::mem::take(&mut self.borrowed) {
+            self.scale_to(n, c, y);
+        }
         let known = self.prefill.weight() >= 1.0;
         let curve = self.prefill.at(n, c);
         let expected = curve * self.level.exp();
-        let mut y = ms / self.prefill_bend.at(busy);
         if known && curve > 0.0 {
             if busy > 0 && new >= MIN_RATIO_TOKENS {
                 self.prefill_bend.add(busy, ms / expected, MEAN_DECAY);
@@ -379,6 +345,11 @@ impl Rates {
                 Confidence::Low
             },
         })
+    }
+
+    /// Answers learned from (saturating).
+    pub(super) fn observations(&self) -> u32 {
+        self.observations
     }
 
     /// The learned figures, for tests and reports.
