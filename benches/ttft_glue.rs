@@ -49,6 +49,7 @@ fn finished(i: u32) -> Finished {
         )),
         prefill_others: 0,
         prefill_before: 0,
+        probe: false,
     }
 }
 

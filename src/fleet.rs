@@ -15,15 +15,16 @@
 //! [`llamatap_policy::router`]'s pure code, called here under one mutex; nothing here
 //! does I/O.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use crate::config::{Config, UpstreamConfig, MAX_UPSTREAMS};
 use llamatap_policy::router::{
-    Candidate, Chain, Decision, Observation, Prediction, Request, RouteConfig, Router,
+    Candidate, Chain, Decision, Prediction, Request, RouteConfig, Router,
 };
 
+mod affinity;
 pub mod discovery;
 mod ejection;
 mod member;
@@ -73,8 +74,10 @@ pub struct Fleet {
     policy: &'static str,
     session_header: Option<String>,
     epoch: Instant,
-    /// The admission queue is on: the watcher reads every member's `/slots`.
-    reads_slots: bool,
+    /// The watcher reads every member's `/slots` even with one upstream:
+    /// the admission queue is on, TTFT objectives are configured, or a
+    /// request carried one ([`Fleet::read_slots`]).
+    reads_slots: AtomicBool,
     /// Per entry, how its name's last lookup went (discovered entries only).
     lookups: Vec<Mutex<Lookup>>,
 }
@@ -132,7 +135,7 @@ impl Fleet {
             policy: config.routing.policy.as_str(),
             session_header: config.routing.session_header.clone(),
             epoch: Instant::now(),
-            reads_slots: config.queue.enabled,
+            reads_slots: AtomicBool::new(config.queue.enabled || !config.queue.slo.is_empty()),
             lookups: config.upstreams.iter().map(|_| Mutex::default()).collect(),
         }
     }
@@ -196,9 +199,17 @@ impl Fleet {
         self.entries.len() > 1 || self.entries.iter().any(|u| u.discover)
     }
 
-    /// The watcher reads `/slots` even with one upstream (the queue is on).
+    /// The watcher reads `/slots` even with one upstream (the queue is on,
+    /// or TTFT objectives are in use).
     pub fn reads_slots(&self) -> bool {
-        self.reads_slots
+        self.reads_slots.load(Ordering::Relaxed)
+    }
+
+    /// From now on the watcher reads `/slots` even with one upstream: a
+    /// request carried a TTFT objective, and a bound is sure only with the
+    /// member's slots known.
+    pub fn read_slots(&self) {
+        self.reads_slots.store(true, Ordering::Relaxed);
     }
 
     /// Member `i` may take requests now: healthy, not ejected, not draining.
@@ -318,14 +329,6 @@ impl Fleet {
         Ok((serving, candidates))
     }
 
-    /// The member holding the longest prefix of `chain` (for a request
-    /// naming `model`), whatever its load: where `prefix_affinity` would
-    /// send it if it had a free slot. Nothing is recorded.
-    pub fn affine(&self, model: Option<&str>, chain: &Chain) -> Option<usize> {
-        let (_, candidates) = self.candidates(model, &[]).ok()?;
-        self.router.lock().ok()?.affine(&candidates, chain)
-    }
-
     /// Member `i`, chosen because it holds the request's conversation
     /// (whatever its load): counted in its in-flight load as
     /// [`Fleet::choose`] counts.
@@ -337,17 +340,6 @@ impl Fleet {
             reason: llamatap_policy::router::Reason::Conversation,
             prediction: Prediction::default(),
         })
-    }
-
-    /// Text bytes of `chain` the affinity book says member `i` holds in
-    /// its cache (0 when none, or not known).
-    pub fn cached_bytes(&self, i: usize, chain: &Chain) -> u64 {
-        let links = self
-            .router
-            .lock()
-            .ok()
-            .and_then(|r| r.index(i).map(|index| index.matched(chain.links()).links));
-        links.map_or(0, |n| chain.bytes(n))
     }
 
     /// The usable members that can serve a request for `model` (every
@@ -368,32 +360,6 @@ impl Fleet {
             let _ = m
                 .in_flight
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        }
-    }
-
-    /// Learns from an answer: llama-server's `cache_n` against the prefix
-    /// the router predicted on member `i`.
-    pub fn observe(
-        &self,
-        i: usize,
-        chain: &Chain,
-        prediction: &Prediction,
-        cached_tokens: u64,
-        prompt_tokens: u64,
-    ) -> Option<Observation> {
-        self.router
-            .lock()
-            .ok()
-            .map(|mut r| r.observe(i, chain, prediction, cached_tokens, prompt_tokens))
-    }
-
-    /// Member `i` restarted (its marks say so, see
-    /// [`Member::note_marks`]): a new llama-server process holds nothing in
-    /// its cache, so the router forgets what it sent there. A failed check
-    /// alone never calls this: a blip must not cost the fleet its affinity.
-    pub fn forget(&self, i: usize) {
-        if let Ok(mut r) = self.router.lock() {
-            r.forget(i);
         }
     }
 }

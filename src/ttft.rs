@@ -45,13 +45,14 @@ use std::time::{Duration, Instant};
 
 use llamatap_policy::router::Chain;
 use llamatap_policy::ttft::{
-    Bound, Confidence, InFlight, Load, Observation, Prediction, PromptSize, Query, Stratum,
-    Timings, TtftBook, MAX_SLOTS,
+    Bound, Confidence, InFlight, Load, Prediction, PromptSize, Query, Stratum, Timings, TtftBook,
+    MAX_SLOTS,
 };
 
 use crate::fleet::Fleet;
 
 mod flights;
+mod learn;
 mod plan;
 mod progress;
 mod promise;
@@ -152,6 +153,9 @@ pub struct Finished {
     /// dispatch and its prefill's start ([`Flights::overlap`]; 0 when not
     /// known).
     pub prefill_before: u32,
+    /// It was admitted as a probe ([`Predictor::claim_probe`]): its ratio
+    /// takes the place of the largest one its bound held when lower.
+    pub probe: bool,
 }
 
 /// The key of `member` and `model` (no model named: the empty name).
@@ -324,57 +328,6 @@ impl Predictor {
     /// Whole seconds since the predictor was made (the book's clock).
     fn now_s(&self) -> u32 {
         u32::try_from(self.epoch.elapsed().as_secs()).unwrap_or(u32::MAX)
-    }
-
-    /// Learns from a finished request predicted as `p`.
-    pub fn learn(&self, p: &Predicted, done: &Finished) {
-        if done.timings.prompt_ms <= 0.0 && done.timings.prompt_n == 0 {
-            return;
-        }
-        let obs = Observation {
-            timings: done.timings,
-            busy_others: p.busy_others,
-            prefill_others: done.prefill_others,
-            prefill_before: done.prefill_before,
-            beside_at_dispatch: p.beside_tokens,
-            max_tokens: done.max_tokens,
-            prompt_bytes: (p.prompt_bytes > 0).then_some(p.prompt_bytes),
-            predicted_uncached: p.cached_bytes == 0,
-            ttft_ms: done
-                .ttft
-                .filter(|_| p.at_once)
-                .map(|d| d.as_secs_f64() * 1000.0),
-            ..Observation::default()
-        };
-        // The ratio that calibrates the bound: from sure predictions only
-        // (a guess before the member was learned says nothing of the
-        // error to come).
-        let ratio = match (p.prediction, done.ttft) {
-            (Prediction::Estimate(e), Some(t)) if e.confidence == Confidence::High => {
-                (e.ttft_ms > 0.0).then(|| t.as_secs_f64() * 1000.0 / e.ttft_ms)
-            }
-            _ => None,
-        };
-        if let Ok(mut book) = self.book.lock() {
-            // A member's first answer starts it from a peer serving the
-            // same model name.
-            book.observe_among(&p.key, &obs, |k| k.1 == p.key.1);
-            if let Some(r) = ratio {
-                book.record_ratio(&p.key, p.stratum, r, self.now_s());
-            }
-        }
-    }
-
-    /// `key`'s calibration factor for a request dispatched into `stratum`:
-    /// the high quantile of its recent measured over predicted TTFTs of that
-    /// kind of load, 1 when none is held.
-    pub fn factor(&self, key: &Key, stratum: Stratum) -> f64 {
-        let Ok(book) = self.book.lock() else {
-            return 1.0;
-        };
-        book.ratios(key)
-            .and_then(|r| r.factor(stratum, self.now_s()))
-            .map_or(1.0, |(f, _)| f)
     }
 
     /// Keys learned.

@@ -8,7 +8,9 @@
 //!   (with the admission queue's requests ahead of it, and its recent
 //!   error) and either leaves out those bounded over it, makes room by
 //!   pausing one answer of a less urgent preemptible class where that
-//!   would meet it, or refuses at once (503, `ttft_slo_unattainable`).
+//!   would meet it, admits it as a probe of a member's error (when that
+//!   error alone puts the member over it, and the member taught none for
+//!   ten seconds), or refuses at once (503, `ttft_slo_unattainable`).
 //! - [`steer`] (every attempt, without an objective): the members
 //!   predicted far slower than the fastest, to leave out.
 //! - [`dispatched`] (in [`super::Steps::peer`], every attempt): the
@@ -96,6 +98,7 @@ pub async fn admit(
         }
     };
     plan.slo_ms = Some(slo_ms);
+    fleet.read_slots();
     let model = ctx.asked.request.model.as_deref();
     let chain = &ctx.attempt.routed.chain;
     let bytes = plan.prompt_bytes;
@@ -128,6 +131,15 @@ pub async fn admit(
                     .filter(|&o| o != m)
                     .collect();
                 plan.made_room = true;
+                return Ok(false);
+            }
+            if let Some(m) = probe(predictor, model, slo_ms, &members) {
+                plan.avoid = members
+                    .iter()
+                    .map(|&(o, _)| o)
+                    .filter(|&o| o != m)
+                    .collect();
+                plan.probe = true;
                 return Ok(false);
             }
             let sizes = sizes(member);
@@ -176,6 +188,30 @@ fn make_room(
     fits.sort_by(|a, b| a.1.total_cmp(&b.1));
     fits.into_iter()
         .find(|&(m, _)| moves.preempt_where(room.class, |at| at == m).is_some())
+        .map(|(m, _)| m)
+}
+
+/// Every member's bound is surely over the objective, and no room could be
+/// made: the member, fastest first, whose bare prediction is within it
+/// (its recent error alone puts it over) and on which a probe was claimed
+/// ([`Predictor::claim_probe`]: it taught no ratio for ten seconds, most
+/// likely because every request was refused since); `None` if none.
+fn probe(
+    predictor: &Predictor,
+    model: Option<&str>,
+    slo_ms: u32,
+    members: &[(usize, Option<Bound>)],
+) -> Option<usize> {
+    let slo = f64::from(slo_ms);
+    let mut within: Vec<(usize, f64)> = members
+        .iter()
+        .filter_map(|&(m, b)| b.map(|b| (m, b.estimate.ttft_ms)))
+        .filter(|&(_, ms)| ms <= slo)
+        .collect();
+    within.sort_by(|a, b| a.1.total_cmp(&b.1));
+    within
+        .into_iter()
+        .find(|&(m, _)| predictor.claim_probe(m, model))
         .map(|(m, _)| m)
 }
 

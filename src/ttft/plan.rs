@@ -22,6 +22,10 @@ pub struct Plan {
     /// No member was predicted within the objective, and an answer of a
     /// less urgent class was told to pause to make room on the one left.
     pub made_room: bool,
+    /// No member was predicted within the objective, on its recent error
+    /// alone, and it was admitted as a probe of one member's error
+    /// ([`Predictor::claim_probe`](super::Predictor::claim_probe)).
+    pub probe: bool,
     /// Members left out of this attempt's routing without an objective:
     /// predicted much slower than the fastest ([`steer`]).
     pub steered: Vec<usize>,

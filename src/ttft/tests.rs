@@ -33,6 +33,7 @@ fn finished(prompt_n: u32) -> Finished {
         ttft: Some(Duration::from_secs_f64((prompt_ms + 5.0) / 1000.0)),
         prefill_others: 0,
         prefill_before: 0,
+        probe: false,
     }
 }
 

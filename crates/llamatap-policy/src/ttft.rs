@@ -44,7 +44,7 @@
 //! objective is judged against.
 //!
 //! Memory is bounded: a fixed-size record per key (at most 704 bytes of
-//! rates and 1,032 of ratios) and at
+//! rates and 1,072 of ratios) and at
 //! most `capacity` keys; a new key at capacity replaces the one updated
 //! longest ago (a scan of the table, once per new key). A prediction and an
 //! update are O(1) (a hash lookup, fixed loops over 8 busy-slot buckets and
@@ -72,7 +72,7 @@ mod wait;
 pub use bend::BUCKETS;
 pub use calibration::{quantile_of, Bound, Ratios, COVERAGE, MIN_RATIOS, WINDOW};
 pub use input::{InFlight, Load, Observation, Progress, PromptSize, Query, Timings};
-pub use strata::{Calibration, Stratum, MAX_AGE_S};
+pub use strata::{Calibration, Stratum, MAX_AGE_S, PROBE_AFTER_S};
 pub use wait::MAX_SLOTS;
 
 use member::Rates;
@@ -300,6 +300,27 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
                 e.ratios.push(stratum, ratio, now_s);
             }
         }
+    }
+
+    /// Records, at `now_s`, the ratio of a probe on `key` dispatched into
+    /// `stratum` ([`Calibration::push_probe`]; a key not held is not taken
+    /// in).
+    pub fn record_probe(&mut self, key: &K, stratum: Stratum, ratio: f64, now_s: u32) {
+        if let Some(e) = self.entry_mut(key) {
+            e.ratios.push_probe(stratum, ratio, now_s);
+        }
+    }
+
+    /// Claims a probe on `key` at `now_s` ([`Calibration::claim_probe`]);
+    /// false for a key not held.
+    pub fn claim_probe(&mut self, key: &K, now_s: u32) -> bool {
+        self.entry_mut(key)
+            .is_some_and(|e| e.ratios.claim_probe(now_s))
+    }
+
+    fn entry_mut(&mut self, key: &K) -> Option<&mut Entry<K>> {
+        let at = *self.index.get(key)?;
+        self.entries.get_mut(at)
     }
 
     /// The calibrated bound at `now_s` on the prediction of `query` on

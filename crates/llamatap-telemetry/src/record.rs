@@ -229,6 +229,10 @@ pub struct TtftFacts {
     /// No member was predicted within the objective until an answer of a
     /// less urgent class was told to pause to make room.
     pub made_room: bool,
+    /// Admitted as a probe: every member's bound was over the objective on
+    /// its recent error alone, and the member chosen had taught no ratio
+    /// for ten seconds.
+    pub probe: bool,
     /// How long the request waited before its dispatch so as not to push
     /// an earlier answer's first token past that answer's objective, whole
     /// milliseconds; `None` when it did not wait.

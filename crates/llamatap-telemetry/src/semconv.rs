@@ -90,6 +90,11 @@ pub const LLAMATAP_TTFT_CORRECTED_MS: &str = "llamatap.ttft.corrected_ms";
 /// An answer of a less urgent class was told to pause so that this
 /// request could meet its TTFT objective (bool; present only when so).
 pub const LLAMATAP_TTFT_MADE_ROOM: &str = "llamatap.ttft.made_room";
+/// Admitted as a probe though every member's bound was over its TTFT
+/// objective: the member's bound was over it on its recent error alone,
+/// and the member had taught no error for ten seconds (bool; present only
+/// when so).
+pub const LLAMATAP_TTFT_PROBE: &str = "llamatap.ttft.probe";
 /// How long the request waited before its dispatch so as not to push an
 /// earlier answer's first token past that answer's TTFT objective,
 /// milliseconds (int; present only when it waited).

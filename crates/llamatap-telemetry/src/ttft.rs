@@ -140,6 +140,7 @@ mod tests {
             corrected_ms: None,
             progress_events: 0,
             made_room: false,
+            probe: false,
             held_ms: None,
             sequenced_ms: None,
             prefill_beside_tokens: None,

@@ -42,6 +42,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         corrected_ms: plan.corrected_ms,
         progress_events: plan.progress_events,
         made_room: plan.made_room,
+        probe: plan.probe,
         held_ms: plan.held.map(whole_ms),
         sequenced_ms: plan.sequenced.map(whole_ms),
         prefill_beside_tokens: beside.map(|o| o.during),
@@ -79,6 +80,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
             .and_then(|(f, d)| f.checked_sub(d)),
         prefill_others: beside.map_or(0, |o| o.during),
         prefill_before: beside.map_or(0, |o| o.before),
+        probe: plan.probe,
     };
     predictor.learn(&p, &done);
 }

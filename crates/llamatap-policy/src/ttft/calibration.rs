@@ -86,6 +86,27 @@ impl Ratios {
         self.len = (self.len + 1).min(WINDOW);
     }
 
+    /// Records the ratio of a probe (a request admitted though the bound
+    /// refused, `strata.rs`): in place of the largest ratio held when it is
+    /// lower, else as [`Ratios::push`]. The largest is what refused; a
+    /// probe that came in under it says the member is no longer that slow.
+    pub fn push_probe(&mut self, ratio: f64) {
+        let largest = self
+            .held()
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, r)| (i, f64::from(*r)));
+        match largest {
+            Some((i, max)) if ratio.is_finite() && ratio > 0.0 && ratio < max => {
+                if let Some(slot) = self.ring.get_mut(i) {
+                    *slot = ratio.max(1.0 / RATIO_LIMIT) as f32;
+                }
+            }
+            _ => self.push(ratio),
+        }
+    }
+
     /// Ratios held.
     pub fn len(&self) -> usize {
         self.len

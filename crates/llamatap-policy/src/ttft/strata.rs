@@ -16,11 +16,19 @@
 //! both kinds pooled, as if there were no split (so a member calibrated
 //! alone can still refuse its first requests under load).
 //!
-//! A kind whose newest ratio is older than [`MAX_AGE_S`] is forgotten: a
-//! refused request adds no ratio, so a bound that refuses every request
-//! would otherwise never learn that the member got faster; forgotten, the
-//! bound is unsure again, and requests are admitted until it is
-//! calibrated anew. Time is the caller's: whole seconds from any origin.
+//! A refused request adds no ratio, so a bound that refuses every request
+//! would never learn that the member got faster. Two ways out:
+//! - **a probe**: when neither a ratio nor a probe came for
+//!   [`PROBE_AFTER_S`], the caller may admit one request the bound refuses
+//!   ([`Calibration::claim_probe`]); its ratio takes the place of the
+//!   largest held when it is lower ([`Calibration::push_probe`]), so each
+//!   probe that comes in faster removes one ratio of the slow spell that
+//!   refused, and one that comes in as slow changes nothing;
+//! - **forgetting**: a kind whose newest ratio is older than [`MAX_AGE_S`]
+//!   is forgotten; the bound is unsure again, and requests are admitted
+//!   until it is calibrated anew.
+//!
+//! Time is the caller's: whole seconds from any origin.
 //!
 //! Deliberately not here: the ring and its quantile (`calibration.rs`), and
 //! any verdict by the bound.
@@ -51,6 +59,9 @@ impl Stratum {
 
 /// Seconds after a kind's newest ratio at which its ratios are forgotten.
 pub const MAX_AGE_S: u32 = 300;
+/// Seconds without a new ratio (of either kind) or probe after which a
+/// member whose bound refuses may admit one request as a probe.
+pub const PROBE_AFTER_S: u32 = 10;
 
 /// A member and model's ratios, by [`Stratum`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -60,6 +71,8 @@ pub struct Calibration {
     /// When each kind's newest ratio came (the caller's seconds).
     alone_at: u32,
     shared_at: u32,
+    /// When the last probe was claimed.
+    probed_at: u32,
 }
 
 impl Calibration {
@@ -85,6 +98,50 @@ impl Calibration {
         }
         r.push(ratio);
         *at = (*at).max(now_s);
+    }
+
+    /// Claims a probe at `now_s`: true when neither a ratio nor a probe
+    /// came in the last [`PROBE_AFTER_S`] seconds (the next claim is then
+    /// due that long after this one).
+    pub fn claim_probe(&mut self, now_s: u32) -> bool {
+        let last = self.alone_at.max(self.shared_at).max(self.probed_at);
+        if now_s.saturating_sub(last) < PROBE_AFTER_S {
+            return false;
+        }
+        self.probed_at = now_s;
+        true
+    }
+
+    /// Records, at `now_s`, the ratio of a probe dispatched into `stratum`:
+    /// in place of the largest ratio the kind's factor is taken from (its
+    /// own kind's, or both pooled while it holds fewer than
+    /// [`MIN_RATIOS`]) when it is lower ([`Ratios::push_probe`]), else as
+    /// [`Calibration::push`].
+    pub fn push_probe(&mut self, stratum: Stratum, ratio: f64, now_s: u32) {
+        let own = self.of(stratum, now_s).map_or(0, Ratios::len);
+        let other = match stratum {
+            Stratum::Alone => Stratum::Shared,
+            Stratum::Shared => Stratum::Alone,
+        };
+        let largest = |k| {
+            self.of(k, now_s)
+                .and_then(|r| r.quantile(1.0))
+                .unwrap_or(0.0)
+        };
+        let at = if own < MIN_RATIOS && largest(other) > largest(stratum) {
+            other
+        } else {
+            stratum
+        };
+        if ratio >= largest(at) {
+            return self.push(stratum, ratio, now_s);
+        }
+        let (r, when) = match at {
+            Stratum::Alone => (&mut self.alone, &mut self.alone_at),
+            Stratum::Shared => (&mut self.shared, &mut self.shared_at),
+        };
+        r.push_probe(ratio);
+        *when = (*when).max(now_s);
     }
 
     /// Ratios held at `now_s`, both kinds.

@@ -69,6 +69,7 @@ fn the_ttft_ratio_is_measured_from_dispatch() {
         corrected_ms: None,
         progress_events: 0,
         made_room: false,
+        probe: false,
         held_ms: None,
         sequenced_ms: None,
         prefill_beside_tokens: None,

@@ -72,6 +72,9 @@ impl Tracing {
             if t.made_room {
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_MADE_ROOM, true));
             }
+            if t.probe {
+                v.push(KeyValue::new(sc::LLAMATAP_TTFT_PROBE, true));
+            }
             if let Some(ms) = t.held_ms {
                 let ms = i64::try_from(ms).unwrap_or(i64::MAX);
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_HELD_MS, ms));

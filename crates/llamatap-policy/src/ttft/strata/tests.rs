@@ -1,6 +1,6 @@
 //! Tests of the bound by kind of load: the split, the pooled fallback while
 //! a kind is short of ratios, a burst that no longer sets the bound of the
-//! idle requests after it, and ratios forgotten once stale.
+//! idle requests after it, ratios forgotten once stale, and probes.
 
 use super::*;
 use crate::ttft::WINDOW;
@@ -104,4 +104,69 @@ fn a_kind_without_a_ratio_for_five_minutes_is_forgotten() {
     assert_eq!(c.factor(Stratum::Alone, 500), Some((1.1f32 as f64, 1)));
     // A clock that went back counts as fresh.
     assert_eq!(c.len(0), 1);
+}
+
+#[test]
+fn a_probe_is_due_only_after_ten_seconds_without_a_ratio_or_probe() {
+    let mut c = Calibration::default();
+    for _ in 0..20 {
+        c.push(Stratum::Alone, 1.1, 100);
+    }
+    assert!(!c.claim_probe(100 + PROBE_AFTER_S - 1));
+    assert!(c.claim_probe(100 + PROBE_AFTER_S));
+    // One at a time: the next is due ten seconds after this one.
+    assert!(!c.claim_probe(100 + PROBE_AFTER_S));
+    assert!(!c.claim_probe(99 + 2 * PROBE_AFTER_S));
+    assert!(c.claim_probe(100 + 2 * PROBE_AFTER_S));
+    // A ratio of either kind puts it off again.
+    c.push(Stratum::Shared, 1.2, 125);
+    assert!(!c.claim_probe(125 + PROBE_AFTER_S - 1));
+    assert!(c.claim_probe(125 + PROBE_AFTER_S));
+    // A clock that went back claims nothing.
+    assert!(!c.claim_probe(0));
+}
+
+#[test]
+fn each_faster_probe_takes_a_slow_ratios_place() {
+    // The warm-up's slow spell: two ratios of 1.52 and 1.50 among 1.1s.
+    let mut c = Calibration::default();
+    for _ in 0..30 {
+        c.push(Stratum::Alone, 1.1, 100);
+    }
+    c.push(Stratum::Alone, 1.52, 100);
+    c.push(Stratum::Alone, 1.5, 100);
+    let factor = |c: &Calibration, now| c.factor(Stratum::Alone, now).map(|f| f.0 as f32);
+    assert_eq!(factor(&c, 100), Some(1.52));
+    c.push_probe(Stratum::Alone, 1.0, 110);
+    assert_eq!(factor(&c, 110), Some(1.5));
+    assert_eq!(c.len(110), 32);
+    c.push_probe(Stratum::Alone, 1.05, 120);
+    assert_eq!(factor(&c, 120), Some(1.1));
+    // A probe as slow as the worst is one more ratio: it changes nothing
+    // of what refused.
+    c.push_probe(Stratum::Alone, 1.6, 130);
+    assert_eq!(factor(&c, 130), Some(1.6));
+    assert_eq!(c.len(130), 33);
+    // Not a ratio: ignored.
+    c.push_probe(Stratum::Alone, f64::NAN, 131);
+    assert_eq!(c.len(131), 33);
+}
+
+#[test]
+fn a_probe_of_a_kind_short_of_ratios_replaces_the_pooled_largest() {
+    let mut c = Calibration::default();
+    for _ in 0..MIN_RATIOS {
+        c.push(Stratum::Alone, 1.1, 100);
+    }
+    c.push(Stratum::Alone, 2.0, 100);
+    for r in [1.2, 1.3] {
+        c.push(Stratum::Shared, r, 100);
+    }
+    assert_eq!(c.factor(Stratum::Shared, 100).map(|f| f.0), Some(2.0));
+    c.push_probe(Stratum::Shared, 1.0, 110);
+    let shared = c.factor(Stratum::Shared, 110).map(|f| f.0 as f32);
+    assert_eq!(shared, Some(1.3));
+    // The alone kind's own bound lost the slow ratio too.
+    let alone = c.factor(Stratum::Alone, 110).map(|f| f.0 as f32);
+    assert_eq!(alone, Some(1.1));
 }

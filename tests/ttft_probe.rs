@@ -1,0 +1,175 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! A TTFT objective after a slow spell: the bound, the prediction times the
+//! worst recent error, refuses every request, so no new error is measured;
+//! ten seconds without one, a request is admitted as a probe, and each
+//! probe that comes in fast takes the place of one slow ratio, until
+//! requests are admitted again on the bound alone.
+//!
+//! A scripted llama-server, since a real one cannot be made slow for
+//! exactly two answers: each chat answer's first token comes after a
+//! delay the test sets, and its `timings` say the prefill took that long.
+
+mod common;
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::http;
+use common::proxy::Llamatap;
+use common::upstream::{self, Scripted};
+use common::{access_lines, wait_until};
+use llamatap_policy::ttft::PROBE_AFTER_S;
+use serde_json::Value;
+
+/// A usual answer's first token, ms.
+const USUAL_MS: u64 = 100;
+/// An answer's first token in the slow spell, ms.
+const SLOW_MS: u64 = 400;
+/// The objective: within it on a usual answer, not with the spell's error.
+const SLO: &str = "250";
+
+/// A llama-server of two slots whose chat answers' first token comes after
+/// `delay` ms.
+fn llama(delay: Arc<AtomicU64>) -> Scripted {
+    Scripted::start_conn(move |mut s: TcpStream, _log| {
+        while let Some(req) = upstream::read_request(&mut s) {
+            match req.path.as_str() {
+                "/health" => upstream::json(&mut s, 200, r#"{"status":"ok"}"#),
+                "/slots" => upstream::json(
+                    &mut s,
+                    200,
+                    r#"[{"id":0,"is_processing":false},{"id":1,"is_processing":false}]"#,
+                ),
+                "/v1/models" => upstream::json(
+                    &mut s,
+                    200,
+                    r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
+                ),
+                "/v1/chat/completions" => {
+                    let ms = delay.load(Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(ms));
+                    upstream::sse_head(&mut s);
+                    upstream::chunk(&mut s, upstream::chat_event("Hi.").as_bytes());
+                    let timings = serde_json::json!({"choices":[{"finish_reason":"stop","index":0,"delta":{}}],
+                        "created":1,"id":"chatcmpl-test","model":"tiny.gguf","object":"chat.completion.chunk",
+                        "timings":{"cache_n":0,"prompt_n":100,"prompt_ms":ms as f64 - 2.0,
+                            "predicted_n":2,"predicted_ms":4.0}});
+                    upstream::chunk(&mut s, format!("data: {timings}\n\n").as_bytes());
+                    upstream::chunk(&mut s, b"data: [DONE]\n\n");
+                    upstream::end_chunks(&mut s);
+                }
+                _ => upstream::json(
+                    &mut s,
+                    501,
+                    r#"{"error":{"code":501,"message":"not here","type":"not_supported_error"}}"#,
+                ),
+            }
+            if req
+                .header("connection")
+                .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+            {
+                return;
+            }
+        }
+    })
+}
+
+/// Sends a streamed chat request of a prompt no other shares, with an
+/// objective when given; its status once the whole answer was read.
+fn chat(addr: &str, i: usize, slo: Option<&str>) -> u16 {
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": format!("nonce{i} {}", "tell me of the river stone ".repeat(12))}],
+        "max_tokens": 2,
+        "stream": true,
+    })
+    .to_string();
+    let headers: Vec<(&str, &str)> = slo.map(|s| ("x-slo-ttft-ms", s)).into_iter().collect();
+    let mut r = http::send(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &headers,
+        body.as_bytes(),
+    )
+    .expect("request");
+    r.read_all().expect("the answer");
+    r.head.status
+}
+
+#[test]
+fn after_a_slow_spell_probes_bring_admissions_back() {
+    let delay = Arc::new(AtomicU64::new(USUAL_MS));
+    let up = llama(delay.clone());
+    let (proxy, log) = Llamatap::start_logged(&up.url(), "ttft-probe", "");
+    let addr = proxy.addr();
+    let mut i = 0;
+    // Warm-up: an objective of 1 ms is admitted while the bound is unsure,
+    // and refused once it is sure (the prediction alone is over it, so
+    // this is no probe).
+    let sure = wait_until(Duration::from_secs(120), || {
+        i += 1;
+        chat(&addr, i, Some("1")) == 503
+    });
+    assert!(sure, "never refused after {i} requests: {}", proxy.stderr());
+    // The slow spell: two answers four times slower than predicted, then
+    // usual ones that bring the prediction back.
+    delay.store(SLOW_MS, Ordering::SeqCst);
+    for _ in 0..2 {
+        i += 1;
+        assert_eq!(chat(&addr, i, None), 200);
+    }
+    delay.store(USUAL_MS, Ordering::SeqCst);
+    for _ in 0..8 {
+        i += 1;
+        assert_eq!(chat(&addr, i, None), 200);
+    }
+    let last_ratio = Instant::now();
+    // Now the bound holds the spell's error: refused at once.
+    i += 1;
+    assert_eq!(chat(&addr, i, Some(SLO)), 503, "{}", proxy.stderr());
+    // Until one is admitted as a probe, ten seconds on.
+    let mut refused = 1;
+    let mut admitted = Vec::new();
+    let back = wait_until(Duration::from_secs(20 * PROBE_AFTER_S as u64), || {
+        i += 1;
+        match chat(&addr, i, Some(SLO)) {
+            200 => admitted.push(last_ratio.elapsed()),
+            503 => refused += 1,
+            other => panic!("status {other}"),
+        }
+        // Admitted, and the last one not as a probe.
+        let lines = slo_lines(&log);
+        lines.len() == admitted.len() && lines.last().is_some_and(|l| l["ttft_probe"] == false)
+    });
+    // Each line is written as its answer ends, a moment after the client
+    // read it.
+    wait_until(Duration::from_secs(10), || {
+        slo_lines(&log).len() == admitted.len()
+    });
+    let lines = slo_lines(&log);
+    let probes: Vec<&Value> = lines.iter().filter(|l| l["ttft_probe"] == true).collect();
+    eprintln!(
+        "refused {refused}, admitted at {admitted:.1?} after the spell; probes {}",
+        probes.len()
+    );
+    assert!(back, "admissions never came back: {lines:?}");
+    // The first admitted was a probe, no sooner than ten seconds after the
+    // last ratio (the proxy counts whole seconds: up to one early, and the
+    // ratio may be recorded a moment before the client read its answer).
+    assert_eq!(lines[0]["ttft_probe"], true, "{lines:?}");
+    assert!(admitted[0] >= Duration::from_secs(u64::from(PROBE_AFTER_S) - 2));
+    // One probe a ratio of the spell; more if this machine was so loaded
+    // that other answers were that late too.
+    assert!((2..=10).contains(&probes.len()), "{lines:?}");
+    assert!(refused >= 2, "{refused}");
+}
+
+/// The access lines of requests admitted with the test's objective.
+fn slo_lines(log: &std::path::Path) -> Vec<Value> {
+    access_lines(log)
+        .into_iter()
+        .filter(|l| l["status"] == 200 && l["ttft_slo_ms"] == 250)
+        .collect()
+}
