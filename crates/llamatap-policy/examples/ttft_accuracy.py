@@ -41,7 +41,9 @@ Run from the repository root:
 It prints the summary (median and p90 absolute percentage error, by kind of
 request) and writes one JSON line per request to --out, with the predictor's
 calls and their times: `--replay FILE --pipe OTHER` feeds them, in order,
-to another build of the predictor, to compare it on the same requests.
+to another build of the predictor, to compare it on the same requests;
+with `--late MEMBER`, that member's calls come after every other's (it
+joins a warm fleet), and its first 8 answers are a group of the summary.
 """
 
 import argparse
@@ -446,6 +448,9 @@ def summary(records):
         groups.setdefault(
             "this member idle" if r["busy"] == 0 else "this member busy", []
         ).append(r)
+        if "late_rank" in r:
+            first = r["late_rank"] < 8
+            groups.setdefault("late member: first 8" if first else "late member: later", []).append(r)
     for name, rs in groups.items():
         errs = [e for e in (ape(r, "predicted") for r in rs) if e is not None]
         corr = [e for e in (ape(r, "corrected") for r in rs) if e is not None]
@@ -463,13 +468,16 @@ def summary(records):
     return rows
 
 
-def replay(path, pipe_path):
+def replay(path, pipe_path, late=None):
     """Feeds a recorded run's calls, in their order, to a fresh predictor
-    (another build of it, say) and returns the records with its answers."""
+    (another build of it, say) and returns the records with its answers.
+    With `late`, that member's calls come after every other member's: it
+    joins a fleet whose other members are warm (its first answers then
+    start from a peer)."""
     recs = [json.loads(line) for line in open(path)]
     calls = sorted(
         ((t, i, j, args) for i, r in enumerate(recs) for j, (t, args) in enumerate(r["calls"])),
-        key=lambda c: (c[0], c[1], c[2]),
+        key=lambda c: (recs[c[1]]["member"] == late, c[0], c[1], c[2]),
     )
     pipe = Pipe(pipe_path)
     for r in recs:
@@ -484,6 +492,9 @@ def replay(path, pipe_path):
             r["predicted"] = out
         elif args["op"] == "correct":
             r["corrected" if r["corrected"] is None else "corrected_mid"] = out
+    mine = sorted((r for r in recs if r["member"] == late), key=lambda r: r["calls"][0][0])
+    for rank, r in enumerate(mine):
+        r["late_rank"] = rank
     keys = sorted({r["member"] for r in recs})
     learned = {k: pipe.call(op="learned", key=k) for k in keys}
     return [r for r in recs if not r.get("background")], learned
@@ -516,9 +527,12 @@ def main():
                     help="more llama-server flags")
     ap.add_argument("--replay", metavar="FILE",
                     help="replay a recorded run's calls into --pipe instead of running")
+    ap.add_argument("--late", metavar="MEMBER",
+                    help="with --replay: that member's calls after every other's (it joins late); "
+                    "the summary then has its first 8 answers as a group")
     a = ap.parse_args()
     if a.replay:
-        records, learned = replay(a.replay, a.pipe)
+        records, learned = replay(a.replay, a.pipe, a.late)
         with open(a.out, "w") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
