@@ -124,21 +124,21 @@ pub async fn admit(
                 queued,
             };
             let sizes = |m| (bytes, fleet.cached_bytes(m, chain));
-            if let Some(m) = make_room(predictor, fleet, moves, &room, &members, sizes) {
-                plan.avoid = members
+            // Every member but the one chosen is left out.
+            let all_but = |m| {
+                members
                     .iter()
                     .map(|&(o, _)| o)
                     .filter(|&o| o != m)
-                    .collect();
+                    .collect()
+            };
+            if let Some(m) = make_room(predictor, fleet, moves, &room, &members, sizes) {
+                plan.avoid = all_but(m);
                 plan.made_room = true;
                 return Ok(false);
             }
             if let Some(m) = probe(predictor, model, slo_ms, &members) {
-                plan.avoid = members
-                    .iter()
-                    .map(|&(o, _)| o)
-                    .filter(|&o| o != m)
-                    .collect();
+                plan.avoid = all_but(m);
                 plan.probe = true;
                 return Ok(false);
             }
