@@ -7,7 +7,8 @@
 //!   `llamatap_upstream_up`, and one log line per change of state, naming
 //!   the upstream and the reason;
 //! - the **info loop** of a member, while it is healthy, reads its idle
-//!   slots and the marks of its process's life (`/slots`, fleets only), its
+//!   slots and the marks of its process's life (`/slots`: fleets, the
+//!   admission queue, or TTFT objectives in use; [`Fleet::reads_slots`]), its
 //!   own `llamacpp:*` metrics (`/metrics`, when it runs with `--metrics`;
 //!   re-exported by [`llamatap_telemetry::reexport`]) and its model list
 //!   (`/v1/models`, else llama-server's router-mode `/models`), each read

@@ -116,8 +116,11 @@ impl Calibration {
     /// in place of the largest ratio the kind's factor is taken from (its
     /// own kind's, or both pooled while it holds fewer than
     /// [`MIN_RATIOS`]) when it is lower ([`Ratios::push_probe`]), else as
-    /// [`Calibration::push`].
+    /// [`Calibration::push`]. One not finite or not above 0 is ignored.
     pub fn push_probe(&mut self, stratum: Stratum, ratio: f64, now_s: u32) {
+        if !(ratio.is_finite() && ratio > 0.0) {
+            return;
+        }
         let own = self.of(stratum, now_s).map_or(0, Ratios::len);
         let other = match stratum {
             Stratum::Alone => Stratum::Shared,

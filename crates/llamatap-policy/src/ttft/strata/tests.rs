@@ -147,9 +147,11 @@ fn each_faster_probe_takes_a_slow_ratios_place() {
     c.push_probe(Stratum::Alone, 1.6, 130);
     assert_eq!(factor(&c, 130), Some(1.6));
     assert_eq!(c.len(130), 33);
-    // Not a ratio: ignored.
+    // Not a ratio: ignored, and no ratio came.
     c.push_probe(Stratum::Alone, f64::NAN, 131);
+    c.push_probe(Stratum::Alone, 0.0, 131);
     assert_eq!(c.len(131), 33);
+    assert!(c.claim_probe(130 + PROBE_AFTER_S));
 }
 
 #[test]
