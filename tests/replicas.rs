@@ -864,6 +864,20 @@ fn a_request_waiting_elsewhere_pauses_only_an_answer_of_its_model() {
             "{model}'s answers never held its slots"
         );
     }
+    // Replica 2 sees the four slots leased by replica 1 (the store's next
+    // round after the holds started): before, it would count model-a's
+    // slots free and send straight to a llama-server whose slots are busy,
+    // where the request waits out a whole hold.
+    assert!(
+        wait_for(Duration::from_secs(30), || series(
+            &two.metrics(),
+            "llamatap_queue_slots_elsewhere",
+            "upstream="
+        ) == Some(4.0))
+        .is_some(),
+        "replica 2 never saw the holds' leases:\n{}",
+        two.metrics()
+    );
     // Through replica 2: an interactive request for model-a. Replica 1
     // pauses an answer of model-a for it, never one of model-b (whose slot
     // it could not take).
