@@ -38,7 +38,7 @@ fn call(addr: &str, method: &str, target: &str, key: Option<&str>, body: &str) -
 }
 
 /// A streamed chat whose prompt differs per conversation `n`, so that the
-/// router places them on both members.
+/// router places each by its own hash, on either member.
 fn stream_chat(n: usize) -> String {
     serde_json::json!({
         "messages": [{"role": "user", "content": format!("Conversation {n}: count from one to forty in words, {}.", "slowly ".repeat(n))}],
@@ -188,26 +188,28 @@ fn with_named_keys_the_fleets_lookup_is_merged_and_each_tenant_sees_its_own() {
     let config = temp_config("conv-fleet-keys", &named_keys());
     let (servers, proxy) = fleet_of_two(&["--config", config.to_str().unwrap()]);
     let addr = proxy.addr();
-    let ids: Vec<String> = (0..6).map(|i| format!("k-{i}")).collect();
-    for (i, id) in ids.iter().enumerate() {
-        start_and_hang_up(&addr, Some(ALICE), id, i, 2);
-    }
-    start_and_hang_up(&addr, Some(BOB), "bob-1", 9, 2);
-    // Alice's conversations sit on both members (scoped: asked directly by
-    // her id, no member knows it).
+    // Alice's conversations, until they sit on both members (a new
+    // conversation is placed by a hash of its first message, so six alone
+    // land on one member in one run of 32). Scoped: asked directly by her
+    // id, no member knows it.
     let prefix = llamatap_wire::conversation::Scope::of_tenant("alice")
         .prefix()
         .to_string();
-    let scoped: Vec<String> = ids.iter().map(|id| format!("{prefix}{id}")).collect();
-    let per_member: Vec<usize> = servers
-        .iter()
-        .map(|s| {
-            let names: Vec<&str> = scoped.iter().map(String::as_str).collect();
-            direct_lookup(s, &names).len()
-        })
-        .collect();
+    let mut ids: Vec<String> = Vec::new();
+    let mut per_member = vec![0usize; servers.len()];
+    for i in 0..40 {
+        if ids.len() >= 6 && per_member.iter().all(|n| *n > 0) {
+            break;
+        }
+        let id = format!("k-{i}");
+        start_and_hang_up(&addr, Some(ALICE), &id, i, 2);
+        let at = holder(&servers, &format!("{prefix}{id}"));
+        per_member[at.unwrap_or_else(|| panic!("{id} is held by no member"))] += 1;
+        ids.push(id);
+    }
     eprintln!("alice's conversations per member: {per_member:?}");
     assert!(per_member.iter().all(|n| *n > 0), "{per_member:?}");
+    start_and_hang_up(&addr, Some(BOB), "bob-1", 9, 2);
     let names: Vec<&str> = ids.iter().map(String::as_str).collect();
     let mut with_bob = names.clone();
     with_bob.push("bob-1");
@@ -218,7 +220,9 @@ fn with_named_keys_the_fleets_lookup_is_merged_and_each_tenant_sees_its_own() {
         .map(|e| e["conversation_id"].as_str().unwrap().to_string())
         .collect();
     listed.sort();
-    assert_eq!(listed, ids);
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(listed, sorted);
     let (_, bobs) = lookup(&addr, Some(BOB), &with_bob);
     assert_eq!(bobs.len(), 1, "{bobs:?}");
     assert_eq!(bobs[0]["conversation_id"], "bob-1");
