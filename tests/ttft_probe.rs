@@ -3,7 +3,8 @@
 //! worst recent error, refuses every request, so no new error is measured;
 //! ten seconds without one, a request is admitted as a probe, and each
 //! probe that comes in fast takes the place of one slow ratio, until
-//! requests are admitted again on the bound alone.
+//! requests are admitted again on the bound alone. The same for a member
+//! that is only left out while another meets the objective.
 //!
 //! A scripted llama-server, since a real one cannot be made slow for
 //! exactly two answers: each chat answer's first token comes after a
@@ -12,7 +13,7 @@
 mod common;
 
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,8 +32,8 @@ const SLOW_MS: u64 = 400;
 const SLO: &str = "250";
 
 /// A llama-server of two slots whose chat answers' first token comes after
-/// `delay` ms.
-fn llama(delay: Arc<AtomicU64>) -> Scripted {
+/// `delay` ms; `served` counts its chat answers.
+fn llama(delay: Arc<AtomicU64>, served: Arc<AtomicUsize>) -> Scripted {
     Scripted::start_conn(move |mut s: TcpStream, _log| {
         while let Some(req) = upstream::read_request(&mut s) {
             match req.path.as_str() {
@@ -48,6 +49,7 @@ fn llama(delay: Arc<AtomicU64>) -> Scripted {
                     r#"{"object":"list","data":[{"id":"tiny.gguf","object":"model"}]}"#,
                 ),
                 "/v1/chat/completions" => {
+                    served.fetch_add(1, Ordering::SeqCst);
                     let ms = delay.load(Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(ms));
                     upstream::sse_head(&mut s);
@@ -101,7 +103,7 @@ fn chat(addr: &str, i: usize, slo: Option<&str>) -> u16 {
 #[test]
 fn after_a_slow_spell_probes_bring_admissions_back() {
     let delay = Arc::new(AtomicU64::new(USUAL_MS));
-    let up = llama(delay.clone());
+    let up = llama(delay.clone(), Arc::default());
     let (proxy, log) = Llamatap::start_logged(&up.url(), "ttft-probe", "");
     let addr = proxy.addr();
     let mut i = 0;
@@ -172,4 +174,80 @@ fn slo_lines(log: &std::path::Path) -> Vec<Value> {
         .into_iter()
         .filter(|l| l["status"] == 200 && l["ttft_slo_ms"] == 250)
         .collect()
+}
+
+#[test]
+fn a_member_left_out_after_its_slow_spell_is_probed_and_taken_back() {
+    let delays = [(); 2].map(|_| Arc::new(AtomicU64::new(USUAL_MS)));
+    let served = [(); 2].map(|_| Arc::new(AtomicUsize::new(0)));
+    let ups: Vec<Scripted> = (0..2)
+        .map(|m| llama(delays[m].clone(), served[m].clone()))
+        .collect();
+    let urls: Vec<String> = ups.iter().map(Scripted::url).collect();
+    let log = std::env::temp_dir().join("llamatap-ttft-probe-left-out.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let proxy = Llamatap::start_fleet(
+        &[&urls[0], &urls[1]],
+        &["--access-log", log.to_str().unwrap()],
+    );
+    let addr = proxy.addr();
+    let mut i = 0;
+    // Warm-up, as above: refused once both members' bounds are sure.
+    let sure = wait_until(Duration::from_secs(120), || {
+        i += 1;
+        chat(&addr, i, Some("1")) == 503
+    });
+    assert!(sure, "never refused after {i} requests: {}", proxy.stderr());
+    // Member 0's slow spell: two of its answers four times slower than
+    // predicted, then eight usual ones (the router places each by its
+    // prompt, so requests go on until member 0 served them).
+    let on_0 = |n: usize, i: &mut usize| {
+        let until = served[0].load(Ordering::SeqCst) + n;
+        while served[0].load(Ordering::SeqCst) < until {
+            *i += 1;
+            assert_eq!(chat(&addr, *i, None), 200);
+        }
+    };
+    delays[0].store(SLOW_MS, Ordering::SeqCst);
+    on_0(2, &mut i);
+    delays[0].store(USUAL_MS, Ordering::SeqCst);
+    on_0(8, &mut i);
+    let last_ratio = Instant::now();
+    // Now member 0 is left out, member 1 meets the objective: every
+    // request is admitted, to member 1, until member 0 is probed, and
+    // after its probes, taken back on its bound alone.
+    let port_0 = urls[0].rsplit(':').next().unwrap().to_string();
+    let on_member_0 = |l: &Value| l["upstream"].as_str().is_some_and(|u| u.ends_with(&port_0));
+    let mut sent = Vec::new();
+    let back = wait_until(Duration::from_secs(20 * PROBE_AFTER_S as u64), || {
+        i += 1;
+        assert_eq!(chat(&addr, i, Some(SLO)), 200, "{}", proxy.stderr());
+        sent.push(last_ratio.elapsed());
+        slo_lines(&log)
+            .iter()
+            .any(|l| on_member_0(l) && l["ttft_probe"] == false)
+    });
+    wait_until(Duration::from_secs(10), || {
+        slo_lines(&log).len() == sent.len()
+    });
+    let lines = slo_lines(&log);
+    let first_0 = lines.iter().position(on_member_0);
+    let probes: Vec<usize> = (0..lines.len())
+        .filter(|&n| lines[n]["ttft_probe"] == true)
+        .collect();
+    eprintln!(
+        "{} admitted; member 0's first at {:.1?}, probes at {:?}",
+        lines.len(),
+        first_0.map(|n| sent[n]),
+        probes.iter().map(|&n| sent[n]).collect::<Vec<_>>()
+    );
+    assert!(back, "member 0 never taken back: {lines:?}");
+    // Its first request was a probe, no sooner than ten seconds after its
+    // last ratio; only member 0 was probed (member 1 met the objective).
+    let first_0 = first_0.unwrap();
+    assert_eq!(lines[first_0]["ttft_probe"], true, "{lines:?}");
+    assert!(sent[first_0] >= Duration::from_secs(u64::from(PROBE_AFTER_S) - 2));
+    assert!(probes.iter().all(|&n| on_member_0(&lines[n])), "{lines:?}");
+    assert!((2..=10).contains(&probes.len()), "{lines:?}");
+    assert!(lines[..first_0].iter().all(|l| !on_member_0(l)));
 }

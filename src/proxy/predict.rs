@@ -10,7 +10,8 @@
 //!   pausing one answer of a less urgent preemptible class where that
 //!   would meet it, admits it as a probe of a member's error (when that
 //!   error alone puts the member over it, and the member taught none for
-//!   ten seconds), or refuses at once (503, `ttft_slo_unattainable`).
+//!   ten seconds or more; also when the member was only left out), or
+//!   refuses at once (503, `ttft_slo_unattainable`).
 //! - [`steer`] (every attempt, without an objective): the members
 //!   predicted far slower than the fastest, to leave out.
 //! - [`dispatched`] (in [`super::Steps::peer`], every attempt): the
@@ -44,7 +45,9 @@ use llamatap_policy::ttft::{Bound, Confidence, InFlight};
 use llamatap_telemetry::record::Outcome;
 
 mod learn;
+mod room;
 pub use learn::{finish, landed};
+use room::{make_room, probe, Room};
 
 /// The request header carrying a TTFT objective, integer milliseconds.
 pub const SLO_HEADER: &str = "x-slo-ttft-ms";
@@ -114,6 +117,14 @@ pub async fn admit(
             (m, predictor.bound(fleet, m, model, sizes, (queued, false)))
         })
         .collect();
+    // Every member but the one chosen is left out.
+    let all_but = |m| {
+        members
+            .iter()
+            .map(|&(o, _)| o)
+            .filter(|&o| o != m)
+            .collect()
+    };
     match slo::judge(slo_ms, &members) {
         None => Ok(false),
         Some(slo::Verdict::Unattainable { best: (member, ms) }) => {
@@ -124,14 +135,6 @@ pub async fn admit(
                 queued,
             };
             let sizes = |m| (bytes, fleet.cached_bytes(m, chain));
-            // Every member but the one chosen is left out.
-            let all_but = |m| {
-                members
-                    .iter()
-                    .map(|&(o, _)| o)
-                    .filter(|&o| o != m)
-                    .collect()
-            };
             if let Some(m) = make_room(predictor, fleet, moves, &room, &members, sizes) {
                 plan.avoid = all_but(m);
                 plan.made_room = true;
@@ -149,70 +152,22 @@ pub async fn admit(
             Ok(true)
         }
         Some(v) => {
-            plan.avoid = v.avoid().to_vec();
+            // A member left out while another meets it is probed too, or
+            // nothing would show that it recovered.
+            let left_out: Vec<(usize, Option<Bound>)> = members
+                .iter()
+                .filter(|(m, _)| v.avoid().contains(m))
+                .copied()
+                .collect();
+            if let Some(m) = probe(predictor, model, slo_ms, &left_out) {
+                plan.avoid = all_but(m);
+                plan.probe = true;
+            } else {
+                plan.avoid = v.avoid().to_vec();
+            }
             Ok(false)
         }
     }
-}
-
-/// What a request needs room for: its objective, class index, model and
-/// the queued requests ahead of it per member.
-struct Room<'a> {
-    slo_ms: u32,
-    class: usize,
-    model: Option<&'a str>,
-    queued: u32,
-}
-
-/// Every member's bound is surely over the objective: the member whose
-/// bound with one of its requests paused is surely within it, fastest
-/// first, on which an answer of a less urgent preemptible class was told
-/// to pause ([`Moves::preempt_where`]); `None` when pausing one answer
-/// would not do, or none can be paused.
-fn make_room(
-    predictor: &Predictor,
-    fleet: &Fleet,
-    moves: &Moves,
-    room: &Room<'_>,
-    members: &[(usize, Option<Bound>)],
-    sizes: impl Fn(usize) -> (u64, u64),
-) -> Option<usize> {
-    let slo = f64::from(room.slo_ms);
-    let mut fits: Vec<(usize, f64)> = members
-        .iter()
-        .filter_map(|&(m, _)| {
-            let b = predictor.bound(fleet, m, room.model, sizes(m), (room.queued, true))?;
-            (b.confidence == Confidence::High && b.ttft_ms <= slo).then_some((m, b.ttft_ms))
-        })
-        .collect();
-    fits.sort_by(|a, b| a.1.total_cmp(&b.1));
-    fits.into_iter()
-        .find(|&(m, _)| moves.preempt_where(room.class, |at| at == m).is_some())
-        .map(|(m, _)| m)
-}
-
-/// Every member's bound is surely over the objective, and no room could be
-/// made: the member, fastest first, whose bare prediction is within it
-/// (its recent error alone puts it over) and on which a probe was claimed
-/// ([`Predictor::claim_probe`]: it taught no ratio for ten seconds, most
-/// likely because every request was refused since); `None` if none.
-fn probe(
-    predictor: &Predictor,
-    model: Option<&str>,
-    slo_ms: u32,
-    members: &[(usize, Option<Bound>)],
-) -> Option<usize> {
-    let slo = f64::from(slo_ms);
-    let mut within: Vec<(usize, f64)> = members
-        .iter()
-        .filter_map(|&(m, b)| b.map(|b| (m, b.estimate.ttft_ms)))
-        .filter(|&(_, ms)| ms <= slo)
-        .collect();
-    within.sort_by(|a, b| a.1.total_cmp(&b.1));
-    within
-        .into_iter()
-        .find(|&(m, _)| predictor.claim_probe(m, model))
-        .map(|(m, _)| m)
 }
 
 /// 503 `ttft_slo_unattainable`: the fastest member's prediction and bound

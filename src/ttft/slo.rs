@@ -21,7 +21,8 @@
 //!   ([`Verdict::Unsure`]).
 //!
 //! Pure: no clock, no I/O. Deliberately not here: pausing a running
-//! answer to make room (the proxy's `predict`), and the refusal's wording
+//! answer to make room and probing a member over the objective on its
+//! recent error alone (the proxy's `predict`), and the refusal's wording
 //! (`crate::proxy`).
 
 use llamatap_policy::ttft::{Bound, Confidence, MIN_RATIOS};

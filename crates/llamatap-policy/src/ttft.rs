@@ -72,7 +72,7 @@ mod wait;
 pub use bend::BUCKETS;
 pub use calibration::{quantile_of, Bound, Ratios, COVERAGE, MIN_RATIOS, WINDOW};
 pub use input::{InFlight, Load, Observation, Progress, PromptSize, Query, Timings};
-pub use strata::{Calibration, Stratum, MAX_AGE_S, PROBE_AFTER_S};
+pub use strata::{Calibration, Stratum, MAX_AGE_S, PROBE_AFTER_S, PROBE_GAP_MAX_S};
 pub use wait::MAX_SLOTS;
 
 use member::Rates;

@@ -23,7 +23,10 @@
 //!   ([`Calibration::claim_probe`]); its ratio takes the place of the
 //!   largest held when it is lower ([`Calibration::push_probe`]), so each
 //!   probe that comes in faster removes one ratio of the slow spell that
-//!   refused, and one that comes in as slow changes nothing;
+//!   refused, and one that comes in as slow changes nothing but the wait
+//!   for the next probe, which doubles up to [`PROBE_GAP_MAX_S`] (a member
+//!   that stays slow costs one late request every few minutes, not every
+//!   ten seconds);
 //! - **forgetting**: a kind whose newest ratio is older than [`MAX_AGE_S`]
 //!   is forgotten; the bound is unsure again, and requests are admitted
 //!   until it is calibrated anew.
@@ -62,6 +65,10 @@ pub const MAX_AGE_S: u32 = 300;
 /// Seconds without a new ratio (of either kind) or probe after which a
 /// member whose bound refuses may admit one request as a probe.
 pub const PROBE_AFTER_S: u32 = 10;
+/// The longest wait for the next probe, after probes that came in as slow
+/// as the slowest ratio held (each doubles the wait from
+/// [`PROBE_AFTER_S`]).
+pub const PROBE_GAP_MAX_S: u32 = 160;
 
 /// A member and model's ratios, by [`Stratum`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,6 +80,9 @@ pub struct Calibration {
     shared_at: u32,
     /// When the last probe was claimed.
     probed_at: u32,
+    /// Seconds from the newest ratio or probe to the next probe; 0 for
+    /// [`PROBE_AFTER_S`].
+    probe_gap_s: u32,
 }
 
 impl Calibration {
@@ -87,7 +97,14 @@ impl Calibration {
 
     /// Records, at `now_s`, the ratio of a request dispatched into
     /// `stratum` (the kind's ratios forgotten first if they were).
+    /// A ratio puts the next probe's wait back to [`PROBE_AFTER_S`].
     pub fn push(&mut self, stratum: Stratum, ratio: f64, now_s: u32) {
+        self.probe_gap_s = 0;
+        self.push_ratio(stratum, ratio, now_s);
+    }
+
+    /// [`Calibration::push`], the probe's wait left alone.
+    fn push_ratio(&mut self, stratum: Stratum, ratio: f64, now_s: u32) {
         let fresh = self.of(stratum, now_s).is_some();
         let (r, at) = match stratum {
             Stratum::Alone => (&mut self.alone, &mut self.alone_at),
@@ -101,11 +118,12 @@ impl Calibration {
     }
 
     /// Claims a probe at `now_s`: true when neither a ratio nor a probe
-    /// came in the last [`PROBE_AFTER_S`] seconds (the next claim is then
-    /// due that long after this one).
+    /// came in the last [`PROBE_AFTER_S`] seconds, or longer after probes
+    /// as slow as the slowest ratio (see [`Calibration::probe_gap_s`]; the
+    /// next claim is then due that long after this one).
     pub fn claim_probe(&mut self, now_s: u32) -> bool {
         let last = self.alone_at.max(self.shared_at).max(self.probed_at);
-        if now_s.saturating_sub(last) < PROBE_AFTER_S {
+        if now_s.saturating_sub(last) < self.probe_gap_s() {
             return false;
         }
         self.probed_at = now_s;
@@ -115,8 +133,10 @@ impl Calibration {
     /// Records, at `now_s`, the ratio of a probe dispatched into `stratum`:
     /// in place of the largest ratio the kind's factor is taken from (its
     /// own kind's, or both pooled while it holds fewer than
-    /// [`MIN_RATIOS`]) when it is lower ([`Ratios::push_probe`]), else as
-    /// [`Calibration::push`]. One not finite or not above 0 is ignored.
+    /// [`MIN_RATIOS`]) when it is lower ([`Ratios::push_probe`]; the next
+    /// probe's wait goes back to [`PROBE_AFTER_S`]), else as
+    /// [`Calibration::push`] with the next probe's wait doubled (at most
+    /// [`PROBE_GAP_MAX_S`]). One not finite or not above 0 is ignored.
     pub fn push_probe(&mut self, stratum: Stratum, ratio: f64, now_s: u32) {
         if !(ratio.is_finite() && ratio > 0.0) {
             return;
@@ -137,14 +157,25 @@ impl Calibration {
             stratum
         };
         if ratio >= largest(at) {
-            return self.push(stratum, ratio, now_s);
+            self.probe_gap_s = self.probe_gap_s().saturating_mul(2).min(PROBE_GAP_MAX_S);
+            return self.push_ratio(stratum, ratio, now_s);
         }
+        self.probe_gap_s = 0;
         let (r, when) = match at {
             Stratum::Alone => (&mut self.alone, &mut self.alone_at),
             Stratum::Shared => (&mut self.shared, &mut self.shared_at),
         };
         r.push_probe(ratio);
         *when = (*when).max(now_s);
+    }
+
+    /// Seconds from the newest ratio or probe to the next probe.
+    pub fn probe_gap_s(&self) -> u32 {
+        if self.probe_gap_s == 0 {
+            PROBE_AFTER_S
+        } else {
+            self.probe_gap_s
+        }
     }
 
     /// Ratios held at `now_s`, both kinds.

@@ -151,7 +151,41 @@ fn each_faster_probe_takes_a_slow_ratios_place() {
     c.push_probe(Stratum::Alone, f64::NAN, 131);
     c.push_probe(Stratum::Alone, 0.0, 131);
     assert_eq!(c.len(131), 33);
-    assert!(c.claim_probe(130 + PROBE_AFTER_S));
+    // The slow probe doubled the wait for the next.
+    assert!(!c.claim_probe(129 + 2 * PROBE_AFTER_S));
+    assert!(c.claim_probe(130 + 2 * PROBE_AFTER_S));
+}
+
+#[test]
+fn probes_as_slow_as_the_spell_back_off_and_a_faster_one_or_a_ratio_resets_the_wait() {
+    let mut c = Calibration::default();
+    for _ in 0..30 {
+        c.push(Stratum::Alone, 1.1, 0);
+    }
+    c.push(Stratum::Alone, 3.0, 0);
+    let mut now = 0;
+    let mut gaps = Vec::new();
+    for _ in 0..8 {
+        let claimed = (now + 1..now + 1000).find(|&t| c.claim_probe(t));
+        let at = claimed.expect("a probe is claimed within 1000 s");
+        gaps.push(at - now);
+        now = at + 1;
+        c.push_probe(Stratum::Alone, 3.5, now);
+    }
+    assert_eq!(gaps[0], PROBE_AFTER_S);
+    assert_eq!(gaps[1..], [20, 40, 80, 160, 160, 160, 160]);
+    assert_eq!(c.probe_gap_s(), PROBE_GAP_MAX_S);
+    // A probe that came in faster: back to ten seconds.
+    assert!(c.claim_probe(now + PROBE_GAP_MAX_S));
+    now += PROBE_GAP_MAX_S;
+    c.push_probe(Stratum::Alone, 1.0, now);
+    assert_eq!(c.probe_gap_s(), PROBE_AFTER_S);
+    assert!(c.claim_probe(now + PROBE_AFTER_S));
+    // As does a ratio of an answer admitted on its bound.
+    c.push_probe(Stratum::Alone, 9.0, now + PROBE_AFTER_S);
+    assert_eq!(c.probe_gap_s(), 2 * PROBE_AFTER_S);
+    c.push(Stratum::Shared, 1.0, now + PROBE_AFTER_S);
+    assert_eq!(c.probe_gap_s(), PROBE_AFTER_S);
 }
 
 #[test]
