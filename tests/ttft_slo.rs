@@ -202,6 +202,11 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     i += 1;
     assert_eq!(s.status, 200, "{}", s.body);
     assert!(s.predicted.is_some());
+    // Written as a float, as some clients send it: the same.
+    let s = chat(&addr, &prompt(i), Some("60000.0"));
+    i += 1;
+    assert_eq!(s.status, 200, "{}", s.body);
+    assert!(s.predicted.is_some());
     // A malformed one is refused as the client's error.
     let s = chat(&addr, &prompt(i), Some("soon"));
     assert_eq!(s.status, 400, "{}", s.body);

@@ -118,21 +118,39 @@ fn calibrated(b: Bound) -> bool {
     b.confidence == Confidence::High || b.ratios >= MIN_RATIOS
 }
 
-/// A request's objective: its `x-slo-ttft-ms` header when valid (an
-/// integer of milliseconds, 1 or more), else `default`. `Err` carries the
-/// reason a present header is refused.
+/// A request's objective: its `x-slo-ttft-ms` header when valid, else
+/// `default`. `Err` carries the reason a present header is refused.
+///
+/// Valid: a number of milliseconds above 0 and at most `u32::MAX`, as
+/// text; a fraction (`250.5`, `500.0`, as clients that read the header as
+/// a float send it) is rounded up to the next whole millisecond.
 pub fn objective(header: Option<&[u8]>, default: Option<u32>) -> Result<Option<u32>, String> {
     let Some(raw) = header else {
         return Ok(default);
     };
     let text = std::str::from_utf8(raw).map_err(|_| "x-slo-ttft-ms is not text".to_string())?;
-    match text.trim().parse::<u32>() {
-        Ok(0) | Err(_) => Err(format!(
-            "x-slo-ttft-ms must be a whole number of milliseconds, 1 or more; got {:?}",
+    let trimmed = text.trim();
+    let ms = trimmed
+        .parse::<u32>()
+        .ok()
+        .or_else(|| whole_ms(trimmed.parse::<f64>().ok()?));
+    match ms {
+        Some(ms) if ms > 0 => Ok(Some(ms)),
+        _ => Err(format!(
+            "x-slo-ttft-ms must be a number of milliseconds above 0; got {:?}",
             llamatap_wire::text::bounded(text, 32)
         )),
-        Ok(ms) => Ok(Some(ms)),
     }
+}
+
+/// `ms` rounded up to a whole millisecond, when above 0 and within `u32`.
+fn whole_ms(ms: f64) -> Option<u32> {
+    let up = ms.ceil();
+    (up >= 1.0 && up <= f64::from(u32::MAX)).then(|| {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let whole = up as u32;
+        whole
+    })
 }
 
 #[cfg(test)]

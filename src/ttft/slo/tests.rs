@@ -128,7 +128,26 @@ fn the_header_wins_over_the_default_and_bad_values_are_refused() {
     assert_eq!(objective(None, Some(250)), Ok(Some(250)));
     assert_eq!(objective(Some(b"120"), Some(250)), Ok(Some(120)));
     assert_eq!(objective(Some(b" 120 "), None), Ok(Some(120)));
-    for bad in [&b"0"[..], b"-5", b"1.5", b"soon", b"\xff", b"99999999999"] {
+    // A fraction, as clients reading the header as a float send it: up
+    // to the next whole millisecond.
+    assert_eq!(objective(Some(b"250.0"), None), Ok(Some(250)));
+    assert_eq!(objective(Some(b"1.5"), None), Ok(Some(2)));
+    assert_eq!(objective(Some(b"0.2"), None), Ok(Some(1)));
+    assert_eq!(objective(Some(b"3e2"), None), Ok(Some(300)));
+    let bad: [&[u8]; 11] = [
+        b"0",
+        b"0.0",
+        b"-5",
+        b"-0.5",
+        b"soon",
+        b"\xff",
+        b"99999999999",
+        b"4294967295.5",
+        b"NaN",
+        b"inf",
+        b"",
+    ];
+    for bad in bad {
         let e = objective(Some(bad), Some(250)).unwrap_err();
         assert!(e.contains("x-slo-ttft-ms"), "{e}");
     }
