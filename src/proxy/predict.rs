@@ -215,6 +215,9 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     let plan = &mut ctx.attempt.routed.ttft;
     // Itself, and on its first attempt the answer told to pause for it.
     let excluded = 1 + u32::from(plan.made_room && ctx.attempt.count == 1);
+    // A probe measures the member it was sent to: an attempt after a
+    // failed one (most likely elsewhere) is none.
+    plan.probe &= ctx.attempt.count == 1;
     let predicted = predictor.predict_excluding(
         fleet,
         member,

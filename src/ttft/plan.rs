@@ -22,9 +22,11 @@ pub struct Plan {
     /// No member was predicted within the objective, and an answer of a
     /// less urgent class was told to pause to make room on the one left.
     pub made_room: bool,
-    /// No member was predicted within the objective, on its recent error
-    /// alone, and it was admitted as a probe of one member's error
-    /// ([`Predictor::claim_probe`](super::Predictor::claim_probe)).
+    /// A member's bound was over the objective on its recent error alone
+    /// (every member's, or that member was left out while another met it),
+    /// and the request was sent to it as a probe of that error
+    /// ([`Predictor::claim_probe`](super::Predictor::claim_probe)); cleared
+    /// on an attempt after a failed one.
     pub probe: bool,
     /// Members left out of this attempt's routing without an objective:
     /// predicted much slower than the fastest ([`steer`]).
