@@ -106,15 +106,7 @@ fn after_a_slow_spell_probes_bring_admissions_back() {
     let up = llama(delay.clone(), Arc::default());
     let (proxy, log) = Llamatap::start_logged(&up.url(), "ttft-probe", "");
     let addr = proxy.addr();
-    let mut i = 0;
-    // Warm-up: an objective of 1 ms is admitted while the bound is unsure,
-    // and refused once it is sure (the prediction alone is over it, so
-    // this is no probe).
-    let sure = wait_until(Duration::from_secs(120), || {
-        i += 1;
-        chat(&addr, i, Some("1")) == 503
-    });
-    assert!(sure, "never refused after {i} requests: {}", proxy.stderr());
+    let mut i = warm_up(&proxy);
     // The slow spell: two answers four times slower than predicted, then
     // usual ones that bring the prediction back.
     delay.store(SLOW_MS, Ordering::SeqCst);
@@ -168,6 +160,19 @@ fn after_a_slow_spell_probes_bring_admissions_back() {
     assert!(refused >= 2, "{refused}");
 }
 
+/// Warm-up: an objective of 1 ms is admitted while a bound is unsure,
+/// and refused once every member's is sure (the prediction alone is over
+/// it, so this is no probe). The requests sent.
+fn warm_up(proxy: &Llamatap) -> usize {
+    let mut i = 0;
+    let sure = wait_until(Duration::from_secs(120), || {
+        i += 1;
+        chat(&proxy.addr(), i, Some("1")) == 503
+    });
+    assert!(sure, "never refused after {i} requests: {}", proxy.stderr());
+    i
+}
+
 /// The access lines of requests admitted with the test's objective.
 fn slo_lines(log: &std::path::Path) -> Vec<Value> {
     access_lines(log)
@@ -191,13 +196,7 @@ fn a_member_left_out_after_its_slow_spell_is_probed_and_taken_back() {
         &["--access-log", log.to_str().unwrap()],
     );
     let addr = proxy.addr();
-    let mut i = 0;
-    // Warm-up, as above: refused once both members' bounds are sure.
-    let sure = wait_until(Duration::from_secs(120), || {
-        i += 1;
-        chat(&addr, i, Some("1")) == 503
-    });
-    assert!(sure, "never refused after {i} requests: {}", proxy.stderr());
+    let mut i = warm_up(&proxy);
     // Member 0's slow spell: two of its answers four times slower than
     // predicted, then eight usual ones (the router places each by its
     // prompt, so requests go on until member 0 served them).
