@@ -49,7 +49,8 @@ mod room;
 pub use learn::{finish, landed};
 use room::{make_room, probe, Room};
 
-/// The request header carrying a TTFT objective, integer milliseconds.
+/// The request header carrying a TTFT objective, milliseconds (a fraction
+/// is rounded up: [`slo::objective`]).
 pub const SLO_HEADER: &str = "x-slo-ttft-ms";
 /// The response header carrying the predicted TTFT, integer milliseconds.
 pub const PREDICTED_HEADER: &str = "x-llamatap-predicted-ttft-ms";
