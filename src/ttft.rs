@@ -158,11 +158,22 @@ pub struct Finished {
     pub probe: bool,
 }
 
-/// The key of `member` and `model` (no model named: the empty name).
-pub fn key(member: usize, model: Option<&str>) -> Key {
-    let mut h = DefaultHasher::new();
-    model.unwrap_or("").hash(&mut h);
-    (member, h.finish())
+/// The key of `member` and the model it runs for a request naming `model`
+/// ([`Member::model_for`](crate::fleet::Member::model_for)): on a member
+/// with one model, every name a client gives (or none) is one key, so
+/// names do not split what is learned, and a client's made-up names add
+/// no keys.
+pub fn key(fleet: &Fleet, member: usize, model: Option<&str>) -> Key {
+    let hash = |name: &str| {
+        let mut h = DefaultHasher::new();
+        name.hash(&mut h);
+        h.finish()
+    };
+    let model = match fleet.member(member) {
+        Some(m) => m.model_for(model, hash),
+        None => hash(model.unwrap_or("")),
+    };
+    (member, model)
 }
 
 /// The query of a prompt of `prompt_bytes` on `member` now, `cached_bytes`
@@ -274,7 +285,7 @@ impl Predictor {
         (prompt_bytes, cached_bytes): (u64, u64),
         excluded: u32,
     ) -> Predicted {
-        let key = key(member, model);
+        let key = key(fleet, member, model);
         let mut flights = [InFlight::default(); MAX_SLOTS];
         let n = self.flights.of(member, &mut flights);
         let sizes = (prompt_bytes, cached_bytes);
@@ -317,7 +328,7 @@ impl Predictor {
         sizes: (u64, u64),
         (queued, freed): (u32, bool),
     ) -> Option<Bound> {
-        let key = key(member, model);
+        let key = key(fleet, member, model);
         let mut flights = [InFlight::default(); MAX_SLOTS];
         let n = self.flights.of(member, &mut flights);
         let excluded = u32::from(freed);

@@ -277,6 +277,23 @@ impl Member {
         }
     }
 
+    /// `f` of the model it runs for a request naming `requested`: that
+    /// name when it reports it; its only model when it reports one
+    /// (llama-server with one model answers whatever name a client
+    /// gives); else the name as given (none: `""`). Under its lock, no
+    /// copy.
+    pub fn model_for<R>(&self, requested: Option<&str>, f: impl FnOnce(&str) -> R) -> R {
+        let named = requested.unwrap_or("");
+        let Ok(g) = self.models.read() else {
+            return f(named);
+        };
+        match g.as_slice() {
+            all if all.iter().any(|m| m == named) => f(named),
+            [only] => f(only),
+            _ => f(named),
+        }
+    }
+
     pub(super) fn serves(&self, model: &str) -> bool {
         self.models
             .read()

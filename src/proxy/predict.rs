@@ -141,7 +141,7 @@ pub async fn admit(
                 plan.made_room = true;
                 return Ok(false);
             }
-            if let Some(m) = probe(predictor, model, slo_ms, &members) {
+            if let Some(m) = probe((predictor, fleet), model, slo_ms, &members) {
                 plan.avoid = all_but(m);
                 plan.probe = true;
                 return Ok(false);
@@ -160,7 +160,7 @@ pub async fn admit(
                 .filter(|(m, _)| v.avoid().contains(m))
                 .copied()
                 .collect();
-            if let Some(m) = probe(predictor, model, slo_ms, &left_out) {
+            if let Some(m) = probe((predictor, fleet), model, slo_ms, &left_out) {
                 plan.avoid = all_but(m);
                 plan.probe = true;
             } else {

@@ -9,6 +9,7 @@
 use llamatap_policy::ttft::{Confidence, Observation, Prediction, Stratum};
 
 use super::{key, Finished, Key, Predicted, Predictor};
+use crate::fleet::Fleet;
 
 impl Predictor {
     /// Learns from a finished request predicted as `p`.
@@ -56,11 +57,10 @@ impl Predictor {
     /// probe of it came for
     /// [`PROBE_AFTER_S`](llamatap_policy::ttft::PROBE_AFTER_S) seconds (see
     /// [`Calibration::claim_probe`](llamatap_policy::ttft::Calibration::claim_probe)).
-    pub fn claim_probe(&self, member: usize, model: Option<&str>) -> bool {
+    pub fn claim_probe(&self, fleet: &Fleet, member: usize, model: Option<&str>) -> bool {
         let now = self.now_s();
-        self.book
-            .lock()
-            .is_ok_and(|mut b| b.claim_probe(&key(member, model), now))
+        let key = key(fleet, member, model);
+        self.book.lock().is_ok_and(|mut b| b.claim_probe(&key, now))
     }
 
     /// `key`'s calibration factor for a request dispatched into `stratum`:

@@ -141,8 +141,39 @@ fn helpers_round_and_measure() {
     assert_eq!(round_ms(f64::NAN), 0);
     assert_eq!(prompt_bytes(&Chain::default(), Some(900)), 900);
     assert_eq!(prompt_bytes(&Chain::default(), None), 0);
-    assert_ne!(key(0, Some("a")), key(0, Some("b")));
-    assert_eq!(key(1, None), key(1, Some("")));
+    let f = fleet(2);
+    // Models not read yet: the names as given.
+    assert_ne!(key(&f, 0, Some("a")), key(&f, 0, Some("b")));
+    assert_eq!(key(&f, 1, None), key(&f, 1, Some("")));
+}
+
+#[test]
+fn every_name_a_member_of_one_model_answers_to_is_one_key() {
+    let f = fleet(2);
+    let members = f.members();
+    f.set_models(&members[0], vec!["medium.gguf".into()]);
+    f.set_models(&members[1], vec!["a.gguf".into(), "b.gguf".into()]);
+    let one = key(&f, 0, Some("medium.gguf"));
+    for name in [None, Some(""), Some("gpt-4o"), Some("medium")] {
+        assert_eq!(key(&f, 0, name), one, "{name:?}");
+    }
+    // So a client's made-up names add no keys to the book.
+    let p = Predictor::default();
+    for (i, name) in ["x", "y", "z", "medium.gguf"].into_iter().enumerate() {
+        let at = p.predict(&f, 0, Some(name), (1600, 0), false);
+        p.learn(&at, &finished(400 + i as u32));
+    }
+    assert_eq!(p.len(), 1);
+    // A member of several models: each of its own names is its key; a
+    // name it does not report stays as given.
+    let (a, b) = (key(&f, 1, Some("a.gguf")), key(&f, 1, Some("b.gguf")));
+    assert_ne!(a, b);
+    assert_ne!(key(&f, 1, Some("other")), a);
+    assert_ne!(key(&f, 1, Some("other")), b);
+    // The same model on two members: the same model part, for the peer
+    // start.
+    f.set_models(&members[1], vec!["medium.gguf".into()]);
+    assert_eq!(key(&f, 1, Some("gpt-4o")).1, one.1);
 }
 
 #[test]

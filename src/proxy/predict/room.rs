@@ -54,7 +54,7 @@ pub(super) fn make_room(
 /// it taught no ratio for ten seconds, or longer after slow probes, most
 /// likely because it was refused or left out since); `None` if none.
 pub(super) fn probe(
-    predictor: &Predictor,
+    (predictor, fleet): (&Predictor, &Fleet),
     model: Option<&str>,
     slo_ms: u32,
     members: &[(usize, Option<Bound>)],
@@ -68,6 +68,6 @@ pub(super) fn probe(
     within.sort_by(|a, b| a.1.total_cmp(&b.1));
     within
         .into_iter()
-        .find(|&(m, _)| predictor.claim_probe(m, model))
+        .find(|&(m, _)| predictor.claim_probe(fleet, m, model))
         .map(|(m, _)| m)
 }
