@@ -102,6 +102,35 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// One chat completion through the OpenAI Python SDK (its default
+/// retries) with an objective of 1 ms: what it raised.
+fn sdk_refusal(addr: &str, prompt: &str) -> Value {
+    const SCRIPT: &str = r#"
+import json, sys
+from openai import OpenAI, APIStatusError
+client = OpenAI(base_url=sys.argv[1], api_key="none", timeout=60)
+try:
+    client.chat.completions.create(
+        model="medium", messages=[{"role": "user", "content": sys.argv[2]}],
+        max_tokens=4, extra_headers={"x-slo-ttft-ms": "1"})
+    print(json.dumps({"status": 200}))
+except APIStatusError as e:
+    print(json.dumps({"status": e.status_code, "code": e.code,
+                      "should_retry": e.response.headers.get("x-should-retry")}))
+"#;
+    let out = std::process::Command::new(common::python())
+        .args(["-c", SCRIPT, &format!("http://{addr}/v1"), prompt])
+        .output()
+        .expect("run the venv's python (scripts/ensure-deps.sh)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "the SDK script failed ({e}): {text:?} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 #[test]
 fn predictions_after_warm_up_and_objectives_refused_or_served() {
     let _one = serial();
@@ -158,6 +187,21 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     assert!(refusal
         .retry_after
         .is_some_and(|r| r.parse::<u64>().unwrap() >= 1));
+    // The OpenAI SDK, retries left at their default: it raises the
+    // refusal at once, without retrying after `Retry-After`.
+    let refusals = || {
+        let m = proxy.metrics();
+        metric_sum(&m, "llamatap_ttft_slo_refusals_total", &[])
+    };
+    let before = refusals();
+    let sdk = sdk_refusal(&addr, &prompt(i));
+    i += 1;
+    assert_eq!(sdk["status"], 503, "{sdk}");
+    assert_eq!(sdk["code"], "ttft_slo_unattainable", "{sdk}");
+    assert_eq!(sdk["should_retry"], "false", "{sdk}");
+    // Counted in `logging`, a moment after the answer was written.
+    wait_for(Duration::from_secs(10), || refusals() > before);
+    assert_eq!(refusals() - before, 1.0, "the SDK retried: {sdk}");
 
     // Refusals, sure now: how fast they come is measured (printed), not
     // asserted (it depends on the machine's load).

@@ -173,7 +173,7 @@ pub async fn admit(
 
 /// 503 `ttft_slo_unattainable`: the fastest member's prediction and bound
 /// in the message, its prediction in the header, `Retry-After` the bound's
-/// excess in whole seconds (at least 1).
+/// excess in whole seconds (at least 1), and `x-should-retry: false`.
 async fn refuse(
     session: &mut Session,
     ctx: &mut RequestCtx,
@@ -190,9 +190,14 @@ async fn refuse(
     ctx.seen.failure = Some((Outcome::Rejected, "ttft_slo_unattainable", message.clone()));
     let excess = bound.saturating_sub(u64::from(slo_ms));
     let retry = excess.div_ceil(1000).max(1);
+    // The OpenAI SDKs retry a 503 on their own, after `Retry-After`: the
+    // caller who set an objective would learn of the refusal seconds
+    // late. `x-should-retry: false` tells them not to; `Retry-After` stays
+    // for a client that chooses to.
     let extra = [
         ("retry-after", retry.to_string()),
         (PREDICTED_HEADER, best.to_string()),
+        ("x-should-retry", "false".to_string()),
     ];
     let reply = ErrorReply {
         status: 503,
