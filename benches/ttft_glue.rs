@@ -67,7 +67,7 @@ fn bench(c: &mut Criterion) {
                 (u64::from(300 + 37 * (i % 11)) * 4, 0),
                 false,
             );
-            p.learn(&at, &finished(i));
+            p.learn(&f, &at, &finished(i));
         }
     }
     let chain = Chain::default();
@@ -90,7 +90,7 @@ fn bench(c: &mut Criterion) {
     });
     let at = p.predict(&f, 0, Some("model"), (2000, 0), true);
     group.bench_function("learn", |b| {
-        b.iter(|| p.learn(black_box(&at), &finished(3)))
+        b.iter(|| p.learn(&f, black_box(&at), &finished(3)))
     });
     group.finish();
 }

@@ -326,7 +326,7 @@ impl ProxyHttp for LlamaProxy {
         let path = logged_path(req);
         let client = session.client_addr().map(|a| a.to_string());
         let mut rec = ctx.record(method, path, end.outcome(), end.error(), client);
-        predict::finish(&self.steps.predictor, ctx, &mut rec);
+        predict::finish((&self.steps.predictor, &self.steps.fleet), ctx, &mut rec);
         rec.upstream = routing::finish(&self.steps.fleet, ctx, &rec, &end);
         rec.cache_break = self.steps.breaks.finish(
             ctx.attempt.routed.prompt.take(),

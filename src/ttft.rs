@@ -18,8 +18,8 @@
 //!   `max_tokens`, and its measured TTFT when it
 //!   started at once; and the ratio of its measured TTFT (dispatch to the
 //!   first token) to a prediction of high confidence, for the bound. A
-//!   member's first answer starts it from a peer: the member serving the
-//!   same model name with the most answers.
+//!   member's first answer starts it from a peer: the member running the
+//!   same model (by the lists the members report) with the most answers.
 //! - [`Predictor::correct`] ([`progress`]): the prediction corrected by a
 //!   `prompt_progress` event of the answer, during its prefill.
 //!
@@ -164,16 +164,24 @@ pub struct Finished {
 /// names do not split what is learned, and a client's made-up names add
 /// no keys.
 pub fn key(fleet: &Fleet, member: usize, model: Option<&str>) -> Key {
-    let hash = |name: &str| {
-        let mut h = DefaultHasher::new();
-        name.hash(&mut h);
-        h.finish()
-    };
     let model = match fleet.member(member) {
-        Some(m) => m.model_for(model, hash),
-        None => hash(model.unwrap_or("")),
+        Some(m) => m.model_for(model, name_hash),
+        None => name_hash(model.unwrap_or("")),
     };
     (member, model)
+}
+
+/// The model part of a [`Key`].
+fn name_hash(name: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
+}
+
+/// The model `key` stands for, when its member's list is known
+/// ([`Member::model_of`](crate::fleet::Member::model_of)).
+fn model_of(fleet: &Fleet, key: &Key) -> Option<String> {
+    fleet.member(key.0)?.model_of(key.1, name_hash)
 }
 
 /// The query of a prompt of `prompt_bytes` on `member` now, `cached_bytes`

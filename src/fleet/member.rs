@@ -277,20 +277,24 @@ impl Member {
         }
     }
 
-    /// `f` of the model it runs for a request naming `requested`: that
-    /// name when it reports it; its only model when it reports one
-    /// (llama-server with one model answers whatever name a client
-    /// gives); else the name as given (none: `""`). Under its lock, no
-    /// copy.
+    /// `f` of the name that tells apart the models it runs for requests
+    /// naming `requested`: with several models reported, the name as given
+    /// (none: `""`); with one or none yet, `""` for every name (llama-server
+    /// with one model answers whatever name a client gives, and its list is
+    /// not read before its first health check). Under its lock, no copy.
     pub fn model_for<R>(&self, requested: Option<&str>, f: impl FnOnce(&str) -> R) -> R {
-        let named = requested.unwrap_or("");
-        let Ok(g) = self.models.read() else {
-            return f(named);
-        };
+        let several = self.models.read().map(|g| g.len() > 1).unwrap_or(false);
+        f(if several { requested.unwrap_or("") } else { "" })
+    }
+
+    /// The model a key's `hash` of [`Member::model_for`] stands for: its
+    /// only model, or with several the one whose name hashes to it; `None`
+    /// when not known.
+    pub fn model_of(&self, hash: u64, hasher: impl Fn(&str) -> u64) -> Option<String> {
+        let g = self.models.read().ok()?;
         match g.as_slice() {
-            all if all.iter().any(|m| m == named) => f(named),
-            [only] => f(only),
-            _ => f(named),
+            [only] => Some(only.clone()),
+            all => all.iter().find(|m| hasher(m) == hash).cloned(),
         }
     }
 

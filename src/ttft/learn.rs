@@ -8,12 +8,13 @@
 
 use llamatap_policy::ttft::{Confidence, Observation, Prediction, Stratum};
 
-use super::{key, Finished, Key, Predicted, Predictor};
+use super::{key, model_of, Finished, Key, Predicted, Predictor};
 use crate::fleet::Fleet;
 
 impl Predictor {
-    /// Learns from a finished request predicted as `p`.
-    pub fn learn(&self, p: &Predicted, done: &Finished) {
+    /// Learns from a finished request predicted as `p`; `fleet` tells
+    /// which members run the same model (for a member's first answer).
+    pub fn learn(&self, fleet: &Fleet, p: &Predicted, done: &Finished) {
         if done.timings.prompt_ms <= 0.0 && done.timings.prompt_n == 0 {
             return;
         }
@@ -42,9 +43,13 @@ impl Predictor {
             _ => None,
         };
         if let Ok(mut book) = self.book.lock() {
-            // A member's first answer starts it from a peer serving the
-            // same model name.
-            book.observe_among(&p.key, &obs, |k| k.1 == p.key.1);
+            // A member's first answer starts it from a peer running the
+            // same model (asked of the fleet only then).
+            let same = |k: &Key| {
+                let mine = model_of(fleet, &p.key);
+                mine.is_some() && model_of(fleet, k) == mine
+            };
+            book.observe_among(&p.key, &obs, same);
             match ratio {
                 Some(r) if done.probe => book.record_probe(&p.key, p.stratum, r, self.now_s()),
                 Some(r) => book.record_ratio(&p.key, p.stratum, r, self.now_s()),

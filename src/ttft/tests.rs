@@ -52,12 +52,15 @@ fn nothing_is_predicted_before_a_member_and_model_was_measured() {
 #[test]
 fn a_member_and_model_learn_from_their_own_answers_only() {
     let f = fleet(2);
+    for m in f.members() {
+        f.set_models(&m, vec!["m".into(), "n".into()]);
+    }
     let p = Predictor::default();
     for i in 0..12u32 {
         let prompt_n = 200 + 100 * (i % 4);
         let bytes = u64::from(prompt_n) * 4;
         let at = p.predict(&f, 0, Some("m"), (bytes, 0), false);
-        p.learn(&at, &finished(prompt_n));
+        p.learn(&f, &at, &finished(prompt_n));
     }
     assert_eq!(p.len(), 1);
     let got = p.predict(&f, 0, Some("m"), (1600, 0), false);
@@ -74,6 +77,10 @@ fn a_member_and_model_learn_from_their_own_answers_only() {
 #[test]
 fn a_member_starts_from_a_peer_serving_the_same_model() {
     let f = fleet(2);
+    // Member 0 serves two models, member 1 one of them.
+    let members = f.members();
+    f.set_models(&members[0], vec!["m".into(), "n".into()]);
+    f.set_models(&members[1], vec!["m".into()]);
     let p = Predictor::default();
     // 40 ms a prefill, and 1 ms a token.
     let answer = |prompt_n: u32| Finished {
@@ -89,14 +96,14 @@ fn a_member_starts_from_a_peer_serving_the_same_model() {
     for i in 0..16u32 {
         let prompt_n = 100 + 100 * (i % 8);
         let at = p.predict(&f, 0, Some("m"), (u64::from(prompt_n) * 4, 0), false);
-        p.learn(&at, &answer(prompt_n));
+        p.learn(&f, &at, &answer(prompt_n));
     }
     // One short answer on member 1 of the same model, and on member 0 of
     // another: the first starts from member 0's curve, the second alone is
     // a cost per token (80 ms for 40 tokens: 2 ms a token).
     for (member, model) in [(1, "m"), (0, "n")] {
         let at = p.predict(&f, member, Some(model), (160, 0), false);
-        p.learn(&at, &answer(40));
+        p.learn(&f, &at, &answer(40));
     }
     let ms = |member, model| {
         let got = p.predict(&f, member, Some(model), (1600, 0), false);
@@ -130,7 +137,7 @@ fn an_answer_without_timings_teaches_nothing() {
     let f = fleet(1);
     let p = Predictor::default();
     let at = p.predict(&f, 0, None, (100, 0), false);
-    p.learn(&at, &Finished::default());
+    p.learn(&f, &at, &Finished::default());
     assert!(p.is_empty());
 }
 
@@ -142,38 +149,37 @@ fn helpers_round_and_measure() {
     assert_eq!(prompt_bytes(&Chain::default(), Some(900)), 900);
     assert_eq!(prompt_bytes(&Chain::default(), None), 0);
     let f = fleet(2);
-    // Models not read yet: the names as given.
+    f.set_models(&f.members()[0], vec!["a".into(), "b".into()]);
     assert_ne!(key(&f, 0, Some("a")), key(&f, 0, Some("b")));
-    assert_eq!(key(&f, 1, None), key(&f, 1, Some("")));
+    assert_ne!(key(&f, 0, Some("a")), key(&f, 1, Some("a")));
+    assert_eq!(key(&f, 0, None), key(&f, 0, Some("")));
 }
 
 #[test]
 fn every_name_a_member_of_one_model_answers_to_is_one_key() {
     let f = fleet(2);
     let members = f.members();
+    // Before its list is read, and after: one key for every name.
+    let one = key(&f, 0, Some("medium.gguf"));
     f.set_models(&members[0], vec!["medium.gguf".into()]);
     f.set_models(&members[1], vec!["a.gguf".into(), "b.gguf".into()]);
-    let one = key(&f, 0, Some("medium.gguf"));
-    for name in [None, Some(""), Some("gpt-4o"), Some("medium")] {
+    for name in [None, Some(""), Some("gpt-4o"), Some("medium.gguf")] {
         assert_eq!(key(&f, 0, name), one, "{name:?}");
     }
+    assert_eq!(model_of(&f, &one).as_deref(), Some("medium.gguf"));
     // So a client's made-up names add no keys to the book.
     let p = Predictor::default();
     for (i, name) in ["x", "y", "z", "medium.gguf"].into_iter().enumerate() {
         let at = p.predict(&f, 0, Some(name), (1600, 0), false);
-        p.learn(&at, &finished(400 + i as u32));
+        p.learn(&f, &at, &finished(400 + i as u32));
     }
     assert_eq!(p.len(), 1);
-    // A member of several models: each of its own names is its key; a
-    // name it does not report stays as given.
+    // A member of several models: each name is its own key, and stands
+    // for the model of that name; one it does not report, for none.
     let (a, b) = (key(&f, 1, Some("a.gguf")), key(&f, 1, Some("b.gguf")));
     assert_ne!(a, b);
-    assert_ne!(key(&f, 1, Some("other")), a);
-    assert_ne!(key(&f, 1, Some("other")), b);
-    // The same model on two members: the same model part, for the peer
-    // start.
-    f.set_models(&members[1], vec!["medium.gguf".into()]);
-    assert_eq!(key(&f, 1, Some("gpt-4o")).1, one.1);
+    assert_eq!(model_of(&f, &b).as_deref(), Some("b.gguf"));
+    assert_eq!(model_of(&f, &key(&f, 1, Some("other"))), None);
 }
 
 #[test]
@@ -183,7 +189,7 @@ fn sure_after_a_few_answers_started_at_once() {
     for i in 0..8u32 {
         let prompt_n = 400 + 10 * (i % 3);
         let at = p.predict(&f, 0, None, (u64::from(prompt_n) * 4, 0), false);
-        p.learn(&at, &finished(prompt_n));
+        p.learn(&f, &at, &finished(prompt_n));
     }
     let got = p.predict(&f, 0, None, (1600, 0), false);
     assert_eq!(got.confidence(), Some(Confidence::High), "{got:?}");
@@ -207,7 +213,7 @@ fn a_progress_event_corrects_the_prediction_by_what_it_says() {
     );
     for _ in 0..8 {
         let at = p.predict(&f, 0, Some("m"), (1600, 0), false);
-        p.learn(&at, &finished(400));
+        p.learn(&f, &at, &finished(400));
     }
     let at = p.predict(&f, 0, Some("m"), (1600, 0), false);
     // Half the prompt done: less is left than at its start.
@@ -235,7 +241,7 @@ fn a_prompt_still_prefilling_beside_is_counted_until_its_prefill_ends() {
     for i in 0..12u32 {
         let prompt_n = 200 + 100 * (i % 4);
         let at = p.predict(&f, 0, None, (u64::from(prompt_n) * 4, 0), false);
-        p.learn(&at, &finished(prompt_n));
+        p.learn(&f, &at, &finished(prompt_n));
     }
     // One request in flight on the member (one of its two slots).
     let _other = f.choose(None, &Chain::default(), None, &[]).unwrap();
@@ -280,7 +286,7 @@ fn answers_that_shared_their_batches_teach_the_whole_batches() {
         for i in 0..12u32 {
             let prompt_n = 200 + 100 * (i % 4);
             let at = p.predict(&f, 0, None, (u64::from(prompt_n) * 4, 0), false);
-            p.learn(&at, &finished(prompt_n));
+            p.learn(&f, &at, &finished(prompt_n));
         }
     }
     for _ in 0..12 {
@@ -289,7 +295,7 @@ fn answers_that_shared_their_batches_teach_the_whole_batches() {
             let mut shared = finished(800);
             shared.timings.prompt_n = 400;
             shared.prefill_others = others;
-            p.learn(&at, &shared);
+            p.learn(&f, &at, &shared);
         }
     }
     let ms = |p: &Predictor| p.predict(&f, 0, None, (1600, 0), false).ms().unwrap();
@@ -307,7 +313,7 @@ fn the_tokens_to_prefill_are_the_prompts_less_its_cached_share() {
     for i in 0..12u32 {
         let prompt_n = 200 + 100 * (i % 4);
         let at = p.predict(&f, 0, None, (u64::from(prompt_n) * 4, 0), false);
-        p.learn(&at, &finished(prompt_n));
+        p.learn(&f, &at, &finished(prompt_n));
     }
     let known = p.predict(&f, 0, None, (4000, 0), false);
     let Prediction::Estimate(e) = known.prediction else {
@@ -338,10 +344,10 @@ fn answers_predicted_uncached_teach_the_template_head() {
         done.timings.cache_n = 12;
         let at = head.predict(&f, 0, Some("m"), (bytes, 0), false);
         assert_eq!(at.cached_bytes, 0);
-        head.learn(&at, &done);
+        head.learn(&f, &at, &done);
         // The same answers, predicted with their 12 tokens known cached.
         let at = none.predict(&f, 0, Some("m"), (bytes, 48), false);
-        none.learn(&at, &done);
+        none.learn(&f, &at, &done);
     }
     let with = head.predict(&f, 0, Some("m"), (452, 0), false);
     let without = none.predict(&f, 0, Some("m"), (452, 0), false);

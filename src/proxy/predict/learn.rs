@@ -6,6 +6,7 @@
 //! Deliberately not here: the prediction at dispatch and its header (the
 //! parent module), reading progress events (`progress`).
 
+use crate::fleet::Fleet;
 use crate::proxy::context::RequestCtx;
 use crate::ttft::{self, Finished, Predicted, Predictor};
 use llamatap_policy::ttft::{Confidence, Prediction, Timings};
@@ -25,7 +26,11 @@ pub fn landed(predictor: &Predictor, ctx: &mut RequestCtx) {
 }
 
 /// The record's [`TtftFacts`], and the book learns from the answer.
-pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestRecord) {
+pub fn finish(
+    (predictor, fleet): (&Predictor, &Fleet),
+    ctx: &mut RequestCtx,
+    rec: &mut RequestRecord,
+) {
     landed(predictor, ctx);
     let plan = std::mem::take(&mut ctx.attempt.routed.ttft);
     let beside = plan.prefill_beside;
@@ -82,7 +87,7 @@ pub fn finish(predictor: &Predictor, ctx: &mut RequestCtx, rec: &mut RequestReco
         prefill_before: beside.map_or(0, |o| o.before),
         probe: plan.probe,
     };
-    predictor.learn(&p, &done);
+    predictor.learn(fleet, &p, &done);
 }
 
 /// `d` in whole milliseconds, as the record carries them.
