@@ -29,6 +29,7 @@ fn fleet() -> Option<Fleet> {
     for m in f.members() {
         m.set_health(Ok(()));
         m.set_total_slots(Some(2));
+        f.set_models(&m, vec!["model.gguf".into()]);
     }
     Some(f)
 }
