@@ -193,7 +193,11 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
         let m = proxy.metrics();
         metric_sum(&m, "llamatap_ttft_slo_refusals_total", &[])
     };
+    // The one refusal so far, counted in `logging` a moment after its
+    // answer was written.
+    wait_for(Duration::from_secs(10), || refusals() >= 1.0);
     let before = refusals();
+    assert_eq!(before, 1.0);
     let sdk = sdk_refusal(&addr, &prompt(i));
     i += 1;
     assert_eq!(sdk["status"], 503, "{sdk}");
