@@ -45,13 +45,17 @@
 //! two requests that render to the same prompt from different JSON (other
 //! content part shapes, other tool field names) get different chains.
 
-use super::hash::{Feed, Tag};
+use super::hash::{hash_bytes, Feed, Tag};
 use llamatap_wire::request::Route;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
 /// Bytes per block of a completion prompt (64 tokens of a token array).
 pub const BLOCK_BYTES: usize = 256;
+
+/// Bytes per leading block of a chat message's text: about 16 tokens, so
+/// a prefix shared within a message is found to within that many.
+pub const MESSAGE_BLOCK_BYTES: usize = 64;
 
 /// The anchor of a completion prompt is its block `COLD_BLOCKS - 1`.
 pub const COLD_BLOCKS: usize = 2;
@@ -197,21 +201,52 @@ impl Builder {
     /// Appends the link hashed by `feed`.
     fn push(&mut self, feed: &Feed) {
         let (hash, bytes) = feed.finish();
+        self.push_hash(hash, bytes);
+    }
+
+    /// Appends a link of `hash` holding `bytes` of text.
+    fn push_hash(&mut self, hash: u64, bytes: u64) {
         self.prev = hash;
         self.total = self.total.saturating_add(bytes);
         self.chain.links.push(hash);
         self.chain.ends.push(self.total);
     }
 
-    /// Appends a message link: `role`, normalized `content`, and `rest`'s
-    /// fields other than `role` and `content`.
+    /// Appends a message: its text's leading blocks ([`Builder::blocks`]),
+    /// then its link: `role`, normalized `content`, and `rest`'s fields
+    /// other than `role` and `content`, hashed over the link before the
+    /// blocks (so a message's link is the same with or without them).
     fn message(&mut self, role: &str, content: Content<'_>, rest: Option<&Map<String, Value>>) {
         let mut feed = self.next();
         feed.tag(Tag::Message);
         feed.str(role);
         feed_content(&mut feed, content);
         feed.object(rest.unwrap_or(&Map::new()), &["role", "content"]);
-        self.push(&feed);
+        let (hash, bytes) = feed.finish();
+        let in_blocks = match plain_text(content) {
+            Some(text) => self.blocks(role, text),
+            None => 0,
+        };
+        self.push_hash(hash, bytes.saturating_sub(in_blocks));
+    }
+
+    /// Appends a link for each whole [`MESSAGE_BLOCK_BYTES`] block of a message's
+    /// text that ends before the text does, each over the previous link
+    /// (the first over the link before the message) and the role; returns
+    /// the bytes they hold. Two messages whose text begins alike share
+    /// these links, as llama-server shares the cache of their common
+    /// tokens.
+    fn blocks(&mut self, role: &str, text: &str) -> u64 {
+        let bytes = text.as_bytes();
+        let whole = bytes.len().saturating_sub(1) / MESSAGE_BLOCK_BYTES;
+        for block in bytes.chunks(MESSAGE_BLOCK_BYTES).take(whole) {
+            let mut feed = self.next();
+            feed.tag(Tag::MessageBlock);
+            feed.u64(hash_bytes(role.as_bytes()));
+            feed.raw(block);
+            self.push(&feed);
+        }
+        u64::try_from(whole * MESSAGE_BLOCK_BYTES).unwrap_or(u64::MAX)
     }
 
     /// Appends a chat item: a message when it is an object with a string
@@ -278,6 +313,19 @@ fn feed_content(feed: &mut Feed, content: Content<'_>) {
     }
 }
 
+/// A message's text when its content is one string, or a list of one
+/// plain text part (they render alike); `None` for any other content.
+fn plain_text(content: Content<'_>) -> Option<&str> {
+    match content {
+        Content::Text(text) => Some(text),
+        Content::Json(Some(Value::String(text))) => Some(text),
+        Content::Json(Some(Value::Array(parts))) if parts.len() == 1 => {
+            parts.first().and_then(text_part)
+        }
+        Content::Json(_) => None,
+    }
+}
+
 /// The text of a plain text part: an object of exactly `type` (one of
 /// [`TEXT_PART_TYPES`]) and a string `text`.
 fn text_part(part: &Value) -> Option<&str> {
@@ -306,24 +354,24 @@ fn chat(body: &Map<String, Value>) -> Chain {
             builder.message("system", Content::Json(Some(system)), None);
         }
     }
+    // The anchor is the first user message's own link, after its blocks.
+    let last = |builder: &Builder| builder.chain.links.len().saturating_sub(1);
     if let Some(Value::Array(messages)) = body.get("messages") {
         for message in messages {
-            let at = builder.chain.links.len();
             if builder.item(message) && anchor.is_none() {
-                anchor = Some(at);
+                anchor = Some(last(&builder));
             }
         }
     }
     match body.get("input") {
         Some(Value::String(text)) => {
-            anchor = anchor.or(Some(builder.chain.links.len()));
             builder.message("user", Content::Text(text), None);
+            anchor = anchor.or(Some(last(&builder)));
         }
         Some(Value::Array(items)) => {
             for item in items {
-                let at = builder.chain.links.len();
                 if builder.item(item) && anchor.is_none() {
-                    anchor = Some(at);
+                    anchor = Some(last(&builder));
                 }
             }
         }

@@ -52,6 +52,8 @@ pub(super) enum Tag {
     Text = 21,
     /// A block of a completion prompt.
     Block = 22,
+    /// A leading block of a chat message's text.
+    MessageBlock = 23,
 }
 
 /// An incremental XXH3-64 hasher that also counts the string bytes it was

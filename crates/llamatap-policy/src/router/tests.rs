@@ -76,6 +76,11 @@ pub(super) fn send(router: &mut Router, candidates: &[Candidate], chain: &Chain)
 const SYSTEM: &str = "You are a helpful assistant that answers questions about the weather \
     in short sentences, citing the forecast where you can.";
 
+/// The links of [`SYSTEM`] (its whole blocks, then its own link).
+fn system_links() -> usize {
+    Chain::from_json(Route::ChatCompletions, &chat(Some(SYSTEM), &[])).len()
+}
+
 #[test]
 fn a_conversation_stays_on_one_upstream_across_five_turns() {
     let mut router = router(Policy::PrefixAffinity);
@@ -98,7 +103,8 @@ fn a_conversation_stays_on_one_upstream_across_five_turns() {
                     assert_eq!(decision.upstream, home, "conversation {id} turn {turn}");
                     assert_eq!(decision.reason, Reason::PrefixHit);
                     // Everything up to the previous question was sent there.
-                    assert_eq!(decision.prediction.links, 2 * turn, "system + 2 per turn");
+                    let before = conversation(Some(SYSTEM), id, turn - 1);
+                    assert_eq!(decision.prediction.links, before.len());
                 }
             }
         }
@@ -121,9 +127,48 @@ fn conversations_sharing_only_a_system_prompt_spread_over_the_fleet() {
     }
     assert!(per_upstream.iter().all(|&n| n >= 5), "{per_upstream:?}");
     // Each later conversation still finds the system prompt where it lands
-    // once the prompt was sent there: the prediction says one link.
+    // once the prompt was sent there: the prediction says its links.
     let decision = send(&mut router, &candidates, &conversation(Some(SYSTEM), 99, 0));
-    assert_eq!(decision.prediction.links, 1);
+    assert_eq!(decision.prediction.links, system_links());
+}
+
+#[test]
+fn a_document_shared_at_the_head_of_first_questions_is_found_but_does_not_attract() {
+    // RAG: each question comes after the same retrieved document, in one
+    // user message. Like a shared system prompt, the document does not
+    // pull every conversation to one upstream; where it was sent before,
+    // its blocks are predicted cached.
+    let mut router = router(Policy::PrefixAffinity);
+    let candidates = idle(3);
+    let document = "The river ran past the old mill. ".repeat(40);
+    let mut per_upstream = [0usize; 3];
+    let mut found = 0;
+    for id in 0..30 {
+        let question = format!("{document}\nQuestion {id}: who owned the mill?");
+        let body = chat(Some(SYSTEM), &[question]);
+        let decision = send(
+            &mut router,
+            &candidates,
+            &Chain::from_json(Route::ChatCompletions, &body),
+        );
+        assert_eq!(
+            decision.reason,
+            Reason::Cold,
+            "a shared document does not attract"
+        );
+        per_upstream[decision.upstream] += 1;
+        if decision.prediction.links > system_links() {
+            // The system prompt and the document's whole blocks.
+            assert_eq!(
+                decision.prediction.links,
+                system_links() + document.len() / MESSAGE_BLOCK_BYTES
+            );
+            found += 1;
+        }
+    }
+    assert!(per_upstream.iter().all(|&n| n >= 5), "{per_upstream:?}");
+    // Every question after the first on an upstream finds the document.
+    assert_eq!(found, 30 - 3);
 }
 
 #[test]
@@ -252,7 +297,10 @@ fn after_an_overload_the_conversation_follows_its_longest_prefix() {
         (decision.upstream, decision.reason),
         (moved.upstream, Reason::PrefixHit)
     );
-    assert_eq!(decision.prediction.links, 4);
+    assert_eq!(
+        decision.prediction.links,
+        conversation(Some(SYSTEM), 7, 1).len()
+    );
 }
 
 #[test]
@@ -440,7 +488,7 @@ fn the_prediction_states_links_bytes_and_tokens() {
     assert_eq!(home.prediction.links, 0);
     let second = conversation(Some(SYSTEM), 5, 1);
     let decision = send(&mut router, &idle(3), &second);
-    assert_eq!(decision.prediction.links, 2);
+    assert_eq!(decision.prediction.links, first.len());
     assert_eq!(decision.prediction.bytes, first.total_bytes());
     assert_eq!(decision.prediction.tokens, None, "no ratio observed yet");
     // Observing 4 bytes per token gives token estimates at that ratio.

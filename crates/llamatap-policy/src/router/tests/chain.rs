@@ -189,6 +189,77 @@ fn anything_else_gives_the_empty_chain() {
 }
 
 #[test]
+fn a_long_message_shares_its_leading_blocks() {
+    // One document, two questions after it: llama-server reuses the
+    // document's tokens, so the chains share its whole blocks.
+    let document = "d".repeat(200);
+    let ask = |question: &str| {
+        chat_chain(&json!({"messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": format!("{document} {question}")}]}))
+    };
+    let one = ask("Who?");
+    let two = ask("Where?");
+    // System, blocks of bytes 0-63, 64-127, 128-191, the message's link.
+    assert_eq!((one.len(), two.len()), (5, 5));
+    assert_eq!(one.links()[..4], two.links()[..4]);
+    assert_ne!(one.links()[4], two.links()[4]);
+    assert_eq!(one.bytes(2) - one.bytes(1), 64);
+    assert_eq!(one.bytes(4) - one.bytes(1), 192);
+    // The blocks hold the bytes the message's link held alone.
+    let text_bytes = 205 + "user".len() as u64;
+    assert_eq!(one.total_bytes() - one.bytes(1), text_bytes);
+    // The anchor is the message's own link, after its blocks: a shared
+    // document does not decide where a conversation goes.
+    assert_eq!((one.anchor(), two.anchor()), (Some(4), Some(4)));
+    assert_ne!(one.cold_key(), two.cold_key());
+    // The next turn extends the chain link for link.
+    let mut body = json!({"messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": format!("{document} Who?")}]});
+    let turn = chat_chain(&body);
+    if let Some(messages) = body["messages"].as_array_mut() {
+        messages.push(json!({"role": "assistant", "content": "d".repeat(100)}));
+    }
+    let next = chat_chain(&body);
+    assert_eq!(next.len(), turn.len() + 2, "one block and its own link");
+    assert!(next.links().starts_with(turn.links()));
+}
+
+#[test]
+fn a_message_has_a_block_for_each_whole_block_before_its_end() {
+    let links =
+        |text: String| chat_chain(&json!({"messages": [{"role": "user", "content": text}]})).len();
+    assert_eq!(links("x".repeat(64)), 1, "no block ends before its end");
+    assert_eq!(links("x".repeat(65)), 2);
+    assert_eq!(links("x".repeat(128)), 2);
+    assert_eq!(links("x".repeat(129)), 3);
+    // The role counts: a user's and an assistant's text are not one prefix.
+    let as_role =
+        |role: &str| chat_chain(&json!({"messages": [{"role": role, "content": "x".repeat(100)}]}));
+    assert_ne!(as_role("user").links()[0], as_role("assistant").links()[0]);
+    // A message's own link is the one it had before blocks: the pinned
+    // hashes below hold for messages too short to have any.
+    assert_eq!(as_role("user").len(), 2);
+    // A list of one text part reads as its string; other content has no
+    // blocks (a list of several parts, an image).
+    let part = chat_chain(&json!({"messages": [{"role": "user",
+        "content": [{"type": "text", "text": "x".repeat(100)}]}]}));
+    assert_eq!(part, as_role("user"));
+    let parts = chat_chain(&json!({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "x".repeat(100)}, {"type": "text", "text": "y"}]}]}));
+    assert_eq!(parts.len(), 1);
+    // Anthropic's `system` and a Responses `input` string have them too.
+    let system = Chain::from_json(
+        Route::Messages,
+        &json!({"system": "s".repeat(100), "messages": []}),
+    );
+    assert_eq!(system.len(), 2);
+    let input = Chain::from_json(Route::Responses, &json!({"input": "x".repeat(100)}));
+    assert_eq!((input.len(), input.anchor()), (2, Some(1)));
+}
+
+#[test]
 fn covered_links_rounds_each_link_at_its_middle() {
     // Links of 256, 256 and 88 bytes; 150 prompt tokens (4 bytes a token).
     let chain = prompt_chain(&json!({"prompt": "x".repeat(600)}));
