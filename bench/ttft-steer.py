@@ -18,8 +18,10 @@ Two fleets:
 The workload (seeded): three client threads (`--clients`); conversations of five turns,
 each with its own system prompt of 150 to 700 words and a user message of 10
 to 40 words a turn (a turn repeats the conversation so far); short (5 to 60
-words) and long (400 to 900 words) one-shot prompts between them; answers of
-8 to 40 tokens. TTFT, the upstream and the prediction come from llamatap's
+words) and long (400 to 900 words) one-shot prompts between them; with
+`--rag N`, N retrieval questions (one of three documents of 300 to 700 words,
+then a question of 10 to 20 words, in one user message, after a short system
+prompt); answers of 8 to 40 tokens. TTFT, the upstream and the prediction come from llamatap's
 access log (TTFT from arrival to the first token).
 
 Run from the repository root, after `cargo build --release`:
@@ -117,10 +119,17 @@ def start_llamatap(binary, ports, steer, policy, logdir, variant):
     return proc, port, access
 
 
-def jobs(seed, convs, shorts, longs, clients=3):
+def jobs(seed, convs, shorts, longs, clients=3, rag=0):
     """One list of jobs per client; a conversation stays on one."""
     rng = random.Random(seed)
     items = []
+    # Retrieval: one of three documents, then a question, in one user
+    # message; llama-server reuses the document's tokens where it has them.
+    documents = [words(rng, rng.randint(300, 700)) for _ in range(3)] if rag else []
+    for _ in range(rag):
+        question = words(rng, rng.randint(10, 20))
+        context = f"Context:\n{rng.choice(documents)}\n\nQuestion: {question}"
+        items.append(("rag", context, rng.randint(8, 40)))
     for _ in range(convs):
         system = words(rng, rng.randint(150, 700))
         turns = [(words(rng, rng.randint(10, 40)), rng.randint(8, 40)) for _ in range(5)]
@@ -168,6 +177,10 @@ def client(port, mine, errors):
                     messages.append({"role": "user", "content": user})
                     answer = chat(port, messages, n)
                     messages.append({"role": "assistant", "content": answer})
+            elif job[0] == "rag":
+                _, context, n = job
+                system = {"role": "system", "content": "Answer from the context."}
+                chat(port, [system, {"role": "user", "content": context}], n)
             else:
                 _, prompt, n = job
                 chat(port, [{"role": "user", "content": prompt}], n)
@@ -194,7 +207,9 @@ def run_variant(args, variant, steer, logdir):
         start = time.time()
         threads = [
             threading.Thread(target=client, args=(port, mine, errors))
-            for mine in jobs(args.seed, args.convs, args.shorts, args.longs, args.clients)
+            for mine in jobs(
+                args.seed, args.convs, args.shorts, args.longs, args.clients, args.rag
+            )
         ]
         for t in threads:
             t.start()
@@ -250,6 +265,8 @@ def main():
                     help="client threads (more than the fleet's 4 slots queue)")
     ap.add_argument("--shorts", type=int, default=10)
     ap.add_argument("--longs", type=int, default=4)
+    ap.add_argument("--rag", type=int, default=0,
+                    help="questions after one of three shared documents, in one user message")
     ap.add_argument("--order", default="off,steer", help="variants in run order")
     ap.add_argument("--llamatap", default="target/release/llamatap")
     ap.add_argument("--llama-server", default=os.environ.get("LLAMATAP_LLAMA_SERVER"))

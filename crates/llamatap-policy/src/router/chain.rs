@@ -24,6 +24,14 @@
 //!   `content`, and its other fields (`name`, `tool_calls`, ...) in any key
 //!   order. A string content and a list holding that one text part hash the
 //!   same, since chat templates render them alike.
+//! - A message's blocks: before its own link, a message whose content is
+//!   text (a string, or a list of that one text part) has a link for each
+//!   whole [`MESSAGE_BLOCK_BYTES`] block of it that ends before the text
+//!   does, each over the previous link, the role and the block. Messages
+//!   that begin alike share them (a document before different questions),
+//!   as llama-server shares the cache of their common tokens. The message's
+//!   own link hashes the link before its blocks: it is the same with or
+//!   without them.
 //! - Completion prompts (`/v1/completions`, `/completion`): the prompt's
 //!   bytes in blocks of [`BLOCK_BYTES`], the last block possibly shorter. A
 //!   string is its UTF-8 bytes; a token array is each token as 4 bytes
@@ -32,9 +40,10 @@
 //!   with a longer prompt that extends it.
 //!
 //! The anchor: the link that identifies a conversation rather than what many
-//! conversations share. For chat it is the first `user` message (so tools
-//! and a system prompt shared by many conversations do not decide their
-//! placement), or the last link when there is none; for completion prompts
+//! conversations share. For chat it is the first `user` message's own
+//! link, after its blocks (so tools, a system prompt and a document shared
+//! by many conversations do not decide their placement), or the last link
+//! when there is none; for completion prompts
 //! it is block [`COLD_BLOCKS`]` - 1` (or the last when shorter). Its hash,
 //! which covers everything before it, is the cold key ([`Chain::cold_key`]).
 //!

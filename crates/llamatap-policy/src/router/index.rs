@@ -18,7 +18,9 @@
 //! slots per entry, rounded up to a power of two) and one 24-byte list node.
 //! At the default capacity of [`DEFAULT_CAPACITY`] links that is 131,072
 //! table slots (2,228,224 bytes) and 65,536 nodes (1,572,864 bytes): 3.8 MB
-//! per upstream when full, 58 bytes per link. [`PrefixIndex::memory_bytes`]
+//! per upstream when full, 58 bytes per link. In links of 64 bytes of text
+//! (a long message's blocks) that is 4 MiB of text, about a million tokens:
+//! more than a llama-server keeps. [`PrefixIndex::memory_bytes`]
 //! reports the current figure. The table is keyed with a random per-process
 //! key, so crafted link hashes cannot pile into one slot.
 //!
