@@ -239,19 +239,21 @@ impl Builder {
         self.push_hash(hash, bytes.saturating_sub(in_blocks));
     }
 
-    /// Appends a link for each whole [`MESSAGE_BLOCK_BYTES`] block of a message's
-    /// text that ends before the text does, each over the previous link
-    /// (the first over the link before the message) and the role; returns
+    /// Appends a link for each whole [`MESSAGE_BLOCK_BYTES`] block of a
+    /// message's text that ends before the text does, each over the
+    /// previous link (the first over the link before the message) and the
+    /// role; returns
     /// the bytes they hold. Two messages whose text begins alike share
     /// these links, as llama-server shares the cache of their common
     /// tokens.
     fn blocks(&mut self, role: &str, text: &str) -> u64 {
         let bytes = text.as_bytes();
         let whole = bytes.len().saturating_sub(1) / MESSAGE_BLOCK_BYTES;
+        let role = hash_bytes(role.as_bytes());
         for block in bytes.chunks(MESSAGE_BLOCK_BYTES).take(whole) {
             let mut feed = self.next();
             feed.tag(Tag::MessageBlock);
-            feed.u64(hash_bytes(role.as_bytes()));
+            feed.u64(role);
             feed.raw(block);
             self.push(&feed);
         }
