@@ -23,6 +23,17 @@ fn message() -> impl Strategy<Value = Value> {
     (role, content).prop_map(|(role, content)| json!({"role": role, "content": content}))
 }
 
+/// A message's block links: its text's whole blocks before the end, when
+/// its content is a string or a list of one text part.
+fn blocks(message: &Value) -> usize {
+    let text = match &message["content"] {
+        Value::String(text) => Some(text.as_str()),
+        Value::Array(parts) if parts.len() == 1 => parts[0]["text"].as_str(),
+        _ => None,
+    };
+    text.map_or(0, |t| t.len().saturating_sub(1) / MESSAGE_BLOCK_BYTES)
+}
+
 proptest! {
     #[test]
     fn the_chain_of_a_message_prefix_is_a_prefix(
@@ -40,10 +51,30 @@ proptest! {
         };
         let whole = body(&messages);
         let prefix = body(&messages[..cut]);
+        // A link per message, and per whole block before its text's end.
         let extra = usize::from(system.is_some());
-        prop_assert_eq!(whole.len(), messages.len() + extra);
-        prop_assert_eq!(prefix.links(), &whole.links()[..cut + extra]);
-        prop_assert_eq!(prefix.total_bytes(), whole.bytes(cut + extra));
+        let links = |messages: &[Value]| messages.iter().map(|m| 1 + blocks(m)).sum::<usize>();
+        prop_assert_eq!(whole.len(), links(&messages) + extra);
+        prop_assert_eq!(prefix.len(), links(&messages[..cut]) + extra);
+        prop_assert_eq!(prefix.links(), &whole.links()[..prefix.len()]);
+        prop_assert_eq!(prefix.total_bytes(), whole.bytes(prefix.len()));
+    }
+
+    #[test]
+    fn messages_that_begin_alike_share_their_whole_blocks(
+        text in "[a-zA-Z ,.é日]{0,120}",
+        cut in 0usize..400,
+    ) {
+        let cut = (0..=cut.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        let chain = |text: &str| {
+            Chain::from_json(Route::ChatCompletions, &json!({"messages": [
+                {"role": "user", "content": text}]}))
+        };
+        let (whole, prefix) = (chain(&text), chain(&text[..cut]));
+        // The shorter text's blocks, all of which end before it does.
+        let shared = cut.saturating_sub(1) / MESSAGE_BLOCK_BYTES;
+        prop_assert_eq!(&prefix.links()[..shared], &whole.links()[..shared]);
+        prop_assert_eq!(whole.total_bytes(), (text.len() + "user".len()) as u64);
     }
 
     #[test]
