@@ -361,8 +361,11 @@ fn a_prompt_known_by_bytes_uses_learned_bytes_per_token() {
     for _ in 0..5 {
         book.observe(&0, &m.observation(500, 0, 0, 1.0));
     }
+    // Prompts of one size (1,500 bytes, 500 tokens): of the 125 tokens
+    // beyond 4 bytes a token, 32 are taken as the template's, so the
+    // text is 1,500 bytes for 468 tokens.
     let e = estimate(book.predict(&0, &q));
-    assert_eq!(e.prompt_tokens, 1334);
+    assert_eq!(e.prompt_tokens, 1281);
     assert_eq!(e.confidence, Confidence::High);
 }
 
@@ -649,6 +652,36 @@ fn bytes_become_tokens_on_a_line_with_the_template_overhead() {
     let e = estimate(book.predict(&0, &q));
     let want = m.ttft(800, 220, 0);
     assert!(rel_err(e.ttft_ms, want) < 0.05, "{e:?} vs {want}");
+}
+
+#[test]
+fn a_first_short_prompt_does_not_make_every_byte_a_token() {
+    let m = Member::cpu();
+    let mut book = TtftBook::new(2);
+    // A 23-byte question that made 33 tokens, its template's among them.
+    let mut o = m.observation(33, 0, 0, 1.0);
+    o.prompt_bytes = Some(23);
+    book.observe(&0, &o);
+    let q = Query {
+        prompt: PromptSize::Bytes(1804),
+        ..idle(0, 0)
+    };
+    // 27 tokens of template and 4 bytes a token: 478 (a ratio of the
+    // one answer said 2,589).
+    let e = estimate(book.predict(&0, &q));
+    assert!(e.prompt_tokens.abs_diff(478) <= 1, "{e:?}");
+    // A long prompt of another kind of text (2 bytes a token) keeps its
+    // own ratio beyond the template's 32 tokens.
+    let mut book = TtftBook::new(2);
+    let mut o = m.observation(2000, 0, 0, 1.0);
+    o.prompt_bytes = Some(4000);
+    book.observe(&0, &o);
+    let q = Query {
+        prompt: PromptSize::Bytes(8000),
+        ..idle(0, 0)
+    };
+    let e = estimate(book.predict(&0, &q));
+    assert!(e.prompt_tokens.abs_diff(3968) <= 1, "{e:?}");
 }
 
 #[test]
