@@ -56,6 +56,8 @@ pub struct Observation {
     /// only when the request started at once (a free slot, nothing queued
     /// ahead, no other prompt prefilling when it was sent): it teaches the
     /// fixed per-request overhead (`ttft − prompt_ms`). `None` otherwise.
+    /// Not learned from when `prefill_before` is above 0: a prompt sent
+    /// just after this one went first, and its prefill is in this TTFT.
     pub ttft_ms: Option<f64>,
     /// Whether the request was predicted with nothing cached
     /// ([`Query::cached`] of 0): the tokens llama-server still reused for it
@@ -65,6 +67,7 @@ pub struct Observation {
     /// Request sent → llama-server's first `prompt_progress` event (the 0%
     /// one, when the slot started), ms, when the request asked for progress
     /// and started at once: the part of the overhead before the prefill.
+    /// Not learned from when `prefill_before` is above 0, as `ttft_ms`.
     pub started_ms: Option<f64>,
 }
 

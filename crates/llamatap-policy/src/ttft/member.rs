@@ -143,21 +143,24 @@ impl Rates {
                     .add((f64::from(t.predicted_n) / f64::from(max)).min(1.0));
             }
         }
-        // The first request a member answers is its cold start (weights
-        // paged in, buffers allocated): its fixed costs say nothing of the
-        // next ones.
-        let warm = self.observations > 0;
+        // The fixed costs are learned from neither the first request a
+        // member answers (its cold start: weights paged in, buffers
+        // allocated) nor one that other prompts went ahead of after it was
+        // sent (their prefill is in its TTFT: at a fleet's start, a request
+        // sent to an idle member, with two more a millisecond later, waited
+        // 1,050 ms for theirs and taught that as the member's overhead).
+        let fixed = self.observations > 0 && obs.prefill_before == 0;
         let timed = t.prompt_ms.is_finite() && t.prompt_ms >= 0.0;
         if let Some(ttft) = obs
             .ttft_ms
-            .filter(|v| warm && v.is_finite() && *v >= 0.0 && timed)
+            .filter(|v| fixed && v.is_finite() && *v >= 0.0 && timed)
         {
             let over = (ttft - t.prompt_ms).max(0.0);
             self.overhead.add_cost(over, 20.0);
         }
         if let Some(lead) = obs
             .started_ms
-            .filter(|v| warm && v.is_finite() && *v >= 0.0)
+            .filter(|v| fixed && v.is_finite() && *v >= 0.0)
         {
             self.lead.add_cost(lead, 20.0);
         }

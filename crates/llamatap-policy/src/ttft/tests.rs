@@ -312,6 +312,24 @@ fn a_slow_first_request_does_not_set_the_overhead() {
 }
 
 #[test]
+fn prompts_that_went_ahead_do_not_set_the_overhead() {
+    let m = Member::cpu();
+    let mut book = TtftBook::new(4);
+    book.observe(&0, &m.observation(500, 0, 0, 1.0));
+    // Sent to an idle member, so its TTFT counts; two prompts sent a
+    // moment later went first, and their 1,081 tokens took 1,050 ms of it.
+    let mut overtaken = m.observation(731, 8, 0, 1.0);
+    overtaken.ttft_ms = overtaken.ttft_ms.map(|t| t + 1050.0);
+    overtaken.started_ms = Some(1050.0);
+    overtaken.prefill_before = 1081;
+    book.observe(&0, &overtaken);
+    assert_eq!(book.learned(&0).unwrap().overhead_ms, None, "{overtaken:?}");
+    book.observe(&0, &m.observation(300, 0, 0, 1.0));
+    let l = book.learned(&0).unwrap();
+    assert!(rel_err(l.overhead_ms.unwrap(), 12.0) < 0.02, "{l:?}");
+}
+
+#[test]
 fn garbage_observations_are_ignored() {
     let m = Member::cpu();
     let mut book = trained(&m, 50, 0.0, 7);
