@@ -31,8 +31,8 @@
 //! by the Bayesian information criterion (its residual against the number
 //! of features, with relative errors under [`NOISE_FLOOR`] taken as
 //! noise), so a feature is kept only when it explains clearly more than
-//! a cost per token alone. Three prompts of 600 to 1,200 tokens, two of
-//! them sharing their batches, were fitted exactly by a fixed part of
+//! a cost per token alone. Three prompts of 600 to 1,200 tokens, one of
+//! them sharing its batches, were fitted best by a fixed part of
 //! 268 ms and a context term, and a 67-token addition to a conversation
 //! was predicted at 311 ms; it took 80.
 //!
@@ -395,7 +395,7 @@ mod tests {
     }
 
     /// Three long prompts, one of them sharing its batches (its time and
-    /// tokens both larger), fit a fixed part and a context term exactly;
+    /// tokens both larger), fit a fixed part and a context term best;
     /// from so few the curve stays a cost per token, and a short addition
     /// to a conversation is not predicted at the fixed part's 270 ms.
     #[test]
@@ -432,7 +432,8 @@ mod tests {
     proptest! {
         /// Once the curve rests on [`FEW`] prefills, the shortcut through
         /// the last support finds the same least residual as solving every
-        /// subset (before, the sparing choice may keep a larger one).
+        /// subset (before, the sparing choice may keep fewer features and a
+        /// larger residual).
         #[test]
         fn the_last_support_shortcut_keeps_the_optimum(
             points in proptest::collection::vec((1.0f64..2000.0, 0.0f64..2000.0, 1.0f64..5000.0), 3..40),
