@@ -225,26 +225,10 @@ impl PrefillFit {
             self.coef = coef;
             return;
         }
-        let mut best: Option<([f64; F], f64, u8)> = None;
-        for mask in SUBSETS.into_iter().filter(|m| m & !allowed == 0) {
-            let Some(coef) = self.solve_subset(mask) else {
-                continue;
-            };
-            if coef.iter().any(|c| *c < 0.0) {
-                continue;
-            }
-            let sse = self.residual(&coef);
-            // Strictly better only (by more than rounding, relative to the
-            // data's scale): ties keep the earlier, preferred subset.
-            let better = match best {
-                None => true,
-                Some((_, b, _)) => sse < b - 1e-6 * self.yy,
-            };
-            if better {
-                best = Some((coef, sse, mask));
-            }
-        }
-        if let Some((coef, _, mask)) = best {
+        // Strictly better only (by more than rounding, relative to the
+        // data's scale): ties keep the earlier, preferred subset.
+        let margin = 1e-6 * self.yy;
+        if let Some((coef, mask)) = self.best_subset(allowed, margin, |c, _| self.residual(c)) {
             self.coef = coef;
             self.support = mask;
         }
@@ -258,6 +242,25 @@ impl PrefillFit {
     fn solve_sparing(&mut self, allowed: u8) {
         let w = self.weight.max(1.0);
         let floor = w * NOISE_FLOOR * NOISE_FLOOR;
+        let criterion = |coef: &[f64; F], mask: u8| {
+            let sse = self.residual(coef).max(floor);
+            w * (sse / w).ln() + f64::from(mask.count_ones()) * w.ln()
+        };
+        if let Some((coef, mask)) = self.best_subset(allowed, 1e-9, criterion) {
+            self.coef = coef;
+            self.support = mask;
+        }
+    }
+
+    /// The non-negative solve of least `score` over the `allowed` subsets
+    /// of [`SUBSETS`]; a later subset must beat the best so far by more
+    /// than `margin`, so ties keep the earlier, preferred one.
+    fn best_subset(
+        &self,
+        allowed: u8,
+        margin: f64,
+        score: impl Fn(&[f64; F], u8) -> f64,
+    ) -> Option<([f64; F], u8)> {
         let mut best: Option<([f64; F], f64, u8)> = None;
         for mask in SUBSETS.into_iter().filter(|m| m & !allowed == 0) {
             let Some(coef) = self.solve_subset(mask) else {
@@ -266,16 +269,12 @@ impl PrefillFit {
             if coef.iter().any(|c| *c < 0.0) {
                 continue;
             }
-            let sse = self.residual(&coef).max(floor);
-            let score = w * (sse / w).ln() + f64::from(mask.count_ones()) * w.ln();
-            if best.is_none_or(|(_, b, _)| score < b - 1e-9) {
-                best = Some((coef, score, mask));
+            let value = score(&coef, mask);
+            if best.is_none_or(|(_, b, _)| value < b - margin) {
+                best = Some((coef, value, mask));
             }
         }
-        if let Some((coef, _, mask)) = best {
-            self.coef = coef;
-            self.support = mask;
-        }
+        best.map(|(coef, _, mask)| (coef, mask))
     }
 
     /// The solve on the features of `mask` when it is the non-negative

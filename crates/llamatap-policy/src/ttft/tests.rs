@@ -672,34 +672,31 @@ fn bytes_become_tokens_on_a_line_with_the_template_overhead() {
     assert!(rel_err(e.ttft_ms, want) < 0.05, "{e:?} vs {want}");
 }
 
+/// The tokens predicted for a prompt of `bytes` after one answer of
+/// `tokens` from `first_bytes`.
+fn tokens_after_one_answer((tokens, first_bytes): (u32, u64), bytes: u64) -> u32 {
+    let mut book = TtftBook::new(2);
+    let mut o = Member::cpu().observation(tokens, 0, 0, 1.0);
+    o.prompt_bytes = Some(first_bytes);
+    book.observe(&0, &o);
+    let q = Query {
+        prompt: PromptSize::Bytes(bytes),
+        ..idle(0, 0)
+    };
+    estimate(book.predict(&0, &q)).prompt_tokens
+}
+
 #[test]
 fn a_first_short_prompt_does_not_make_every_byte_a_token() {
-    let m = Member::cpu();
-    let mut book = TtftBook::new(2);
-    // A 23-byte question that made 33 tokens, its template's among them.
-    let mut o = m.observation(33, 0, 0, 1.0);
-    o.prompt_bytes = Some(23);
-    book.observe(&0, &o);
-    let q = Query {
-        prompt: PromptSize::Bytes(1804),
-        ..idle(0, 0)
-    };
-    // 27 tokens of template and 4 bytes a token: 478 (a ratio of the
-    // one answer said 2,589).
-    let e = estimate(book.predict(&0, &q));
-    assert!(e.prompt_tokens.abs_diff(478) <= 1, "{e:?}");
+    // A 23-byte question that made 33 tokens, its template's among them:
+    // 27 tokens of template and 4 bytes a token make 1,804 bytes 478
+    // tokens (a ratio of the one answer said 2,589).
+    let n = tokens_after_one_answer((33, 23), 1804);
+    assert!(n.abs_diff(478) <= 1, "{n}");
     // A long prompt of another kind of text (2 bytes a token) keeps its
     // own ratio beyond the template's 32 tokens.
-    let mut book = TtftBook::new(2);
-    let mut o = m.observation(2000, 0, 0, 1.0);
-    o.prompt_bytes = Some(4000);
-    book.observe(&0, &o);
-    let q = Query {
-        prompt: PromptSize::Bytes(8000),
-        ..idle(0, 0)
-    };
-    let e = estimate(book.predict(&0, &q));
-    assert!(e.prompt_tokens.abs_diff(3968) <= 1, "{e:?}");
+    let n = tokens_after_one_answer((2000, 4000), 8000);
+    assert!(n.abs_diff(3968) <= 1, "{n}");
 }
 
 #[test]
