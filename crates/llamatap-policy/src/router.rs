@@ -42,7 +42,7 @@ pub mod rendezvous;
 #[cfg(test)]
 mod tests;
 
-pub use chain::{Chain, BLOCK_BYTES, COLD_BLOCKS, MESSAGE_BLOCK_BYTES};
+pub use chain::{Chain, BLOCK_BYTES, COLD_BLOCKS, MESSAGE_BLOCK_BYTES, MESSAGE_FRAME_BYTES};
 pub use choice::{RouteConfig, Router};
 pub use decision::{Candidate, Decision, Policy, Prediction, Reason, Request};
 pub use hash::SEED;

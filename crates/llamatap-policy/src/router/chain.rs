@@ -48,7 +48,9 @@
 //! which covers everything before it, is the cold key ([`Chain::cold_key`]).
 //!
 //! Each link also records the bytes of text hashed into it (strings, prompt
-//! bytes), to estimate how many tokens a matched prefix holds.
+//! bytes), and a chat message's link [`MESSAGE_FRAME_BYTES`] more for what
+//! its chat template renders around it, to estimate how many tokens a
+//! matched prefix holds.
 //!
 //! Not done here: tokenizing, rendering chat templates, or reading images;
 //! two requests that render to the same prompt from different JSON (other
@@ -65,6 +67,15 @@ pub const BLOCK_BYTES: usize = 256;
 /// Bytes per leading block of a chat message's text: about 16 tokens, so
 /// a prefix shared within a message is found to within that many.
 pub const MESSAGE_BLOCK_BYTES: usize = 64;
+
+/// Bytes counted for each chat message beyond its text and role: what a
+/// chat template renders around a message (ChatML's `<|im_start|>`, a
+/// newline, `<|im_end|>` and a newline; Llama 3's header and `<|eot_id|>`),
+/// about four tokens, taken at 4 bytes a token. Without them a prompt of
+/// many short messages counts fewer tokens than it holds, and a line from
+/// bytes to tokens fitted on conversations puts them in its fixed part,
+/// which then inflates every short one-message prompt.
+pub const MESSAGE_FRAME_BYTES: u64 = 16;
 
 /// The anchor of a completion prompt is its block `COLD_BLOCKS - 1`.
 pub const COLD_BLOCKS: usize = 2;
@@ -236,7 +247,8 @@ impl Builder {
             Some(text) => self.blocks(role, text),
             None => 0,
         };
-        self.push_hash(hash, bytes.saturating_sub(in_blocks));
+        let own = bytes.saturating_sub(in_blocks);
+        self.push_hash(hash, own.saturating_add(MESSAGE_FRAME_BYTES));
     }
 
     /// Appends a link for each whole [`MESSAGE_BLOCK_BYTES`] block of a

@@ -206,8 +206,9 @@ fn a_long_message_shares_its_leading_blocks() {
     assert_ne!(one.links()[4], two.links()[4]);
     assert_eq!(one.bytes(2) - one.bytes(1), 64);
     assert_eq!(one.bytes(4) - one.bytes(1), 192);
-    // The blocks hold the bytes the message's link held alone.
-    let text_bytes = 205 + "user".len() as u64;
+    // The blocks hold the bytes the message's link held alone; the link
+    // keeps the template's frame around the message.
+    let text_bytes = 205 + "user".len() as u64 + MESSAGE_FRAME_BYTES;
     assert_eq!(one.total_bytes() - one.bytes(1), text_bytes);
     // The anchor is the message's own link, after its blocks: a shared
     // document does not decide where a conversation goes.

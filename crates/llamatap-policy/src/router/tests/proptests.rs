@@ -74,7 +74,8 @@ proptest! {
         // The shorter text's blocks, all of which end before it does.
         let shared = cut.saturating_sub(1) / MESSAGE_BLOCK_BYTES;
         prop_assert_eq!(&prefix.links()[..shared], &whole.links()[..shared]);
-        prop_assert_eq!(whole.total_bytes(), (text.len() + "user".len()) as u64);
+        let framed = text.len() + "user".len() + MESSAGE_FRAME_BYTES as usize;
+        prop_assert_eq!(whole.total_bytes(), framed as u64);
     }
 
     #[test]
