@@ -83,7 +83,12 @@ pub(super) struct Rates {
     used: Mean,
     /// Prefill ms as measured (for the typical service).
     prefill_typical: Mean,
+    /// `ttft − prompt_ms` of a request that started at once, less half a
+    /// decode step when other slots were busy: its typical value
+    /// ([`Mean::add_log_cost`]).
     overhead: Mean,
+    /// The time to a request's first progress event, when it started at
+    /// once.
     lead: Mean,
     bytes: BytesToTokens,
     /// Tokens llama-server reused for prompts predicted with nothing
@@ -155,8 +160,9 @@ impl Rates {
             .ttft_ms
             .filter(|v| fixed && v.is_finite() && *v >= 0.0 && timed)
         {
-            let over = (ttft - t.prompt_ms).max(0.0);
-            self.overhead.add_cost(over, 20.0);
+            let step = self.step_ms(busy);
+            let over = (ttft - t.prompt_ms - step).max(0.0);
+            self.overhead.add_log_cost(over, 20.0);
         }
         if let Some(lead) = obs
             .started_ms
@@ -231,6 +237,17 @@ impl Rates {
         })
     }
 
+    /// Half a decode step with `busy` other slots busy (0 when none): the
+    /// batch a request waits to finish before its own can start.
+    fn step_ms(&self, busy: u32) -> f64 {
+        if busy == 0 {
+            return 0.0;
+        }
+        self.decode
+            .get()
+            .map_or(0.0, |d| 0.5 * d * self.decode_bend.at(busy))
+    }
+
     /// The prediction for `query`.
     pub(super) fn predict(&self, query: &Query<'_>) -> Prediction {
         if self.prefill.weight() <= 0.0 {
@@ -269,7 +286,7 @@ impl Rates {
         let prefill_ms = factor * (fixed + (variable(b + own) - variable(b)).max(0.0));
         // A slot freeing and the prompts ahead overlap: the later one counts.
         let wait_ms = slot_ms.max(ahead_ms);
-        let overhead_ms = self.overhead.get().unwrap_or(0.0);
+        let overhead_ms = self.overhead.get_cost().unwrap_or(0.0) + self.step_ms(load.busy);
         let high = self.observations >= CONFIDENT_AFTER
             && counted
             && self.overhead.get().is_some()
@@ -329,7 +346,7 @@ impl Rates {
             (whole, 1.0)
         };
         let remaining = left * speed;
-        let tail = match (self.overhead.get(), self.lead.get()) {
+        let tail = match (self.overhead.get_cost(), self.lead.get()) {
             (Some(o), Some(l)) => (o - l).max(0.0),
             _ => 0.0,
         };
@@ -366,7 +383,7 @@ impl Rates {
             prefill_cached_ms: c[3],
             prefill_bend: std::array::from_fn(|b| self.prefill_bend.at(b as u32)),
             decode_ms_per_token: self.decode.get(),
-            overhead_ms: self.overhead.get(),
+            overhead_ms: self.overhead.get_cost(),
             bytes_per_token: self.bytes.bytes_per_token(),
         }
     }

@@ -2,12 +2,13 @@
 //! synthetic members, the busy-slot bend, adaptation, outliers, the queue,
 //! bytes, the mid-prefill correction and the bounded table. Property tests
 //! are in `tests/proptests.rs`, the cached prefix's costs in
-//! `tests/cache.rs`, a prompt sized by its chat chain in `tests/frame.rs`, a new member's start from a peer in `tests/prior.rs`.
+//! `tests/cache.rs`, a prompt sized by its chat chain in `tests/frame.rs`, the wait beside decoding slots in `tests/step.rs`, a new member's start from a peer in `tests/prior.rs`.
 
 mod cache;
 mod frame;
 mod prior;
 mod proptests;
+mod step;
 
 use super::*;
 use rand::rngs::StdRng;
@@ -296,20 +297,21 @@ fn a_slow_first_request_does_not_set_the_overhead() {
     book.observe(&0, &m.observation(500, 0, 0, 1.0));
     let l = book.learned(&0).unwrap();
     assert!(rel_err(l.overhead_ms.unwrap(), 12.0) < 0.02, "{l:?}");
-    // A slow one while the mean has little weight moves it a long way;
-    // the next usual one starts it anew.
+    // A slow one while the mean has little weight moves it a long way
+    // (to about 82 ms: the typical value of 12 and 400, the newer weighing
+    // more); the next usual one starts it anew.
     book.observe(&0, &slow);
-    assert!(book.learned(&0).unwrap().overhead_ms.unwrap() > 150.0);
+    assert!(book.learned(&0).unwrap().overhead_ms.unwrap() > 60.0);
     book.observe(&0, &m.observation(700, 0, 0, 1.0));
     let l = book.learned(&0).unwrap();
     assert!(rel_err(l.overhead_ms.unwrap(), 12.0) < 0.02, "{l:?}");
     // Once it has weight, a slow request is clipped (to 3 × 12 + 20 ms)
-    // and moves the mean, as before.
+    // and moves the typical value, to about 20 ms.
     book.observe(&0, &m.observation(700, 0, 0, 1.0));
     book.observe(&0, &m.observation(300, 0, 0, 1.0));
     book.observe(&0, &slow);
     let over = book.learned(&0).unwrap().overhead_ms.unwrap();
-    assert!((20.0..30.0).contains(&over), "{over}");
+    assert!((17.0..25.0).contains(&over), "{over}");
 }
 
 #[test]

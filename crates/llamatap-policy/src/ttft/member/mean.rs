@@ -49,6 +49,29 @@ impl Mean {
         self.add(self.clip(x, slack));
     }
 
+    /// Adds a fixed cost `x` (≥ 0 ms) to a mean of `ln(1 + x)`, read by
+    /// [`Mean::get_cost`]: the cost's typical value, which the long tail of
+    /// its noise (a scheduling delay now and then) does not pull up as it
+    /// does an arithmetic mean. Clipped as [`Mean::clip`], in ms, once the
+    /// mean has some weight; before that, a value under `1/CLIP` of the
+    /// typical cost starts it anew (a cold start's cost, left behind).
+    pub(super) fn add_log_cost(&mut self, x: f64, slack: f64) {
+        let x = x.max(0.0);
+        if matches!(self.get_cost(), Some(m) if self.weight < 2.0 && x < m / CLIP) {
+            *self = Mean::default();
+        }
+        let x = match self.get_cost() {
+            Some(m) if self.weight >= 2.0 => x.clamp(m / CLIP - slack, m * CLIP + slack),
+            _ => x,
+        };
+        self.add(x.max(0.0).ln_1p());
+    }
+
+    /// The typical cost of a mean fed by [`Mean::add_log_cost`], ms.
+    pub(super) fn get_cost(&self) -> Option<f64> {
+        self.get().map(f64::exp_m1)
+    }
+
     /// The same mean, its weight cut to at most `most`.
     pub(super) fn faded_to(self, most: f64) -> Mean {
         if self.weight <= most {
