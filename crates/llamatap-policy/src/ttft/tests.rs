@@ -2,7 +2,9 @@
 //! synthetic members, the busy-slot bend, adaptation, outliers, the queue,
 //! bytes, the mid-prefill correction and the bounded table. Property tests
 //! are in `tests/proptests.rs`, the cached prefix's costs in
-//! `tests/cache.rs`, a prompt sized by its chat chain in `tests/frame.rs`, the wait beside decoding slots in `tests/step.rs`, a new member's start from a peer in `tests/prior.rs`.
+//! `tests/cache.rs`, a prompt sized by its chat chain in `tests/frame.rs`,
+//! the wait beside decoding slots in `tests/step.rs`, a new member's start
+//! from a peer in `tests/prior.rs`.
 
 mod cache;
 mod frame;
