@@ -51,8 +51,24 @@ impl Llamatap {
         (Self::start(upstream, &args), log)
     }
 
-    /// As [`start`], with environment variables.
+    /// As [`start`], with environment variables. Started again on other
+    /// ports when one it was given was taken before it could bind it: a
+    /// free port is released before llamatap binds it, and a listener of
+    /// the test bound to port 0 meanwhile may be handed the same one.
     pub fn start_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Llamatap {
+        let mut tries = 0;
+        loop {
+            match Self::try_start(upstream, extra, env) {
+                Ok(t) => return t,
+                Err(e) if e.contains("Address already in use") && tries < 4 => tries += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// One start of [`Llamatap::start_env`]; `Err` when llamatap exited at
+    /// start, with what it said.
+    fn try_start(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Result<Llamatap, String> {
         let port = free_port();
         let admin_port = free_port();
         let dir = std::env::temp_dir();
@@ -100,12 +116,15 @@ impl Llamatap {
                 while t.stderr().is_empty() && drained.elapsed() < Duration::from_secs(1) {
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                panic!("llamatap exited at start ({status}): {}", t.stderr());
+                return Err(format!(
+                    "llamatap exited at start ({status}): {}",
+                    t.stderr()
+                ));
             }
             if let Ok((200, _)) = super::http::get(&format!("127.0.0.1:{admin_port}"), "/healthz") {
                 // The proxy listener comes up with the admin one; check it accepts too.
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return t;
+                    return Ok(t);
                 }
             }
             if start.elapsed() > Duration::from_secs(20) {
