@@ -164,7 +164,9 @@ pub struct Learned {
     pub prefill_bend: [f64; BUCKETS],
     /// Decode ms per token on an idle member.
     pub decode_ms_per_token: Option<f64>,
-    /// The per-request overhead outside `prompt_ms`, ms.
+    /// The per-request overhead outside `prompt_ms`, ms: its typical value
+    /// with no other slot busy (a prediction adds half a decode step when
+    /// others are).
     pub overhead_ms: Option<f64>,
     /// Bytes per prompt token (the ratio of the decayed sums).
     pub bytes_per_token: Option<f64>,
