@@ -96,8 +96,10 @@ pub struct Predicted {
     pub prediction: Prediction,
     /// Other requests in flight on the member when it was dispatched.
     pub busy_others: u32,
-    /// The prompt tokens those in the member's slots still had to prefill
-    /// then (the prediction counted them ahead of it).
+    /// The prompt tokens those in the member's slots were taken to have
+    /// left to prefill then (the prediction's `ahead_tokens`: their
+    /// `prefill_left` less what their time prefilling had gone through; the
+    /// plain sum without an estimate).
     pub beside_tokens: u32,
     /// A free slot and nothing queued ahead at dispatch.
     pub at_once: bool,
@@ -303,11 +305,15 @@ impl Predictor {
             Err(_) => Prediction::NoData,
         };
         let load = query.load;
-        let beside_tokens = load
+        let prefill_left = load
             .in_flight
             .iter()
             .take(load.busy as usize)
             .fold(0u32, |sum, f| sum.saturating_add(f.prefill_left));
+        let beside_tokens = match prediction {
+            Prediction::Estimate(e) => e.ahead_tokens,
+            Prediction::NoData => prefill_left,
+        };
         Predicted {
             key,
             prediction,
@@ -315,7 +321,7 @@ impl Predictor {
             beside_tokens,
             at_once: (load.slots == 0 || load.busy < load.slots)
                 && load.queue_ahead == 0
-                && beside_tokens == 0,
+                && prefill_left == 0,
             prompt_bytes,
             cached_bytes: cached_bytes.min(prompt_bytes),
             stratum: Stratum::of(&load),

@@ -243,7 +243,7 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
         generated: 0,
         max_tokens: max_tokens(ctx),
         prefill_left: streamed_prefill(ctx, &predicted, cached),
-        decoding_ms: 0,
+        ..InFlight::default()
     };
     let promise = promises::promise(predictor, ctx, &predicted);
     let boarded = predictor.flights.board(member, flight, promise);

@@ -84,6 +84,9 @@ struct Entry {
     tally: Tally,
     /// When it boarded (its dispatch).
     boarded: Instant,
+    /// When a progress event last set `prefill_left`: its slot has been
+    /// on those tokens since.
+    left_since: Option<Instant>,
     /// Its first progress event is to come, and a later prompt to its
     /// member waits for it ([`Flights::unstarted_before`]).
     awaits_start: bool,
@@ -138,6 +141,7 @@ impl Flights {
             tally: Tally::default(),
             awaits_start: false,
             boarded: Instant::now(),
+            left_since: None,
         });
         Some(Boarded { member, id })
     }
@@ -193,6 +197,7 @@ impl Flights {
                 let started = list.get_mut(i).is_some_and(|e| {
                     e.window.start(at, tokens);
                     e.flight.prefill_left = left;
+                    e.left_since = Some(at);
                     std::mem::take(&mut e.awaits_start)
                 });
                 if left == 0 {
@@ -211,9 +216,13 @@ impl Flights {
         beside
     }
 
-    /// What `b` still has to prefill is now `prefill_left` tokens.
+    /// What `b` still has to prefill is now `prefill_left` tokens (an
+    /// estimate: its time on them is not known).
     pub fn prefill_left(&self, b: Boarded, prefill_left: u32) {
-        self.with(b, |e| e.flight.prefill_left = prefill_left);
+        self.with(b, |e| {
+            e.flight.prefill_left = prefill_left;
+            e.left_since = None;
+        });
     }
 
     /// `b`'s first token came `at`: its prefill is over.
@@ -276,6 +285,7 @@ impl Flights {
             e.flight.max_tokens = max_tokens.or(e.flight.max_tokens);
             if let Some(left) = prefill_left {
                 e.flight.prefill_left = left;
+                e.left_since = None;
             }
             if e.promise.is_none() && e.flight.prefill_left > 0 {
                 if let Some(p) = promise {
@@ -348,8 +358,10 @@ impl Flights {
     }
 
     /// Copies `member`'s answers, in boarding order (the first ones hold
-    /// its slots), into `out`, each with the tokens its stream counted and
-    /// its time since its first token; how many.
+    /// its slots), into `out`, each with the tokens its stream counted, its
+    /// time since its first token, and its time on the prompt tokens it
+    /// still has to prefill (since the progress event that reported them);
+    /// how many.
     pub fn of(&self, member: usize, out: &mut [InFlight]) -> usize {
         let now = Instant::now();
         let Ok(by) = self.by_member.lock() else {
@@ -366,6 +378,11 @@ impl Flights {
                 .first_token
                 .map_or(0, |t| now.saturating_duration_since(t).as_millis());
             o.decoding_ms = u32::try_from(since).unwrap_or(u32::MAX);
+            let on = e
+                .left_since
+                .filter(|_| o.prefill_left > 0)
+                .map_or(0, |t| now.saturating_duration_since(t).as_millis());
+            o.prefilling_ms = u32::try_from(on).unwrap_or(u32::MAX);
         }
         n
     }

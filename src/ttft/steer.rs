@@ -56,6 +56,7 @@ mod tests {
             prefill_ms: ms,
             overhead_ms: 0.0,
             prompt_tokens: 100,
+            ahead_tokens: 0,
             confidence,
         })
     }

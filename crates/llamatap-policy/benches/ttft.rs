@@ -54,6 +54,7 @@ fn bench(c: &mut Criterion) {
         max_tokens: Some(128),
         prefill_left: 0,
         decoding_ms: 0,
+        prefilling_ms: 0,
     }; 4];
     let free = Query {
         prompt: PromptSize::Tokens(1200),

@@ -11,7 +11,8 @@
 //!   request was predicted with);
 //! - `{"op":"predict","key":K,"tokens":N}` or `"bytes":N`, with `"cached":N`
 //!   (tokens) or `"cached_bytes":N`, `"slots":N,"busy":N,"queue_ahead":N,
-//!   "in_flight":[[generated,max,prefill_left],..]` → the prediction;
+//!   "in_flight":[[generated,max,prefill_left,prefilling_ms],..]` (the last
+//!   may be left out) → the prediction;
 //! - `{"op":"correct","key":K,"total":..,"cache":..,"processed":..,
 //!   "time_ms":..,"since_ms":..,"busy_others":..,"prefill_others":..}` → the
 //!   prediction;
@@ -19,7 +20,7 @@
 //! - `{"op":"forget","key":K}`.
 //!
 //! A prediction is `{"ttft_ms":x,"wait_ms":..,"prefill_ms":..,
-//! "overhead_ms":..,"prompt_tokens":..,"confidence":"low"|"high"}`, or
+//! "overhead_ms":..,"prompt_tokens":..,"ahead_tokens":..,"confidence":"low"|"high"}`, or
 //! `{"ttft_ms":null}` when there is no data. A bad line gets `{"error":..}`.
 //!
 //! Try: `echo '{"op":"predict","key":"a","tokens":10}' | cargo run -p llamatap-policy --example ttft_pipe`
@@ -51,6 +52,7 @@ fn answer(p: Prediction) -> Value {
             "prefill_ms": e.prefill_ms,
             "overhead_ms": e.overhead_ms,
             "prompt_tokens": e.prompt_tokens,
+            "ahead_tokens": e.ahead_tokens,
             "confidence": match e.confidence {
                 Confidence::Low => "low",
                 Confidence::High => "high",
@@ -103,6 +105,7 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                             max_tokens: f.get(1).and_then(Value::as_u64).map(|m| m as u32),
                             prefill_left: f.get(2).and_then(Value::as_u64).unwrap_or(0) as u32,
                             decoding_ms: 0,
+                            prefilling_ms: f.get(3).and_then(Value::as_u64).unwrap_or(0) as u32,
                         })
                         .collect()
                 })

@@ -106,6 +106,12 @@ pub struct Estimate {
     pub overhead_ms: f64,
     /// The prompt's tokens the prediction assumed.
     pub prompt_tokens: u32,
+    /// The prompt tokens the other busy slots were taken to have left to
+    /// prefill ([`InFlight::prefill_left`], less what their time prefilling
+    /// so far went through), before the share of them this prompt is
+    /// expected to wait for; what [`Observation::beside_at_dispatch`] is
+    /// to say when this prediction was made at dispatch.
+    pub ahead_tokens: u32,
     /// How far it can be trusted.
     pub confidence: Confidence,
 }
@@ -121,6 +127,7 @@ impl Estimate {
             prefill_ms: ttft_ms,
             overhead_ms: 0.0,
             prompt_tokens: 100,
+            ahead_tokens: 0,
             confidence,
         }
     }

@@ -11,6 +11,7 @@ pub(super) fn flight(prefill_left: u32) -> InFlight {
         max_tokens: Some(64),
         prefill_left,
         decoding_ms: 0,
+        prefilling_ms: 0,
     }
 }
 
@@ -192,6 +193,38 @@ fn a_copy_carries_each_answers_time_since_its_first_token() {
     assert_eq!(f.of(0, &mut out), 2);
     assert!(out[0].decoding_ms >= 2000, "{:?}", out[0]);
     assert_eq!((out[1].decoding_ms, out[1].prefill_left), (0, 10));
+    f.land(a);
+    f.land(b);
+}
+
+#[test]
+fn a_copy_carries_each_prompts_time_on_what_it_has_left() {
+    use std::time::Duration;
+    let f = Flights::default();
+    let a = f.board(0, flight(900), None).unwrap();
+    let b = f.board(0, flight(300), None).unwrap();
+    let mut out = [InFlight::default(); 4];
+    // Neither has started: no time on its prompt yet.
+    f.of(0, &mut out);
+    assert_eq!((out[0].prefilling_ms, out[1].prefilling_ms), (0, 0));
+    // a's slot started 2 s ago with all 900 to do, b's just now.
+    let then = Instant::now() - Duration::from_secs(2);
+    f.progressed(a, then, 900, 900);
+    f.progressed(b, Instant::now(), 300, 300);
+    f.of(0, &mut out);
+    assert!(out[0].prefilling_ms >= 2000, "{:?}", out[0]);
+    assert!(out[1].prefilling_ms < 1000, "{:?}", out[1]);
+    // A later event restarts the count on what it says is left.
+    f.progressed(a, Instant::now(), 900, 400);
+    f.of(0, &mut out);
+    assert_eq!(out[0].prefill_left, 400);
+    assert!(out[0].prefilling_ms < 1000, "{:?}", out[0]);
+    // An estimate of what is left says nothing of the time on it; a
+    // prompt done has none.
+    f.prefill_left(b, 250);
+    f.prefilled(a, Instant::now());
+    f.of(0, &mut out);
+    assert_eq!((out[0].prefilling_ms, out[1].prefilling_ms), (0, 0));
     f.land(a);
     f.land(b);
 }

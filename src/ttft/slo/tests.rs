@@ -22,6 +22,7 @@ fn with_ratios(ms: f64, confidence: Confidence, ratios: usize) -> Option<Bound> 
             prefill_ms: ms / 2.0,
             overhead_ms: 0.0,
             prompt_tokens: 100,
+            ahead_tokens: 0,
             confidence,
         },
         confidence,

@@ -41,9 +41,10 @@ pub struct Observation {
     /// after that batch). Not in its `prompt_ms`.
     pub prefill_before: u32,
     /// The prompt tokens the busy slots still had to prefill when this
-    /// request was dispatched (the sum of [`InFlight::prefill_left`] it was
-    /// predicted with): with `prefill_before` and `prefill_others`, it
-    /// teaches how much of them this request's first token waits for.
+    /// request was dispatched (its prediction's
+    /// [`Estimate::ahead_tokens`](super::Estimate::ahead_tokens)): with
+    /// `prefill_before` and `prefill_others`, it teaches how much of them
+    /// this request's first token waits for.
     pub beside_at_dispatch: u32,
     /// The request's `max_tokens`, if it set one: teaches the share of it
     /// answers use, for when a busy slot will free.
@@ -97,6 +98,13 @@ pub struct InFlight {
     /// the member's decode rate, the tokens it has generated when
     /// `generated` is not counted (a count, when there is one, wins).
     pub decoding_ms: u32,
+    /// Milliseconds its slot has spent on `prefill_left` so far: since the
+    /// progress event that reported it (0 before its slot started, or
+    /// not known). llama-server reports a batch's progress only when the
+    /// batch is done, so a prompt of one batch says nothing between its
+    /// start and its first token; at the member's prefill rate this time
+    /// says how much of the batch is behind it.
+    pub prefilling_ms: u32,
 }
 
 /// The member's load when the request would be dispatched.

@@ -37,7 +37,7 @@ use super::bend::Bend;
 use super::bytes::BytesToTokens;
 use super::fit::{PrefillFit, HEAD};
 use super::input::{Observation, Progress, PromptSize, Query};
-use super::wait::{slot_wait, Pace};
+use super::wait::{prefill_undone, slot_wait, Pace};
 use super::{Confidence, Estimate, Prediction};
 use mean::Mean;
 
@@ -269,17 +269,18 @@ impl Rates {
         // The prompts other slots are still prefilling fill the batches
         // first (in slot order; assumed ahead): this prefill ends when they
         // and it are done. The curve is convex, so its part beyond theirs
-        // grows with them, and the whole grows with the slots busy.
-        let beside: u64 = load
+        // grows with them, and the whole grows with the slots busy. Each
+        // counts for what its time prefilling so far has not gone through.
+        let factor = self.level.exp() * self.prefill_bend.at(busy_at_start);
+        let beside: f64 = load
             .in_flight
             .iter()
             .take(load.busy as usize)
-            .map(|f| u64::from(f.prefill_left))
+            .map(|f| prefill_undone(f, |n| factor * self.prefill.at(n, 0.0)))
             .sum();
         let share = self.share.get().unwrap_or(BESIDE_SHARE);
-        let (b, c) = (share * beside as f64, f64::from(cached));
+        let (b, c) = (share * beside, f64::from(cached));
         let own = f64::from(tokens - cached);
-        let factor = self.level.exp() * self.prefill_bend.at(busy_at_start);
         let fixed = self.prefill.at(0.0, c);
         let variable = |n: f64| (self.prefill.at(n, c) - fixed).max(0.0);
         let ahead_ms = factor * variable(b);
@@ -298,6 +299,7 @@ impl Rates {
             prefill_ms,
             overhead_ms,
             prompt_tokens: tokens,
+            ahead_tokens: beside.round() as u32,
             confidence: if high {
                 Confidence::High
             } else {
@@ -359,6 +361,7 @@ impl Rates {
             prefill_ms: spent + remaining,
             overhead_ms: tail,
             prompt_tokens: total,
+            ahead_tokens: prefill_others,
             confidence: if self.observations >= CONFIDENT_AFTER && self.lead.get().is_some() {
                 Confidence::High
             } else {

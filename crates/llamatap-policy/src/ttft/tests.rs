@@ -7,6 +7,7 @@
 //! from a peer in `tests/prior.rs`.
 
 mod cache;
+mod drain;
 mod frame;
 mod prior;
 mod proptests;
@@ -407,12 +408,14 @@ fn a_full_member_waits_for_the_first_slot_to_free() {
             max_tokens: Some(64),
             prefill_left: 0,
             decoding_ms: 0,
+            prefilling_ms: 0,
         },
         InFlight {
             generated: 60,
             max_tokens: Some(64),
             prefill_left: 0,
             decoding_ms: 0,
+            prefilling_ms: 0,
         },
     ];
     let full = Query {
@@ -587,6 +590,7 @@ fn a_prompt_prefilling_beside_shares_the_batches() {
         max_tokens: Some(64),
         prefill_left: 900,
         decoding_ms: 0,
+        prefilling_ms: 0,
     }];
     let beside = Query {
         load: Load {
@@ -714,6 +718,7 @@ fn answers_that_run_to_max_tokens_hold_their_slot_to_the_end() {
         max_tokens: Some(400),
         prefill_left: 0,
         decoding_ms: 0,
+        prefilling_ms: 0,
     }];
     let full = Query {
         load: Load {

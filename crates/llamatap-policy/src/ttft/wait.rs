@@ -11,6 +11,9 @@
 //! when services are equal, and O(S) (at most [`MAX_SLOTS`] slots are
 //! considered).
 //!
+//! A busy slot's prompt still prefilling counts for the part of it its time
+//! so far has not gone through ([`prefill_undone`]).
+//!
 //! Deliberately not here: learning the rates (`member.rs`).
 
 use super::input::{InFlight, Load};
@@ -56,7 +59,8 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
         *t = match load.in_flight.get(i) {
             Some(a) => {
                 let left = remaining(generated(a, &pace), a.max_tokens, &pace);
-                left * pace.decode_ms + f64::from(a.prefill_left) * pace.prefill_ms
+                let prefill = prefill_undone(a, |n| n * pace.prefill_ms);
+                left * pace.decode_ms + prefill * pace.prefill_ms
             }
             None => pace.answer_tokens / 2.0 * pace.decode_ms,
         };
@@ -72,6 +76,23 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
     } else {
         None
     }
+}
+
+/// The prompt tokens `a` still has to prefill, less those its slot's time
+/// on them so far ([`InFlight::prefilling_ms`]) went through, `ms(n)` being
+/// what the member takes to prefill `n` of them: llama-server reports a
+/// batch's progress only when it is done, so a prompt of one batch reads as
+/// whole until its first token. Time beyond the expected drains it to 0.
+pub(super) fn prefill_undone(a: &InFlight, ms: impl Fn(f64) -> f64) -> f64 {
+    let left = f64::from(a.prefill_left);
+    if a.prefilling_ms == 0 || a.prefill_left == 0 {
+        return left;
+    }
+    let whole = ms(left);
+    if whole.is_nan() || whole <= 0.0 {
+        return left;
+    }
+    left * (1.0 - f64::from(a.prefilling_ms) / whole).max(0.0)
 }
 
 /// Tokens an answer has generated: counted, else its time since its
