@@ -100,7 +100,7 @@ proptest! {
         since in any_ms(),
     ) {
         let book = book_of(&history);
-        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2), prefill_left: generated, decoding_ms: generated.saturating_mul(997), prefilling_ms: 0 }; busy as usize];
+        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2), prefill_left: generated, decoding_ms: generated.saturating_mul(997), prefilling_ms: generated.saturating_mul(13) }; busy as usize];
         let load = Load { slots, busy, queue_ahead: queue, in_flight: &flights };
         for prompt in [PromptSize::Tokens(tokens), PromptSize::Bytes(bytes)] {
             let q = Query { prompt, cached: PromptSize::Tokens(cached), load };
@@ -128,6 +128,27 @@ proptest! {
         };
         if let (Some(short), Some(long)) = (at(a.min(b)), at(a.max(b))) {
             prop_assert!(long <= short + 1e-6, "{short} then {long}");
+        }
+    }
+
+    #[test]
+    fn a_prompt_beside_longer_at_its_prefill_delays_no_more(
+        history in proptest::collection::vec(sane_observation(), 1..40),
+        a in 0u32..5_000,
+        b in 0u32..5_000,
+        slots in 1u32..4,
+        prefill_left in 0u32..4000,
+        tokens in 1u32..4000,
+    ) {
+        let book = book_of(&history);
+        let at = |prefilling_ms: u32| {
+            let busy = [InFlight { generated: 0, max_tokens: Some(64), prefill_left, decoding_ms: 0, prefilling_ms }];
+            let load = Load { slots, busy: 1, queue_ahead: 0, in_flight: &busy };
+            let q = Query { prompt: PromptSize::Tokens(tokens), cached: PromptSize::Tokens(0), load };
+            book.predict(&0, &q).ttft_ms()
+        };
+        if let (Some(short), Some(long)) = (at(a.min(b)), at(a.max(b))) {
+            prop_assert!(long <= short * (1.0 + 1e-12), "{short} then {long}");
         }
     }
 
