@@ -169,7 +169,9 @@ pub fn filter(
         // The first event is sent as the slot starts its prefill.
         let beside = plan.flight.map_or(0, |b| {
             let tokens = p.total.saturating_sub(p.cache);
-            predictor.flights.progressed(b, now, tokens, left)
+            predictor
+                .flights
+                .progressed(b, now, (tokens, left, p.processed))
         });
         let Some(predicted) = plan.predicted.as_ref() else {
             return;

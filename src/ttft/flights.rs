@@ -185,18 +185,25 @@ impl Flights {
     }
 
     /// A progress event of `b`'s, under one lock: its prefill started `at`
-    /// (kept from the first event) with `tokens` to process, and `left`
-    /// are still to prefill. Returns the prompt tokens the other answers on
+    /// (kept from the first event) with `tokens` to process, `left` are
+    /// still to prefill, after `context` in its slot (cached or done).
+    /// Returns the prompt tokens the other answers on
     /// its member that started their prefill still have to prefill while
     /// its own are not done (then 0: the next batch brings its first
     /// token, and the prompts beside no longer delay it).
-    pub fn progressed(&self, b: Boarded, at: Instant, tokens: u32, left: u32) -> u32 {
+    pub fn progressed(
+        &self,
+        b: Boarded,
+        at: Instant,
+        (tokens, left, context): (u32, u32, u32),
+    ) -> u32 {
         self.sequencing.saw(b.member);
         let (beside, started) = self
             .with_list(b, |list, i| {
                 let started = list.get_mut(i).is_some_and(|e| {
                     e.window.start(at, tokens);
                     e.flight.prefill_left = left;
+                    e.flight.prefill_context = context;
                     e.left_since = Some(at);
                     std::mem::take(&mut e.awaits_start)
                 });

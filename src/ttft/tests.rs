@@ -257,6 +257,7 @@ fn a_prompt_still_prefilling_beside_is_counted_until_its_prefill_ends() {
                 prefill_left: 800,
                 decoding_ms: 0,
                 prefilling_ms: 0,
+                prefill_context: 0,
             },
             None,
         )

@@ -55,6 +55,7 @@ fn bench(c: &mut Criterion) {
         prefill_left: 0,
         decoding_ms: 0,
         prefilling_ms: 0,
+        prefill_context: 0,
     }; 4];
     let free = Query {
         prompt: PromptSize::Tokens(1200),

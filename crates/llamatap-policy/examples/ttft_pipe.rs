@@ -11,8 +11,8 @@
 //!   request was predicted with);
 //! - `{"op":"predict","key":K,"tokens":N}` or `"bytes":N`, with `"cached":N`
 //!   (tokens) or `"cached_bytes":N`, `"slots":N,"busy":N,"queue_ahead":N,
-//!   "in_flight":[[generated,max,prefill_left,prefilling_ms],..]` (the last
-//!   may be left out) → the prediction;
+//!   "in_flight":[[generated,max,prefill_left,prefilling_ms,prefill_context],..]`
+//!   (the last two may be left out) → the prediction;
 //! - `{"op":"correct","key":K,"total":..,"cache":..,"processed":..,
 //!   "time_ms":..,"since_ms":..,"busy_others":..,"prefill_others":..}` → the
 //!   prediction;
@@ -106,6 +106,7 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                             prefill_left: f.get(2).and_then(Value::as_u64).unwrap_or(0) as u32,
                             decoding_ms: 0,
                             prefilling_ms: f.get(3).and_then(Value::as_u64).unwrap_or(0) as u32,
+                            prefill_context: f.get(4).and_then(Value::as_u64).unwrap_or(0) as u32,
                         })
                         .collect()
                 })

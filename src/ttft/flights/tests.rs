@@ -12,6 +12,7 @@ pub(super) fn flight(prefill_left: u32) -> InFlight {
         prefill_left,
         decoding_ms: 0,
         prefilling_ms: 0,
+        prefill_context: 0,
     }
 }
 
@@ -140,21 +141,21 @@ fn an_answer_counts_the_prompts_prefilled_beside_it_even_those_landed() {
     let late = f.board(0, flight(50), None).unwrap();
     let elsewhere = f.board(1, flight(70), None).unwrap();
     assert_eq!(
-        f.progressed(long, ms(0), 800, 800),
+        f.progressed(long, ms(0), (800, 800, 0)),
         0,
         "none beside started"
     );
-    assert_eq!(f.progressed(short, ms(100), 200, 200), 800);
-    f.progressed(elsewhere, ms(0), 70, 70);
+    assert_eq!(f.progressed(short, ms(100), (200, 200, 0)), 800);
+    f.progressed(elsewhere, ms(0), (70, 70, 0));
     assert_eq!(
-        f.progressed(long, ms(150), 800, 700),
+        f.progressed(long, ms(150), (800, 700, 0)),
         200,
         "only the prefills started, on its own member"
     );
-    assert_eq!(f.progressed(short, ms(200), 200, 40), 700);
-    assert_eq!(f.progressed(long, ms(250), 800, 600), 40);
+    assert_eq!(f.progressed(short, ms(200), (200, 40, 0)), 700);
+    assert_eq!(f.progressed(long, ms(250), (800, 600, 0)), 40);
     assert_eq!(
-        f.progressed(long, ms(260), 800, 0),
+        f.progressed(long, ms(260), (800, 0, 0)),
         0,
         "its own prompt done: the prompts beside no longer delay it"
     );
@@ -164,7 +165,7 @@ fn an_answer_counts_the_prompts_prefilled_beside_it_even_those_landed() {
     f.prefilled(short, ms(300));
     // The short answer lands before the long prefill ends: still counted.
     f.land(short);
-    f.progressed(late, ms(350), 400, 400);
+    f.progressed(late, ms(350), (400, 400, 0));
     f.prefilled(long, ms(400));
     f.prefilled(elsewhere, ms(400));
     // All of short's 200, and a twentieth of late's 400 by t = 1350; it
@@ -198,7 +199,7 @@ fn a_copy_carries_each_answers_time_since_its_first_token() {
 }
 
 #[test]
-fn a_copy_carries_each_prompts_time_on_what_it_has_left() {
+fn a_copy_carries_each_prompts_time_on_what_it_has_left_and_what_it_follows() {
     use std::time::Duration;
     let f = Flights::default();
     let a = f.board(0, flight(900), None).unwrap();
@@ -209,15 +210,15 @@ fn a_copy_carries_each_prompts_time_on_what_it_has_left() {
     assert_eq!((out[0].prefilling_ms, out[1].prefilling_ms), (0, 0));
     // a's slot started 2 s ago with all 900 to do, b's just now.
     let then = Instant::now() - Duration::from_secs(2);
-    f.progressed(a, then, 900, 900);
-    f.progressed(b, Instant::now(), 300, 300);
+    f.progressed(a, then, (900, 900, 0));
+    f.progressed(b, Instant::now(), (300, 300, 0));
     f.of(0, &mut out);
     assert!(out[0].prefilling_ms >= 2000, "{:?}", out[0]);
     assert!(out[1].prefilling_ms < 1000, "{:?}", out[1]);
     // A later event restarts the count on what it says is left.
-    f.progressed(a, Instant::now(), 900, 400);
+    f.progressed(a, Instant::now(), (900, 400, 500));
     f.of(0, &mut out);
-    assert_eq!(out[0].prefill_left, 400);
+    assert_eq!((out[0].prefill_left, out[0].prefill_context), (400, 500));
     assert!(out[0].prefilling_ms < 1000, "{:?}", out[0]);
     // An estimate of what is left says nothing of the time on it; a
     // prompt done has none.
@@ -255,7 +256,7 @@ fn a_member_keeps_a_bounded_number_of_landed_prefills() {
     let keeper = f.board(3, flight(10), None).unwrap();
     for _ in 0..LANDED_KEPT + 5 {
         let b = f.board(3, flight(10), None).unwrap();
-        f.progressed(b, Instant::now(), 10, 10);
+        f.progressed(b, Instant::now(), (10, 10, 0));
         f.land(b);
     }
     // One never started adds no window.
@@ -274,9 +275,9 @@ async fn the_end_of_a_promise_wakes_the_waiters() {
     let b = f.board(0, flight(10), Some(promise(60_000))).unwrap();
     // Waiters created before the change are woken by it.
     let first = f.changed().notified();
-    f.progressed(a, Instant::now(), 10, 4);
+    f.progressed(a, Instant::now(), (10, 4, 0));
     assert!(f.promised(), "its prefill is not over");
-    f.progressed(a, Instant::now(), 10, 0);
+    f.progressed(a, Instant::now(), (10, 0, 0));
     tokio::time::timeout(std::time::Duration::from_secs(30), first)
         .await
         .unwrap();

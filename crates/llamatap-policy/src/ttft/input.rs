@@ -105,6 +105,11 @@ pub struct InFlight {
     /// start and its first token; at the member's prefill rate this time
     /// says how much of the batch is behind it.
     pub prefilling_ms: u32,
+    /// Tokens already in its slot when `prefill_left` was reported (the
+    /// progress event's `processed`: the cached ones and those done), which
+    /// the rest attends to: with them the member's curve says how long the
+    /// rest takes. 0 when not known.
+    pub prefill_context: u32,
 }
 
 /// The member's load when the request would be dispatched.

@@ -276,7 +276,7 @@ impl Rates {
             .in_flight
             .iter()
             .take(load.busy as usize)
-            .map(|f| prefill_undone(f, |n| factor * self.prefill.at(n, 0.0)))
+            .map(|f| prefill_undone(f, |n, c| factor * self.prefill.at(n, c)))
             .sum();
         let share = self.share.get().unwrap_or(BESIDE_SHARE);
         let (b, c) = (share * beside, f64::from(cached));

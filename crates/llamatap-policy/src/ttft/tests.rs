@@ -409,6 +409,7 @@ fn a_full_member_waits_for_the_first_slot_to_free() {
             prefill_left: 0,
             decoding_ms: 0,
             prefilling_ms: 0,
+            prefill_context: 0,
         },
         InFlight {
             generated: 60,
@@ -416,6 +417,7 @@ fn a_full_member_waits_for_the_first_slot_to_free() {
             prefill_left: 0,
             decoding_ms: 0,
             prefilling_ms: 0,
+            prefill_context: 0,
         },
     ];
     let full = Query {
@@ -591,6 +593,7 @@ fn a_prompt_prefilling_beside_shares_the_batches() {
         prefill_left: 900,
         decoding_ms: 0,
         prefilling_ms: 0,
+        prefill_context: 0,
     }];
     let beside = Query {
         load: Load {
@@ -719,6 +722,7 @@ fn answers_that_run_to_max_tokens_hold_their_slot_to_the_end() {
         prefill_left: 0,
         decoding_ms: 0,
         prefilling_ms: 0,
+        prefill_context: 0,
     }];
     let full = Query {
         load: Load {

@@ -59,7 +59,7 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
         *t = match load.in_flight.get(i) {
             Some(a) => {
                 let left = remaining(generated(a, &pace), a.max_tokens, &pace);
-                let prefill = prefill_undone(a, |n| n * pace.prefill_ms);
+                let prefill = prefill_undone(a, |n, _| n * pace.prefill_ms);
                 left * pace.decode_ms + prefill * pace.prefill_ms
             }
             None => pace.answer_tokens / 2.0 * pace.decode_ms,
@@ -79,16 +79,17 @@ pub(super) fn slot_wait(load: &Load<'_>, pace: Option<Pace>) -> Option<(f64, u32
 }
 
 /// The prompt tokens `a` still has to prefill, less those its slot's time
-/// on them so far ([`InFlight::prefilling_ms`]) went through, `ms(n)` being
-/// what the member takes to prefill `n` of them: llama-server reports a
-/// batch's progress only when it is done, so a prompt of one batch reads as
-/// whole until its first token. Time beyond the expected drains it to 0.
-pub(super) fn prefill_undone(a: &InFlight, ms: impl Fn(f64) -> f64) -> f64 {
+/// on them so far ([`InFlight::prefilling_ms`]) went through, `ms(n, c)`
+/// being what the member takes to prefill `n` of them after `c` in the slot
+/// ([`InFlight::prefill_context`]): llama-server reports a batch's progress
+/// only when it is done, so a prompt of one batch reads as whole until its
+/// first token. Time beyond the expected drains it to 0.
+pub(super) fn prefill_undone(a: &InFlight, ms: impl Fn(f64, f64) -> f64) -> f64 {
     let left = f64::from(a.prefill_left);
     if a.prefilling_ms == 0 || a.prefill_left == 0 {
         return left;
     }
-    let whole = ms(left);
+    let whole = ms(left, f64::from(a.prefill_context));
     if whole.is_nan() || whole <= 0.0 {
         return left;
     }

@@ -10,7 +10,7 @@ use super::super::Flights;
 fn seen() -> Flights {
     let f = Flights::default();
     let b = f.board(0, flight(10), None).unwrap();
-    f.progressed(b, Instant::now(), 10, 10);
+    f.progressed(b, Instant::now(), (10, 10, 0));
     f.land(b);
     f
 }
@@ -70,7 +70,7 @@ fn a_start_a_first_token_or_a_landing_ends_the_await() {
         f.describe(x, Some(8), Some(500), None, true);
     }
     assert_eq!(awaiting(&f), 3);
-    f.progressed(a, Instant::now(), 500, 500);
+    f.progressed(a, Instant::now(), (500, 500, 0));
     f.prefilled(b, Instant::now());
     assert!(f.unstarted_before(later), "c has not started");
     f.land(c);
@@ -96,7 +96,7 @@ async fn a_start_wakes_the_requests_waiting_for_it() {
     // Created before the change, woken by it.
     let started = waiting.started();
     assert!(f.unstarted_before(b));
-    f.progressed(a, Instant::now(), 500, 480);
+    f.progressed(a, Instant::now(), (500, 480, 0));
     tokio::time::timeout(Duration::from_secs(30), started)
         .await
         .unwrap();

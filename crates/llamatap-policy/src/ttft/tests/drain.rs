@@ -46,6 +46,17 @@ fn a_prompt_prefilling_beside_counts_for_what_its_time_has_not_gone_through() {
     let alone = estimate(book.predict(&0, &busy_query(300, 1)));
     assert_eq!(done.ahead_tokens, 0, "{done:?}");
     assert!(rel_err(done.ttft_ms, alone.ttft_ms) < 1e-9, "{done:?}");
+    // The same 900 tokens after 3,000 in their slot take longer (they
+    // attend to them): the same time has gone through fewer of them.
+    let flights = [InFlight {
+        prefill_context: 3000,
+        ..beside((whole / 2.0) as u32)[0]
+    }];
+    let long = estimate(book.predict(&0, &with(&flights, 2)));
+    let (whole_long, ahead) = (m.prefill(900, 3000, 1), long.ahead_tokens);
+    let want = 900.0 * (1.0 - whole / 2.0 / whole_long);
+    assert!(whole_long > whole * 1.2, "{whole_long} vs {whole}");
+    assert!((f64::from(ahead) - want).abs() <= 45.0, "{ahead} vs {want}");
 }
 
 #[test]

@@ -100,7 +100,7 @@ proptest! {
         since in any_ms(),
     ) {
         let book = book_of(&history);
-        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2), prefill_left: generated, decoding_ms: generated.saturating_mul(997), prefilling_ms: generated.saturating_mul(13) }; busy as usize];
+        let flights = vec![InFlight { generated, max_tokens: Some(generated / 2), prefill_left: generated, decoding_ms: generated.saturating_mul(997), prefilling_ms: generated.saturating_mul(13), prefill_context: generated }; busy as usize];
         let load = Load { slots, busy, queue_ahead: queue, in_flight: &flights };
         for prompt in [PromptSize::Tokens(tokens), PromptSize::Bytes(bytes)] {
             let q = Query { prompt, cached: PromptSize::Tokens(cached), load };
@@ -121,7 +121,7 @@ proptest! {
     ) {
         let book = book_of(&history);
         let at = |decoding_ms: u32| {
-            let busy = [InFlight { generated: 0, max_tokens, prefill_left, decoding_ms, prefilling_ms: 0 }];
+            let busy = [InFlight { generated: 0, max_tokens, prefill_left, decoding_ms, prefilling_ms: 0, prefill_context: 0 }];
             let load = Load { slots: 1, busy: 1, queue_ahead: 0, in_flight: &busy };
             let q = Query { prompt: PromptSize::Tokens(300), cached: PromptSize::Tokens(0), load };
             book.predict(&0, &q).ttft_ms()
@@ -142,7 +142,7 @@ proptest! {
     ) {
         let book = book_of(&history);
         let at = |prefilling_ms: u32| {
-            let busy = [InFlight { generated: 0, max_tokens: Some(64), prefill_left, decoding_ms: 0, prefilling_ms }];
+            let busy = [InFlight { generated: 0, max_tokens: Some(64), prefill_left, decoding_ms: 0, prefilling_ms, prefill_context: 0 }];
             let load = Load { slots, busy: 1, queue_ahead: 0, in_flight: &busy };
             let q = Query { prompt: PromptSize::Tokens(tokens), cached: PromptSize::Tokens(0), load };
             book.predict(&0, &q).ttft_ms()
@@ -187,7 +187,7 @@ proptest! {
         prefill_left in 0u32..2000,
     ) {
         let book = book_of(&history);
-        let flights = [InFlight { generated, max_tokens: None, prefill_left, decoding_ms: 0, prefilling_ms: 0 }; 16];
+        let flights = [InFlight { generated, max_tokens: None, prefill_left, decoding_ms: 0, prefilling_ms: 0, prefill_context: 0 }; 16];
         let at = |busy: u32| book.predict(&0, &Query {
             prompt: PromptSize::Tokens(tokens),
             cached: PromptSize::Tokens(0),
