@@ -20,9 +20,33 @@ pub mod upstream;
 /// was given before: the kernel may hand a released port out again at the
 /// next bind, and two listeners given the same number (a proxy and its own
 /// admin listener, say) would have one answer for the other.
+///
+/// Taken below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`), where neither a listener
+/// bound to port 0 nor a connection's own end is put: a port released here
+/// stays free until the program it is given to binds it. Each test binary
+/// starts at its own place in that span (its pid), so that two running at
+/// once rarely try the same ports.
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
+    const LOW: u32 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(LOW);
+    if span >= 1_000 {
+        let start = std::process::id().wrapping_mul(7_919) % span;
+        let mut given = GIVEN.lock().unwrap();
+        for i in 0..span {
+            let port = (LOW + (start + i) % span) as u16;
+            if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.insert(port);
+                return port;
+            }
+        }
+    }
     loop {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
