@@ -187,10 +187,10 @@ impl Flights {
     /// A progress event of `b`'s, under one lock: its prefill started `at`
     /// (kept from the first event) with `tokens` to process, `left` are
     /// still to prefill, after `context` in its slot (cached or done).
-    /// Returns the prompt tokens the other answers on
-    /// its member that started their prefill still have to prefill while
-    /// its own are not done (then 0: the next batch brings its first
-    /// token, and the prompts beside no longer delay it).
+    /// Returns the prompt tokens the other answers on its member that
+    /// started their prefill still have to prefill while its own are not
+    /// done (then 0: the next batch brings its first token, and the
+    /// prompts beside no longer delay it).
     pub fn progressed(
         &self,
         b: Boarded,
