@@ -81,6 +81,23 @@ fn bench(c: &mut Criterion) {
         cached: PromptSize::Bytes(3200),
         ..free
     };
+    // Two slots prefilling prompts, 150 ms into them: each is drained by
+    // its time on the member's curve.
+    let prefilling = [InFlight {
+        generated: 0,
+        max_tokens: Some(128),
+        prefill_left: 600,
+        decoding_ms: 0,
+        prefilling_ms: 150,
+        prefill_context: 400,
+    }; 2];
+    let beside = Query {
+        load: Load {
+            in_flight: &prefilling,
+            ..free.load
+        },
+        ..free
+    };
     let mut k = 0u32;
     let mut group = c.benchmark_group("ttft");
     group.bench_function("predict/free_slot", |b| {
@@ -93,6 +110,12 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             k = (k + 1) % MEMBERS;
             black_box(book.predict(&k, black_box(&full)))
+        })
+    });
+    group.bench_function("predict/prompts_prefilling_beside", |b| {
+        b.iter(|| {
+            k = (k + 1) % MEMBERS;
+            black_box(book.predict(&k, black_box(&beside)))
         })
     });
     group.bench_function("predict/prompt_in_bytes", |b| {
