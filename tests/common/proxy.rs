@@ -53,8 +53,9 @@ impl Llamatap {
 
     /// As [`start`], with environment variables. Started again on other
     /// ports when one it was given was taken before it could bind it: a
-    /// free port is released before llamatap binds it, and a listener of
-    /// the test bound to port 0 meanwhile may be handed the same one.
+    /// free port is released before llamatap binds it, and another program
+    /// may bind it meanwhile ([`super::free_port`] takes them outside the
+    /// kernel's ephemeral range, so no port-0 listener can).
     pub fn start_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Llamatap {
         let mut tries = 0;
         loop {
