@@ -235,6 +235,10 @@ impl ProxyHttp for LlamaProxy {
             return Ok(true);
         }
         if let Some(r) = Box::pin(queue(session, ctx, &self.steps.admission)).await? {
+            if r.outcome == Outcome::Rejected {
+                let req = session.req_header();
+                predict::queue_refused(req, ctx, (&s.predictor, &s.fleet), &s.admission);
+            }
             Box::pin(reply::write_refusal(session, ctx, &r)).await;
             return Ok(true);
         }

@@ -281,25 +281,26 @@ impl Predictor {
         sizes: (u64, u64),
         counted: bool,
     ) -> Predicted {
-        self.predict_excluding(fleet, member, model, sizes, u32::from(counted))
+        self.predict_excluding(fleet, member, model, sizes, (u32::from(counted), 0))
     }
 
     /// [`Predictor::predict`] with `excluded` of the member's requests in
-    /// flight left out: the request itself when counted, and an answer
-    /// told to pause to make room for it.
+    /// flight left out (the request itself when counted, and an answer
+    /// told to pause to make room for it), and `queued` requests of the
+    /// admission queue to take a slot of the member before it.
     pub fn predict_excluding(
         &self,
         fleet: &Fleet,
         member: usize,
         model: Option<&str>,
         (prompt_bytes, cached_bytes): (u64, u64),
-        excluded: u32,
+        (excluded, queued): (u32, u32),
     ) -> Predicted {
         let key = key(fleet, member, model);
         let mut flights = [InFlight::default(); MAX_SLOTS];
         let n = self.flights.of(member, &mut flights);
         let sizes = (prompt_bytes, cached_bytes);
-        let (query, busy_others) = query(fleet, member, sizes, (excluded, 0), &flights[..n]);
+        let (query, busy_others) = query(fleet, member, sizes, (excluded, queued), &flights[..n]);
         let prediction = match self.book.lock() {
             Ok(book) => book.predict(&key, &query),
             Err(_) => Prediction::NoData,

@@ -715,6 +715,12 @@ fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
     );
     let p = proxy.addr();
     let admin = format!("127.0.0.1:{}", proxy.admin_port);
+    // Answers the predictor learns the member from, so that the refusal
+    // below carries a prediction.
+    for i in 0..3 {
+        let warm = chat(&p, BULK_H, &format!("Warm-up answer {i}."), 4);
+        assert_eq!(warm.status, 200, "{}", warm.body);
+    }
     let long = Hold::start(&p, BULK_H, &llama);
     let a = p.clone();
     let voice = std::thread::spawn(move || chat(&a, VOICE_H, "Quick?", 4));
@@ -738,6 +744,15 @@ fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
     assert_eq!(r.head.status, 503);
     assert!(r.head.header("retry-after").is_some());
     assert!(r.head.header("traceresponse").is_some(), "no traceresponse");
+    // The fastest member's prediction behind the queue: the held answer's
+    // slot and the queued turn ahead of it.
+    let predicted: u64 = r
+        .head
+        .header("x-llamatap-predicted-ttft-ms")
+        .expect("a refusal of the queue carries the prediction")
+        .parse()
+        .unwrap();
+    assert!(predicted >= 1);
     let refusal = String::from_utf8_lossy(&r.read_all().unwrap()).into_owned();
     let v: Value = serde_json::from_str(&refusal).unwrap();
     assert_eq!(v["error"]["code"], "queue_timeout", "{refusal}");
@@ -768,7 +783,7 @@ fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
             .unwrap_or_default()
             .lines()
             .count()
-            >= 3
+            >= 6
     })
     .is_some());
     let lines: Vec<Value> = std::fs::read_to_string(&access)
@@ -803,4 +818,8 @@ fn a_queued_request_and_a_refusal_are_on_spans_and_in_the_access_log() {
     assert_eq!(refused_line["error_type"], "queue_timeout");
     assert_eq!(refused_line["priority"], "batch");
     assert!(refused_line["upstream"].is_null(), "{refused_line}");
+    assert_eq!(
+        refused_line["predicted_ttft_ms"], predicted,
+        "{refused_line}"
+    );
 }

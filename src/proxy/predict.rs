@@ -19,7 +19,10 @@
 //!   answers in flight, with its objective's promise ([`super::promises`];
 //!   [`described`] when its body is read later, [`prefilling`] as its
 //!   prefill goes).
-//! - [`head`] (the client's response head): `x-llamatap-predicted-ttft-ms`.
+//! - [`queue_refused`] (a refusal of the admission queue): the fastest
+//!   member's prediction, behind the queue.
+//! - [`head`] (the client's response head, and llamatap's own error
+//!   answers): `x-llamatap-predicted-ttft-ms`.
 //! - [`landed`] (the answer's end read upstream) and [`finish`] (in
 //!   `logging`), in [`learn`]: off the board, the record's TTFT facts, and
 //!   the book learns from the answer's `timings`.
@@ -28,14 +31,14 @@
 //! paused answer moves ([`super::moves`], the continuation), and reading
 //! progress events ([`super::progress`]).
 
-use pingora::http::ResponseHeader;
+use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::proxy::Session;
 use pingora::Result;
 
 use super::context::RequestCtx;
 use super::moves::Moves;
 use super::promises;
-use super::reply::{write_error, write_error_with, ErrorReply};
+use super::reply::{write_error, write_error_with, ErrorReply, PREDICTED_HEADER};
 use crate::admission::Admission;
 use crate::config::slo::Slos;
 use crate::fleet::Fleet;
@@ -52,8 +55,6 @@ use room::{make_room, probe, Room};
 /// The request header carrying a TTFT objective, milliseconds (a fraction
 /// is rounded up: [`slo::objective`]).
 pub const SLO_HEADER: &str = "x-slo-ttft-ms";
-/// The response header carrying the predicted TTFT, integer milliseconds.
-pub const PREDICTED_HEADER: &str = "x-llamatap-predicted-ttft-ms";
 
 /// Reads the request's objective and judges it; `Ok(true)` when llamatap
 /// answered (a malformed header, or an objective no member is predicted
@@ -208,6 +209,42 @@ async fn refuse(
     write_error_with(session, ctx, reply, &extra).await;
 }
 
+/// A request the admission queue refused (full, or its wait over): the
+/// fastest serving member's prediction behind the requests queued ahead
+/// of it (spread over the members, as [`admit`] spreads them), for the
+/// refusal's header and record. Nothing when it was predicted already or
+/// uses no slot.
+pub fn queue_refused(
+    req: &RequestHeader,
+    ctx: &mut RequestCtx,
+    (predictor, fleet): (&Predictor, &Fleet),
+    admission: &Admission,
+) {
+    if !ctx.asked.route.uses_slot() || ctx.attempt.routed.ttft.predicted.is_some() {
+        return;
+    }
+    let class = admission
+        .class_of(req, ctx.who.tenant)
+        .unwrap_or(Priority::Default);
+    let model = ctx.asked.request.model.as_deref();
+    let serving = fleet.servers(model);
+    let spread = u32::try_from(serving.len()).unwrap_or(u32::MAX).max(1);
+    let queued = admission.queued_ahead(class, model).div_ceil(spread);
+    let chain = &ctx.attempt.routed.chain;
+    let bytes = ctx.attempt.routed.ttft.prompt_bytes;
+    let fastest = serving
+        .into_iter()
+        .map(|m| {
+            let sizes = (bytes, fleet.cached_bytes(m, chain));
+            predictor.predict_excluding(fleet, m, model, sizes, (0, queued))
+        })
+        .min_by(|a, b| {
+            let ms = |p: &Predicted| p.prediction.ttft_ms().unwrap_or(f64::INFINITY);
+            ms(a).total_cmp(&ms(b))
+        });
+    ctx.attempt.routed.ttft.predicted = fastest;
+}
+
 /// The prediction for the attempt's member, just chosen (and counted in
 /// its in-flight load).
 pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
@@ -229,7 +266,7 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
         member,
         ctx.asked.request.model.as_deref(),
         (plan.prompt_bytes, cached),
-        excluded,
+        (excluded, 0),
     );
     plan.predicted = Some(predicted);
     // On the board of answers in flight, for the requests predicted beside
@@ -339,12 +376,10 @@ pub fn steer(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx, percent
     plan.steered = ttft::steer::slower(percent, &predicted);
 }
 
-/// `x-llamatap-predicted-ttft-ms` on the client's head, when predicted.
+/// `x-llamatap-predicted-ttft-ms` on the client's head, when predicted (as
+/// on llamatap's own error answers: [`super::reply::predicted`]).
 pub fn head(resp: &mut ResponseHeader, ctx: &RequestCtx) -> Result<()> {
-    if let Some(ms) = ctx.attempt.routed.ttft.predicted.and_then(|p| p.ms()) {
-        resp.insert_header(PREDICTED_HEADER, ms.to_string())?;
-    }
-    Ok(())
+    super::reply::predicted(resp, ctx)
 }
 
 /// After a chunk of the answer: the tokens its stream has counted, for the

@@ -60,7 +60,8 @@ pub struct ErrorReply<'a> {
 
 /// The one writer of llamatap's own error responses (refusals and proxy
 /// failures alike): the OpenAI-shaped JSON body, `traceresponse` when tracing
-/// is on, and `WWW-Authenticate` on a 401.
+/// is on, `WWW-Authenticate` on a 401, and the request's predicted TTFT
+/// when it has one.
 pub async fn write_error(session: &mut Session, ctx: &mut RequestCtx, reply: ErrorReply<'_>) {
     write_error_with(session, ctx, reply, &[]).await;
 }
@@ -81,6 +82,9 @@ pub async fn write_error_with(
     if reply.status == 401 {
         let _ = resp.insert_header("WWW-Authenticate", "Bearer");
     }
+    // The request's prediction, when it has one (a refusal's own extra
+    // header replaces it).
+    let _ = predicted(&mut resp, ctx);
     for (name, value) in extra {
         let _ = resp.insert_header(*name, value.as_str());
     }
@@ -91,6 +95,18 @@ pub async fn write_error_with(
     let ds = session.as_downstream_mut();
     let _ =
         tokio::time::timeout(LAST_WRITE, ds.write_error_response(resp, Bytes::from(body))).await;
+}
+
+/// The response header carrying the predicted TTFT, integer milliseconds.
+pub const PREDICTED_HEADER: &str = "x-llamatap-predicted-ttft-ms";
+
+/// [`PREDICTED_HEADER`] on a response head, when the request was predicted
+/// (at its dispatch, or at its refusal) with data.
+pub fn predicted(resp: &mut ResponseHeader, ctx: &RequestCtx) -> pingora::Result<()> {
+    if let Some(ms) = ctx.attempt.routed.ttft.predicted.and_then(|p| p.ms()) {
+        resp.insert_header(PREDICTED_HEADER, ms.to_string())?;
+    }
+    Ok(())
 }
 
 /// Longest wait writing an error answer or event: the request is over, and

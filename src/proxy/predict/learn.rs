@@ -38,7 +38,9 @@ pub fn finish(
         return;
     };
     let dispatched = p.sent.checked_duration_since(ctx.asked.received);
-    let refused = rec.error_type == Some("ttft_slo_unattainable");
+    // Predicted and never sent: refused before dispatch (its objective,
+    // or the queue).
+    let refused = ctx.attempt.count == 0;
     rec.ttft = Some(TtftFacts {
         predicted_ms: p.ms(),
         confidence: confidence(&p),
