@@ -21,7 +21,11 @@ to 40 words a turn (a turn repeats the conversation so far); short (5 to 60
 words) and long (400 to 900 words) one-shot prompts between them; with
 `--rag N`, N retrieval questions (one of three documents of 300 to 700 words,
 then a question of 10 to 20 words, in one user message, after a short system
-prompt); answers of 8 to 40 tokens. TTFT, the upstream and the prediction come from llamatap's
+prompt); with `--shared-system N`, every conversation has the same system
+prompt of N words (one application's), so that llama-server's slots replace
+one conversation with another down to it; with `--interleave`, each client
+advances its conversations one turn at a time, in rotation, rather than one
+after another; answers of 8 to 40 tokens. TTFT, the upstream and the prediction come from llamatap's
 access log (TTFT from arrival to the first token).
 
 Run from the repository root, after `cargo build --release`:
@@ -119,10 +123,12 @@ def start_llamatap(binary, ports, steer, policy, logdir, variant):
     return proc, port, access
 
 
-def jobs(seed, convs, shorts, longs, clients=3, rag=0):
+def jobs(seed, convs, shorts, longs, clients=3, rag=0, shared_system=0):
     """One list of jobs per client; a conversation stays on one."""
     rng = random.Random(seed)
     items = []
+    # One application's system prompt, the same in every conversation.
+    shared = words(rng, shared_system) if shared_system else None
     # Retrieval: one of three documents, then a question, in one user
     # message; llama-server reuses the document's tokens where it has them.
     documents = [words(rng, rng.randint(300, 700)) for _ in range(3)] if rag else []
@@ -132,6 +138,8 @@ def jobs(seed, convs, shorts, longs, clients=3, rag=0):
         items.append(("rag", context, rng.randint(8, 40)))
     for _ in range(convs):
         system = words(rng, rng.randint(150, 700))
+        if shared:
+            system = shared
         turns = [(words(rng, rng.randint(10, 40)), rng.randint(8, 40)) for _ in range(5)]
         items.append(("conv", system, turns))
     for _ in range(shorts):
@@ -167,10 +175,18 @@ def chat(port, messages, max_tokens):
     return "".join(text)
 
 
-def client(port, mine, errors):
+def client(port, mine, errors, interleave=False):
+    if interleave:
+        mine = interleaved(mine)
     for job in mine:
         try:
-            if job[0] == "conv":
+            if job[0] == "user":
+                _, messages, user = job
+                messages.append({"role": "user", "content": user})
+            elif job[0] == "turn":
+                _, messages, n = job
+                messages.append({"role": "assistant", "content": chat(port, messages, n)})
+            elif job[0] == "conv":
                 _, system, turns = job
                 messages = [{"role": "system", "content": system}]
                 for user, n in turns:
@@ -186,6 +202,26 @@ def client(port, mine, errors):
                 chat(port, [{"role": "user", "content": prompt}], n)
         except Exception as e:  # noqa: BLE001: reported and counted
             errors.append(repr(e))
+
+
+def interleaved(mine):
+    """A client's jobs with its conversations advanced one turn at a time,
+    in rotation, and its one-shots between them: more conversations at once
+    than a member has slots. A turn's job extends its conversation's
+    messages, which the turns before it have filled."""
+    convs = [j for j in mine if j[0] == "conv"]
+    rest = [j for j in mine if j[0] != "conv"]
+    out = []
+    states = [[{"role": "system", "content": system}] for _, system, _ in convs]
+    for t in range(max((len(c[2]) for c in convs), default=0)):
+        for state, (_, _, turns) in zip(states, convs):
+            if t < len(turns):
+                user, n = turns[t]
+                out.append(("user", state, user))
+                out.append(("turn", state, n))
+            if rest:
+                out.append(rest.pop(0))
+    return out + rest
 
 
 def pct(values, q):
@@ -206,9 +242,10 @@ def run_variant(args, variant, steer, logdir):
         errors = []
         start = time.time()
         threads = [
-            threading.Thread(target=client, args=(port, mine, errors))
+            threading.Thread(target=client, args=(port, mine, errors, args.interleave))
             for mine in jobs(
-                args.seed, args.convs, args.shorts, args.longs, args.clients, args.rag
+                args.seed, args.convs, args.shorts, args.longs, args.clients, args.rag,
+                args.shared_system,
             )
         ]
         for t in threads:
@@ -267,6 +304,10 @@ def main():
     ap.add_argument("--longs", type=int, default=4)
     ap.add_argument("--rag", type=int, default=0,
                     help="questions after one of three shared documents, in one user message")
+    ap.add_argument("--shared-system", type=int, default=0,
+                    help="words of one system prompt every conversation shares (0: each its own)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="each client advances its conversations a turn at a time, in rotation")
     ap.add_argument("--order", default="off,steer", help="variants in run order")
     ap.add_argument("--llamatap", default="target/release/llamatap")
     ap.add_argument("--llama-server", default=os.environ.get("LLAMATAP_LLAMA_SERVER"))

@@ -1,11 +1,12 @@
 //! Benchmarks of fleet routing: one routing decision with 3 upstreams and
-//! 10,000 indexed conversations of 5 turns each, and the cost of reducing a
-//! chat body to its prefix chain.
+//! 10,000 indexed conversations of 5 turns each, the cost of reducing a
+//! chat body to its prefix chain, and the slot view's look and dispatch for
+//! a next turn on a member of 4 slots.
 //!
 //! Run: `cargo bench --bench route -- --warm-up-time 1 --measurement-time 3`
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use llamatap_policy::router::{Candidate, Chain, Policy, Request, RouteConfig, Router};
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use llamatap_policy::router::{Candidate, Chain, Policy, Request, RouteConfig, Router, SlotView};
 use llamatap_wire::request::Route;
 use serde_json::{json, Value};
 use std::hint::black_box;
@@ -173,6 +174,38 @@ fn bench_chain(c: &mut Criterion) {
     group.finish();
 }
 
+/// The slot view of one member with 4 slots, each holding another
+/// conversation's turn over the same system prompt: what a next turn will
+/// reuse, and its dispatch into the view (then its release).
+fn bench_slots(c: &mut Criterion) {
+    let mut group = c.benchmark_group("route_slots");
+    group.throughput(Throughput::Elements(1));
+    let mut view = SlotView::new(4);
+    for id in 0..4 {
+        if let Some(s) = view.take(&chain(id * SYSTEMS, TURNS - 1)) {
+            view.release(s, (300, 24));
+        }
+    }
+    let next = chain(SYSTEMS, TURNS);
+    let held = next.bytes(next.len() - 1);
+    group.bench_function("reused", |b| {
+        b.iter(|| black_box(&view).reused(black_box(&next), held))
+    });
+    group.bench_function("take_release", |b| {
+        b.iter_batched(
+            || view.clone(),
+            |mut v| {
+                if let Some(s) = v.take(black_box(&next)) {
+                    v.release(s, (300, 24));
+                }
+                v
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -183,6 +216,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_decision, bench_chain
+    targets = bench_decision, bench_chain, bench_slots
 }
 criterion_main!(benches);

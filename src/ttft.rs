@@ -56,11 +56,13 @@ mod learn;
 mod plan;
 mod progress;
 mod promise;
+mod slots;
 mod tally;
 mod window;
 pub use flights::{Boarded, Flights, Overlap};
 pub use plan::Plan;
 pub use promise::Promise;
+pub use slots::Slots;
 pub use tally::Tally;
 pub mod slo;
 pub mod steer;
@@ -79,6 +81,8 @@ pub struct Predictor {
     book: Mutex<TtftBook<Key>>,
     /// The answers in flight on each member.
     pub flights: Flights,
+    /// What each member's slots hold, for the part of a prompt it reuses.
+    pub slots: Slots,
     /// Attempts with an objective go on the board with their [`Promise`]
     /// (`[ttft] keep_promises`).
     pub keeps_promises: bool,
@@ -252,6 +256,7 @@ impl Default for Predictor {
         Predictor {
             book: Mutex::new(TtftBook::new(CAPACITY)),
             flights: Flights::default(),
+            slots: Slots::default(),
             keeps_promises: false,
             epoch: Instant::now(),
         }

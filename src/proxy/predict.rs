@@ -31,25 +31,29 @@
 //! paused answer moves ([`super::moves`], the continuation), and reading
 //! progress events ([`super::progress`]).
 
-use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::Result;
 
 use super::context::RequestCtx;
 use super::moves::Moves;
 use super::promises;
-use super::reply::{write_error, write_error_with, ErrorReply, PREDICTED_HEADER};
+use super::reply::{write_error, ErrorReply};
 use crate::admission::Admission;
 use crate::config::slo::Slos;
 use crate::fleet::Fleet;
 use crate::ttft::{self, slo, Predicted, Predictor};
+use llamatap_policy::router::Chain;
 use llamatap_policy::tenant::Priority;
 use llamatap_policy::ttft::{Bound, Confidence, InFlight};
 use llamatap_telemetry::record::Outcome;
 
 mod learn;
+mod refusal;
 mod room;
 pub use learn::{finish, landed};
+pub use refusal::queue_refused;
+use refusal::refuse;
 use room::{make_room, probe, Room};
 
 /// The request header carrying a TTFT objective, milliseconds (a fraction
@@ -115,7 +119,7 @@ pub async fn admit(
     let members: Vec<(usize, Option<Bound>)> = serving
         .into_iter()
         .map(|m| {
-            let sizes = (bytes, fleet.cached_bytes(m, chain));
+            let sizes = (bytes, reused(predictor, fleet, m, chain));
             (m, predictor.bound(fleet, m, model, sizes, (queued, false)))
         })
         .collect();
@@ -136,7 +140,7 @@ pub async fn admit(
                 model,
                 queued,
             };
-            let sizes = |m| (bytes, fleet.cached_bytes(m, chain));
+            let sizes = |m| (bytes, reused(predictor, fleet, m, chain));
             if let Some(m) = make_room(predictor, fleet, moves, &room, &members, sizes) {
                 plan.avoid = all_but(m);
                 plan.made_room = true;
@@ -172,79 +176,6 @@ pub async fn admit(
     }
 }
 
-/// 503 `ttft_slo_unattainable`: the fastest member's prediction and bound
-/// in the message, its prediction in the header, `Retry-After` the bound's
-/// excess in whole seconds (at least 1), and `x-should-retry: false`.
-async fn refuse(
-    session: &mut Session,
-    ctx: &mut RequestCtx,
-    slo_ms: u32,
-    (predicted_ms, bound_ms): (Option<f64>, f64),
-) {
-    let bound = ttft::round_ms(bound_ms);
-    let best = predicted_ms.map_or(bound, ttft::round_ms);
-    let message = format!(
-        "no upstream is predicted to send the first token within {slo_ms} ms (x-slo-ttft-ms); \
-         the fastest is predicted at {best} ms, at most {bound} ms with its recent error"
-    );
-    ctx.seen.ended = Some(std::time::Instant::now());
-    ctx.seen.failure = Some((Outcome::Rejected, "ttft_slo_unattainable", message.clone()));
-    let excess = bound.saturating_sub(u64::from(slo_ms));
-    let retry = excess.div_ceil(1000).max(1);
-    // The OpenAI SDKs retry a 503 on their own, after `Retry-After`: the
-    // caller who set an objective would learn of the refusal seconds
-    // late. `x-should-retry: false` tells them not to; `Retry-After` stays
-    // for a client that chooses to.
-    let extra = [
-        ("retry-after", retry.to_string()),
-        (PREDICTED_HEADER, best.to_string()),
-        ("x-should-retry", "false".to_string()),
-    ];
-    let reply = ErrorReply {
-        status: 503,
-        kind: "unavailable_error",
-        code: "ttft_slo_unattainable",
-        message: &message,
-    };
-    write_error_with(session, ctx, reply, &extra).await;
-}
-
-/// A request the admission queue refused (full, or its wait over): the
-/// fastest serving member's prediction behind the requests queued ahead
-/// of it (spread over the members, as [`admit`] spreads them), for the
-/// refusal's header and record. Nothing when it was predicted already or
-/// uses no slot.
-pub fn queue_refused(
-    req: &RequestHeader,
-    ctx: &mut RequestCtx,
-    (predictor, fleet): (&Predictor, &Fleet),
-    admission: &Admission,
-) {
-    if !ctx.asked.route.uses_slot() || ctx.attempt.routed.ttft.predicted.is_some() {
-        return;
-    }
-    let class = admission
-        .class_of(req, ctx.who.tenant)
-        .unwrap_or(Priority::Default);
-    let model = ctx.asked.request.model.as_deref();
-    let serving = fleet.servers(model);
-    let spread = u32::try_from(serving.len()).unwrap_or(u32::MAX).max(1);
-    let queued = admission.queued_ahead(class, model).div_ceil(spread);
-    let chain = &ctx.attempt.routed.chain;
-    let bytes = ctx.attempt.routed.ttft.prompt_bytes;
-    let fastest = serving
-        .into_iter()
-        .map(|m| {
-            let sizes = (bytes, fleet.cached_bytes(m, chain));
-            predictor.predict_excluding(fleet, m, model, sizes, (0, queued))
-        })
-        .min_by(|a, b| {
-            let ms = |p: &Predicted| p.prediction.ttft_ms().unwrap_or(f64::INFINITY);
-            ms(a).total_cmp(&ms(b))
-        });
-    ctx.attempt.routed.ttft.predicted = fastest;
-}
-
 /// The prediction for the attempt's member, just chosen (and counted in
 /// its in-flight load).
 pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
@@ -254,8 +185,18 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     if !ctx.asked.route.uses_slot() {
         return;
     }
-    let cached = cached_at_choice(ctx);
+    // What the member will reuse of what the router thinks it holds, and
+    // the slot the prompt takes in its view (the attempt it replaces, if
+    // any, gives its own back).
+    let chain = &ctx.attempt.routed.chain;
+    let cached = predictor
+        .slots
+        .reused(fleet, member, chain, cached_at_choice(ctx));
+    let slot = predictor.slots.take(fleet, member, chain);
     let plan = &mut ctx.attempt.routed.ttft;
+    if let Some((m, s)) = std::mem::replace(&mut plan.slot, slot.map(|s| (member, s))) {
+        predictor.slots.release(m, s, (0, 0));
+    }
     // Itself, and on its first attempt the answer told to pause for it.
     let excluded = 1 + u32::from(plan.made_room && ctx.attempt.count == 1);
     // A probe measures the member it was sent to: an attempt after a
@@ -287,6 +228,14 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     let plan = &mut ctx.attempt.routed.ttft;
     plan.tally = boarded.and_then(|b| predictor.flights.tally(b));
     plan.flight = boarded;
+}
+
+/// The bytes of `chain` member `m` will reuse before routing: what the
+/// affinity book says it holds, less what its slots lost
+/// ([`ttft::Slots`]).
+fn reused(predictor: &Predictor, fleet: &Fleet, m: usize, chain: &Chain) -> u64 {
+    let held = fleet.cached_bytes(m, chain);
+    predictor.slots.reused(fleet, m, chain, held)
 }
 
 /// The bytes of the prompt the chosen member likely holds: the router's
@@ -325,7 +274,7 @@ pub fn described(predictor: &Predictor, ctx: &RequestCtx, sequence: bool) {
     let (Some(b), Some(p)) = (plan.flight, plan.predicted.as_ref()) else {
         return;
     };
-    let left = streamed_prefill(ctx, p, cached_at_choice(ctx));
+    let left = streamed_prefill(ctx, p, p.cached_bytes);
     let promise = promises::promise(predictor, ctx, p);
     predictor.flights.describe(
         b,
@@ -366,7 +315,7 @@ pub fn steer(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx, percent
     let predicted: Vec<(usize, llamatap_policy::ttft::Prediction)> = members
         .into_iter()
         .map(|m| {
-            let sizes = (bytes, fleet.cached_bytes(m, chain));
+            let sizes = (bytes, reused(predictor, fleet, m, chain));
             (
                 m,
                 predictor.predict(fleet, m, model, sizes, false).prediction,

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 #[cfg(doc)]
-use super::{progress, prompt_bytes, steer, Flights, Promise};
+use super::{progress, prompt_bytes, steer, Flights, Promise, Slots};
 use super::{Boarded, Overlap, Predicted, Tally};
 
 /// A request's TTFT state across its attempts: plain data in its context.
@@ -50,6 +50,9 @@ pub struct Plan {
     /// The current attempt's generated tokens, shared with its entry on
     /// the board; set after each chunk of its stream.
     pub tally: Option<Tally>,
+    /// The member and ticket of the current attempt in the view of its
+    /// member's slots ([`Slots`]), until it lands.
+    pub slot: Option<(usize, u64)>,
     /// How long the request waited before its dispatch so as not to push
     /// an earlier answer's first token past its objective ([`Promise`]).
     pub held: Option<Duration>,

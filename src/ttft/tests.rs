@@ -358,3 +358,50 @@ fn answers_predicted_uncached_teach_the_template_head() {
     assert!(with + 15 < without, "{with} vs {without} ms");
     assert!((190..=230).contains(&with), "{with} ms");
 }
+
+#[test]
+fn the_slot_view_follows_each_members_slots_and_their_count() {
+    use llamatap_policy::router::Chain;
+    use llamatap_wire::request::Route;
+    let chat = |system: &str, user: &str| {
+        let body = serde_json::json!({"messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": user},
+        ]});
+        Chain::from_json(Route::ChatCompletions, &body)
+    };
+    let system = "policy ".repeat(200);
+    let (a, b, c) = (
+        chat(&system, "first customer"),
+        chat(&system, "second customer"),
+        chat(&system, "third customer"),
+    );
+    let only_system = Chain::from_json(
+        Route::ChatCompletions,
+        &serde_json::json!({"messages": [{"role": "system", "content": system}]}),
+    )
+    .total_bytes();
+    let f = fleet(2);
+    let p = Predictor::default();
+    // a and b at once on member 0, then c: c takes a's slot (the first
+    // most like it), and a's conversation is left at the system prompt.
+    let ta = p.slots.take(&f, 0, &a).unwrap();
+    let tb = p.slots.take(&f, 0, &b).unwrap();
+    p.slots.release(0, ta, (0, 8));
+    p.slots.release(0, tb, (0, 8));
+    let tc = p.slots.take(&f, 0, &c).unwrap();
+    p.slots.release(0, tc, (0, 8));
+    let held = a.total_bytes();
+    assert_eq!(p.slots.reused(&f, 0, &a, held), only_system);
+    assert_eq!(p.slots.reused(&f, 0, &b, b.total_bytes()), b.total_bytes());
+    // Member 1 has its own view, with nothing in it: the book's figure.
+    assert_eq!(p.slots.reused(&f, 1, &a, held), held);
+    // A member's slot count changing makes its view again; unknown, the
+    // book's figure stands.
+    let m0 = f.member(0).unwrap();
+    m0.set_total_slots(Some(4));
+    assert_eq!(p.slots.reused(&f, 0, &a, held), held);
+    m0.set_total_slots(None);
+    assert_eq!(p.slots.take(&f, 0, &a), None);
+    assert_eq!(p.slots.reused(&f, 0, &a, held), held);
+}

@@ -16,6 +16,8 @@
 //!   and the [`Prediction`] of the cached prefix.
 //! - [`Router::observe`]: learning from llama-server's `cache_n`, and the
 //!   [`Accuracy`] counters.
+//! - [`SlotView`]: what one llama-server's slots hold, by its own rule for
+//!   choosing a slot, for the part of a prompt it will reuse.
 //!
 //! Stability: link hashes, session keys and upstream identities are XXH3-64
 //! with a fixed seed, so separate processes agree (see `hash`).
@@ -39,6 +41,7 @@ mod hash;
 mod index;
 mod learn;
 pub mod rendezvous;
+pub mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -49,3 +52,4 @@ pub use hash::SEED;
 pub use index::{Match, PrefixIndex, DEFAULT_CAPACITY};
 pub use learn::{Accuracy, Observation};
 pub use rendezvous::{session_key, upstream_id};
+pub use slots::SlotView;

@@ -14,10 +14,21 @@ use llamatap_telemetry::record::{Outcome, RequestRecord, TtftFacts};
 
 /// The attempt's answer ended (upstream, or in `logging`): it lands from
 /// the board of answers in flight, with the prompt tokens of others that
-/// went through its prefill's batches and before it.
+/// went through its prefill's batches and before it, and its slot in the
+/// view of its member's slots is free.
 pub fn landed(predictor: &Predictor, ctx: &mut RequestCtx) {
     let plan = &mut ctx.attempt.routed.ttft;
-    plan.tally = None;
+    let tally = plan.tally.take();
+    if let Some((m, s)) = plan.slot.take() {
+        // Its slot holds its prompt and its answer: their tokens by the
+        // answer's timings when read, else the tokens its stream counted.
+        let facts = ctx.seen.observer.as_ref().map(|o| o.facts());
+        let timings = facts.and_then(|f| f.timings.as_ref());
+        let prompt = timings.map_or(0, |t| t.prompt_n.unwrap_or(0) + t.cache_n.unwrap_or(0));
+        let counted = tally.map_or(0, |t| u64::from(t.get()));
+        let answer = timings.and_then(|t| t.predicted_n).unwrap_or(counted);
+        predictor.slots.release(m, s, (prompt, answer));
+    }
     if let Some(b) = plan.flight.take() {
         let flights = &predictor.flights;
         plan.prefill_beside = flights.overlap(b, std::time::Instant::now());
