@@ -15,6 +15,20 @@ fn chat(system: &str, turns: &[&str]) -> Chain {
     Chain::from_json(Route::ChatCompletions, &json!({ "messages": messages }))
 }
 
+/// A system prompt of 1,200 bytes and three conversations' first turns
+/// over it.
+fn three_over_one_system() -> (String, [Chain; 3]) {
+    let system = text(0, 1200);
+    let firsts = [1, 2, 3].map(|i| chat(&system, &[&text(i, 200)]));
+    (system, firsts)
+}
+
+/// The second turn of conversation `i` (1 to 3) of
+/// [`three_over_one_system`].
+fn second_turn(system: &str, i: u32) -> Chain {
+    chat(system, &[&text(i, 200), "An answer.", &text(4, 100)])
+}
+
 /// A text of `n` bytes, distinct per `seed`.
 fn text(seed: u32, n: usize) -> String {
     let word = format!("w{seed} ");
@@ -41,24 +55,21 @@ fn conversations_sharing_a_system_prompt_replace_each_other_down_to_it() {
     // keeps more than half of its prompt: a is lost past the system
     // prompt, though the index, which records what was sent, holds it
     // whole.
-    let system = text(0, 1200);
+    let (system, [a1, b1, c1]) = three_over_one_system();
     let mut view = SlotView::new(2);
-    let a1 = chat(&system, &[&text(1, 200)]);
-    let b1 = chat(&system, &[&text(2, 200)]);
-    let c1 = chat(&system, &[&text(3, 200)]);
     let sa = view.take(&a1).unwrap();
     let sb = view.take(&b1).unwrap();
     view.release(sa, (0, 10));
     view.release(sb, (0, 10));
     let sc = view.take(&c1).unwrap();
     view.release(sc, (0, 10));
-    let a2 = chat(&system, &[&text(1, 200), "An answer.", &text(4, 100)]);
+    let a2 = second_turn(&system, 1);
     let sent = a1.total_bytes();
     let system_bytes = chat(&system, &[]).total_bytes();
     assert_eq!(view.reused(&a2, sent), system_bytes);
     assert!(system_bytes < sent);
     // b's first turn is still in the other slot.
-    let b2 = chat(&system, &[&text(2, 200), "An answer.", &text(5, 100)]);
+    let b2 = second_turn(&system, 2);
     assert_eq!(view.reused(&b2, b1.total_bytes()), b1.total_bytes());
 }
 
@@ -68,20 +79,19 @@ fn one_after_another_they_all_go_to_one_slot() {
     // nothing running at once, every conversation over the shared system
     // prompt takes the same slot, and only the last one is kept, though
     // other slots stay empty.
-    let system = text(0, 1200);
+    let (system, firsts) = three_over_one_system();
     let mut view = SlotView::new(4);
-    let firsts: Vec<Chain> = (1..=3).map(|i| chat(&system, &[&text(i, 200)])).collect();
     for c in &firsts {
         let t = view.take(c).unwrap();
         view.release(t, (0, 10));
     }
     let system_bytes = chat(&system, &[]).total_bytes();
     for i in 1..=2 {
-        let turn = chat(&system, &[&text(i, 200), "An answer.", &text(4, 100)]);
+        let turn = second_turn(&system, i);
         let held = firsts[i as usize - 1].total_bytes();
         assert_eq!(view.reused(&turn, held), system_bytes);
     }
-    let c2 = chat(&system, &[&text(3, 200), "An answer.", &text(4, 100)]);
+    let c2 = second_turn(&system, 3);
     assert_eq!(
         view.reused(&c2, firsts[2].total_bytes()),
         firsts[2].total_bytes()
@@ -153,25 +163,22 @@ fn a_request_that_found_every_slot_busy_takes_the_first_to_free() {
     // Two slots busy with a and b; c waits. Had it been placed at once by
     // similarity, it would have replaced either; llama-server gives it the
     // slot that frees first (b's), so a's conversation stays whole.
-    let system = text(0, 1200);
+    let (system, [a1, b1, c1]) = three_over_one_system();
     let mut view = SlotView::new(2);
-    let a1 = chat(&system, &[&text(1, 200)]);
-    let b1 = chat(&system, &[&text(2, 200)]);
-    let c1 = chat(&system, &[&text(3, 200)]);
     let ta = view.take(&a1).unwrap();
     let tb = view.take(&b1).unwrap();
     let tc = view.take(&c1).unwrap();
     view.release(tb, (0, 10));
     view.release(ta, (0, 10));
-    let a2 = chat(&system, &[&text(1, 200), "An answer.", &text(4, 100)]);
+    let a2 = second_turn(&system, 1);
     assert_eq!(view.reused(&a2, a1.total_bytes()), a1.total_bytes());
-    let b2 = chat(&system, &[&text(2, 200), "An answer.", &text(4, 100)]);
+    let b2 = second_turn(&system, 2);
     let system_bytes = chat(&system, &[]).total_bytes();
     assert_eq!(view.reused(&b2, b1.total_bytes()), system_bytes);
     // c's own release frees its slot; a ticket no longer held is ignored.
     view.release(tc, (0, 10));
     view.release(tc, (0, 10));
-    let c2 = chat(&system, &[&text(3, 200), "An answer.", &text(4, 100)]);
+    let c2 = second_turn(&system, 3);
     assert_eq!(view.reused(&c2, c1.total_bytes()), c1.total_bytes());
 }
 
