@@ -58,7 +58,7 @@ pub(super) async fn refuse(
 
 /// A request the admission queue refused (full, or its wait over): the
 /// fastest serving member's prediction behind the requests queued ahead
-/// of it (spread over the members, as [`admit`] spreads them), for the
+/// of it (spread over the members, as [`super::admit`] spreads them), for the
 /// refusal's header and record. Nothing when it was predicted already or
 /// uses no slot.
 pub fn queue_refused(
