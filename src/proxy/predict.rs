@@ -31,7 +31,7 @@
 //! paused answer moves ([`super::moves`], the continuation), and reading
 //! progress events ([`super::progress`]).
 
-use pingora::http::ResponseHeader;
+use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::proxy::Session;
 use pingora::Result;
 
@@ -79,11 +79,9 @@ pub async fn admit(
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
+    let class = class(admission, req, ctx);
     let plan = &mut ctx.attempt.routed.ttft;
     plan.prompt_bytes = ttft::prompt_bytes(&ctx.attempt.routed.chain, body_bytes);
-    let class = admission
-        .class_of(req, ctx.who.tenant)
-        .unwrap_or(Priority::Default);
     let default = if slos.is_empty() {
         None
     } else {
@@ -111,11 +109,7 @@ pub async fn admit(
     let model = ctx.asked.request.model.as_deref();
     let chain = &ctx.attempt.routed.chain;
     let bytes = plan.prompt_bytes;
-    let serving = fleet.servers(model);
-    // The queued requests it would wait behind, spread over the members
-    // that can take them (rounded up: a bound errs late).
-    let spread = u32::try_from(serving.len()).unwrap_or(u32::MAX).max(1);
-    let queued = admission.queued_ahead(class, model).div_ceil(spread);
+    let (serving, queued) = serving_behind(fleet, admission, class, model);
     let members: Vec<(usize, Option<Bound>)> = serving
         .into_iter()
         .map(|m| {
@@ -228,6 +222,29 @@ pub fn dispatched(predictor: &Predictor, fleet: &Fleet, ctx: &mut RequestCtx) {
     let plan = &mut ctx.attempt.routed.ttft;
     plan.tally = boarded.and_then(|b| predictor.flights.tally(b));
     plan.flight = boarded;
+}
+
+/// The request's class in the admission queue (its key's, else
+/// `default`, as the queue reads it).
+fn class(admission: &Admission, req: &RequestHeader, ctx: &RequestCtx) -> Priority {
+    admission
+        .class_of(req, ctx.who.tenant)
+        .unwrap_or(Priority::Default)
+}
+
+/// The members serving `model`, and the admission queue's requests a
+/// request of `class` would wait behind, spread over them (rounded up: a
+/// bound errs late).
+fn serving_behind(
+    fleet: &Fleet,
+    admission: &Admission,
+    class: Priority,
+    model: Option<&str>,
+) -> (Vec<usize>, u32) {
+    let serving = fleet.servers(model);
+    let spread = u32::try_from(serving.len()).unwrap_or(u32::MAX).max(1);
+    let queued = admission.queued_ahead(class, model).div_ceil(spread);
+    (serving, queued)
 }
 
 /// The bytes of `chain` member `m` will reuse before routing: what the

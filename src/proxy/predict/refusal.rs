@@ -12,11 +12,10 @@ use pingora::proxy::Session;
 
 use super::super::context::RequestCtx;
 use super::super::reply::{write_error_with, ErrorReply, PREDICTED_HEADER};
-use super::reused;
+use super::{class, reused, serving_behind};
 use crate::admission::Admission;
 use crate::fleet::Fleet;
 use crate::ttft::{self, Predicted, Predictor};
-use llamatap_policy::tenant::Priority;
 use llamatap_telemetry::record::Outcome;
 
 /// 503 `ttft_slo_unattainable`: the fastest member's prediction and bound
@@ -70,13 +69,9 @@ pub fn queue_refused(
     if !ctx.asked.route.uses_slot() || ctx.attempt.routed.ttft.predicted.is_some() {
         return;
     }
-    let class = admission
-        .class_of(req, ctx.who.tenant)
-        .unwrap_or(Priority::Default);
     let model = ctx.asked.request.model.as_deref();
-    let serving = fleet.servers(model);
-    let spread = u32::try_from(serving.len()).unwrap_or(u32::MAX).max(1);
-    let queued = admission.queued_ahead(class, model).div_ceil(spread);
+    let class = class(admission, req, ctx);
+    let (serving, queued) = serving_behind(fleet, admission, class, model);
     let chain = &ctx.attempt.routed.chain;
     let bytes = ctx.attempt.routed.ttft.prompt_bytes;
     let fastest = serving
