@@ -3,8 +3,9 @@
 //! model: a prefill of hundreds of tokens takes a measurable part of a
 //! second): `x-llamatap-predicted-ttft-ms` after warm-up, within a factor
 //! of the client's own TTFT on a steady workload; an unattainable
-//! `x-slo-ttft-ms` refused at once (503 `ttft_slo_unattainable`), an
-//! attainable one served; the metrics; `ttft_slo_ms` config errors; and,
+//! `x-slo-ttft-ms` refused at once (503 `ttft_slo_unattainable`): below
+//! every member's floor once each answered, over every sure bound after
+//! warm-up; an attainable one served; the metrics; `ttft_slo_ms` config errors; and,
 //! without an objective, `routing.ttft_steer_percent` leaving out a member
 //! predicted far slower (the slow model beside the medium one).
 //!
@@ -97,6 +98,30 @@ fn chat(addr: &str, prompt: &str, slo: Option<&str>) -> Seen {
     seen
 }
 
+/// An objective over any member's floor (a few ms on the medium model)
+/// and under its prefill of 500 tokens (hundreds).
+const OVER_FLOOR: &str = "20";
+
+/// A `ttft_slo_unattainable` refusal's message, checked against its
+/// headers: the prediction (in the message too) and `Retry-After`.
+fn refusal_message(refusal: &Seen) -> String {
+    let v: Value = serde_json::from_str(&refusal.body).unwrap();
+    assert_eq!(
+        v["error"]["code"], "ttft_slo_unattainable",
+        "{}",
+        refusal.body
+    );
+    let message = v["error"]["message"].as_str().unwrap().to_string();
+    let predicted = refusal.predicted.expect("the prediction in a header");
+    assert!(predicted > 1);
+    assert!(message.contains(&format!("{predicted} ms")), "{message}");
+    assert!(refusal
+        .retry_after
+        .as_ref()
+        .is_some_and(|r| r.parse::<u64>().unwrap() >= 1));
+    message
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -149,18 +174,42 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     let prompt = |i: usize| format!("nonce{i} {base}");
     let mut i = 0;
 
-    // Warm-up: an objective of 1 ms is admitted while the predictor is
-    // unsure (no data, low confidence, too few ratios for the bound) and
-    // refused once it is sure of both members.
-    let mut refusal = None;
-    let mut admitted_unsure = 0;
-    while i < 200 && refusal.is_none() {
+    // A fresh fleet: an objective of 1 ms is admitted while a member has
+    // no data (it may meet it), and refused at once when every member has
+    // answered: it is below each one's floor, long before a bound is sure.
+    let per_member = 4 + llamatap_policy::ttft::MIN_RATIOS;
+    let mut floored = None;
+    let mut admitted = 0;
+    while i < 2 * per_member && floored.is_none() {
         let s = chat(&addr, &prompt(i), Some("1"));
         i += 1;
         match s.status {
-            200 => {
-                admitted_unsure += 1;
-            }
+            200 => admitted += 1,
+            503 => floored = Some(s),
+            other => panic!("status {other}: {}", s.body),
+        }
+    }
+    let floored =
+        floored.unwrap_or_else(|| panic!("1 ms admitted {i} times; stderr:\n{}", proxy.stderr()));
+    // Both members answered first (a refusal needs every floor).
+    assert!(admitted >= 2, "refused after {admitted} answers");
+    let message = refusal_message(&floored);
+    assert!(message.contains("each takes at least"), "{message}");
+    eprintln!(
+        "1 ms refused after {admitted} answers, {:.2} ms from send to head: {message}",
+        floored.head.as_secs_f64() * 1000.0
+    );
+
+    // An objective over the floors but under a 500-token prefill: admitted
+    // while a bound is unsure (low confidence, too few ratios), refused
+    // once both members' are sure.
+    let mut refusal = None;
+    let mut admitted_unsure = 0;
+    while i < 200 && refusal.is_none() {
+        let s = chat(&addr, &prompt(i), Some(OVER_FLOOR));
+        i += 1;
+        match s.status {
+            200 => admitted_unsure += 1,
             503 => refusal = Some(s),
             other => panic!("status {other}: {}", s.body),
         }
@@ -169,35 +218,24 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
         .unwrap_or_else(|| panic!("no refusal after {i} requests; stderr:\n{}", proxy.stderr()));
     // Each member: four answers before its predictions are sure, then
     // MIN_RATIOS ratios of sure predictions before its bound is.
-    let per_member = 4 + llamatap_policy::ttft::MIN_RATIOS;
     assert!(
-        admitted_unsure >= 2 * per_member,
-        "refused after {admitted_unsure} answers, before both bounds were sure"
+        admitted + admitted_unsure >= 2 * per_member,
+        "refused after {} answers, before both bounds were sure",
+        admitted + admitted_unsure
     );
-    let v: Value = serde_json::from_str(&refusal.body).unwrap();
-    assert_eq!(
-        v["error"]["code"], "ttft_slo_unattainable",
-        "{}",
-        refusal.body
-    );
-    let message = v["error"]["message"].as_str().unwrap();
-    let predicted = refusal.predicted.expect("the prediction in a header");
-    assert!(predicted > 1);
-    assert!(message.contains(&format!("{predicted} ms")), "{message}");
-    assert!(refusal
-        .retry_after
-        .is_some_and(|r| r.parse::<u64>().unwrap() >= 1));
+    let message = refusal_message(&refusal);
+    assert!(message.contains("with its recent error"), "{message}");
     // The OpenAI SDK, retries left at their default: it raises the
     // refusal at once, without retrying after `Retry-After`.
     let refusals = || {
         let m = proxy.metrics();
         metric_sum(&m, "llamatap_ttft_slo_refusals_total", &[])
     };
-    // The one refusal so far, counted in `logging` a moment after its
-    // answer was written.
-    wait_for(Duration::from_secs(10), || refusals() >= 1.0);
+    // The two refusals so far, counted in `logging` a moment after their
+    // answers were written.
+    wait_for(Duration::from_secs(10), || refusals() >= 2.0);
     let before = refusals();
-    assert_eq!(before, 1.0);
+    assert_eq!(before, 2.0);
     let sdk = sdk_refusal(&addr, &prompt(i));
     i += 1;
     assert_eq!(sdk["status"], 503, "{sdk}");
@@ -211,7 +249,7 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     // asserted (it depends on the machine's load).
     let mut refusals = Vec::new();
     for _ in 0..10 {
-        let s = chat(&addr, &prompt(i), Some("1"));
+        let s = chat(&addr, &prompt(i), Some(OVER_FLOOR));
         i += 1;
         assert_eq!(s.status, 503, "{}", s.body);
         refusals.push(s.head.as_secs_f64() * 1000.0);
@@ -262,7 +300,7 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
 
     let metrics = proxy.metrics();
     assert!(metric_sum(&metrics, "llamatap_ttft_prediction_ratio_count", &[]) >= 12.0);
-    assert!(metric_sum(&metrics, "llamatap_ttft_slo_refusals_total", &[]) >= 11.0);
+    assert!(metric_sum(&metrics, "llamatap_ttft_slo_refusals_total", &[]) >= 13.0);
     // While one member was surely over the objective and the other not yet,
     // requests went to the other with their own reason.
     let steered = metric_sum(
@@ -561,11 +599,14 @@ fn an_objective_no_member_meets_pauses_a_batch_answer_to_make_room() {
     });
     assert!(slots.is_some(), "slots never known: {}", proxy.stderr());
 
-    // Warm-up: an objective of 1 ms is admitted while the member is
-    // unsure, and refused once its bound is sure (nothing to pause).
+    // Warm-up: an objective over the member's floor but under a prefill
+    // of 300 tokens is admitted while the member is unsure, and refused
+    // once its bound is sure (nothing to pause).
+    let long = server.prompt_of_tokens(300);
     let mut sure = false;
     for i in 0..200 {
-        let (status, body) = chat_as(&addr, VOICE_H, &format!("Warm up {i}."), "1");
+        let prompt = format!("Warm up {i}. {long}");
+        let (status, body) = chat_as(&addr, VOICE_H, &prompt, OVER_FLOOR);
         if status == 503 {
             assert!(body.contains("ttft_slo_unattainable"), "{body}");
             sure = true;

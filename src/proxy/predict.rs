@@ -11,7 +11,8 @@
 //!   would meet it, admits it as a probe of a member's error (when that
 //!   error alone puts the member over it, and the member taught none for
 //!   ten seconds or more; also when the member was only left out), or
-//!   refuses at once (503, `ttft_slo_unattainable`).
+//!   refuses at once (503, `ttft_slo_unattainable`); below every member's
+//!   floor, it refuses without either.
 //! - [`steer`] (every attempt, without an objective): the members
 //!   predicted far slower than the fastest, to leave out.
 //! - [`dispatched`] (in [`super::Steps::peer`], every attempt): the
@@ -148,7 +149,25 @@ pub async fn admit(
             let sizes = sizes(member);
             let predicted = predictor.predict(fleet, member, model, sizes, false);
             plan.predicted = Some(predicted);
-            refuse(session, ctx, slo_ms, (predicted.prediction.ttft_ms(), ms)).await;
+            refuse(
+                session,
+                ctx,
+                slo_ms,
+                (predicted.prediction.ttft_ms(), ms),
+                None,
+            )
+            .await;
+            Ok(true)
+        }
+        Some(slo::Verdict::BelowFloor {
+            best: (member, ms),
+            floor_ms,
+        }) => {
+            let sizes = (bytes, reused(predictor, fleet, member, chain));
+            let predicted = predictor.predict(fleet, member, model, sizes, false);
+            plan.predicted = Some(predicted);
+            let at = (predicted.prediction.ttft_ms(), ms);
+            refuse(session, ctx, slo_ms, at, Some(floor_ms)).await;
             Ok(true)
         }
         Some(v) => {

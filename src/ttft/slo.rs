@@ -19,6 +19,12 @@
 //!   it is admitted, leaving out only the members surely over it (so that
 //!   the unsure ones go on learning), and the verdict says so
 //!   ([`Verdict::Unsure`]).
+//! - Whatever the confidence, a member whose floor ([`Bound::floor_ms`]:
+//!   half the fastest decode step and least overhead it was seen to take)
+//!   is over the objective is surely over it; when every member's is, the
+//!   request is refused ([`Verdict::BelowFloor`]): an objective of 1 ms is
+//!   refused once each member answered once, not after the twenty answers
+//!   a sure bound takes.
 //!
 //! Pure: no clock, no I/O. Deliberately not here: pausing a running
 //! answer to make room and probing a member over the objective on its
@@ -49,6 +55,14 @@ pub enum Verdict {
         /// The fastest member (the lowest bound) and its bound, ms.
         best: (usize, f64),
     },
+    /// It is below every member's floor: refuse, whatever the confidence
+    /// (no pause nor probe could meet it).
+    BelowFloor {
+        /// The fastest member (the lowest bound) and its bound, ms.
+        best: (usize, f64),
+        /// The lowest of the members' floors, ms.
+        floor_ms: f64,
+    },
 }
 
 impl Verdict {
@@ -56,7 +70,7 @@ impl Verdict {
     pub fn avoid(&self) -> &[usize] {
         match self {
             Verdict::Meets { avoid } | Verdict::Unsure { avoid, .. } => avoid,
-            Verdict::Unattainable { .. } => &[],
+            Verdict::Unattainable { .. } | Verdict::BelowFloor { .. } => &[],
         }
     }
 }
@@ -70,23 +84,31 @@ pub fn judge(slo_ms: u32, members: &[(usize, Option<Bound>)]) -> Option<Verdict>
     let mut meets = false;
     let mut sure = true;
     let mut best: Option<(usize, f64)> = None;
+    // The lowest floor, while every member's is over the objective.
+    let mut floored = Some(f64::INFINITY);
     for &(m, p) in members {
         match p {
             None => {
                 meets = true;
                 sure = false;
+                floored = None;
             }
             Some(e) => {
-                if e.ttft_ms <= slo {
+                let under = below_floor(slo_ms, &e);
+                if e.ttft_ms <= slo && !under {
                     meets = true;
                 } else {
                     avoid.push(m);
                 }
-                if !calibrated(e) {
-                    sure = false;
-                } else if e.ttft_ms > slo {
+                if under || (calibrated(e) && e.ttft_ms > slo) {
                     surely_over.push(m);
+                } else if !calibrated(e) {
+                    sure = false;
                 }
+                floored = match (floored, e.floor_ms) {
+                    (Some(low), Some(f)) if under => Some(low.min(f)),
+                    _ => None,
+                };
                 if best.is_none_or(|(_, b)| e.ttft_ms < b) {
                     best = Some((m, e.ttft_ms));
                 }
@@ -100,6 +122,9 @@ pub fn judge(slo_ms: u32, members: &[(usize, Option<Bound>)]) -> Option<Verdict>
         return Some(Verdict::Meets { avoid });
     }
     let best = best?;
+    if let Some(floor_ms) = floored {
+        return Some(Verdict::BelowFloor { best, floor_ms });
+    }
     if sure {
         return Some(Verdict::Unattainable { best });
     }
@@ -107,6 +132,12 @@ pub fn judge(slo_ms: u32, members: &[(usize, Option<Bound>)]) -> Option<Verdict>
         avoid: surely_over,
         best_ms: best.1,
     })
+}
+
+/// Whether an objective of `slo_ms` is below `b`'s floor: its member could
+/// not meet it whatever the confidence ([`Bound::floor_ms`]).
+pub fn below_floor(slo_ms: u32, b: &Bound) -> bool {
+    b.floor_ms.is_some_and(|f| f64::from(slo_ms) < f)
 }
 
 /// Whether `b` can refuse: of high confidence, or its member's error is

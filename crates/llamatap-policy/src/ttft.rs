@@ -41,7 +41,10 @@
 //! measured over predicted ratios the key showed lately, for requests
 //! dispatched into the same kind of load (`ttft/calibration.rs`,
 //! `ttft/strata.rs`, recorded by [`TtftBook::record_ratio`]): what a TTFT
-//! objective is judged against.
+//! objective is judged against. It carries the key's floor
+//! ([`Bound::floor_ms`], `ttft/member/floor.rs`): half the fastest decode
+//! step and least overhead it was seen to take, under which no objective
+//! can be met whatever the confidence.
 //!
 //! Memory is bounded: a fixed-size record per key (at most 704 bytes of
 //! rates and 1,072 of ratios) and at
@@ -76,7 +79,7 @@ pub use strata::{Calibration, Stratum, MAX_AGE_S, PROBE_AFTER_S, PROBE_GAP_MAX_S
 pub use wait::MAX_SLOTS;
 
 use member::Rates;
-pub use member::PEER_ANSWERS;
+pub use member::{FLOOR_SHARE, PEER_ANSWERS};
 
 /// How far a prediction can be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,14 +337,18 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
 
     /// The calibrated bound at `now_s` on the prediction of `query` on
     /// `key`: the prediction times the [`COVERAGE`] quantile of its recent
-    /// ratios of the query's [`Stratum`] ([`Calibration::bound`]); `None`
-    /// when there is no prediction ([`Prediction::NoData`]).
+    /// ratios of the query's [`Stratum`] ([`Calibration::bound`]), with
+    /// the key's floor ([`Bound::floor_ms`]); `None` when there is no
+    /// prediction ([`Prediction::NoData`]).
     pub fn bound(&self, key: &K, query: &Query<'_>, now_s: u32) -> Option<Bound> {
         let at = *self.index.get(key)?;
         let e = self.entries.get(at)?;
         match e.rates.predict(query) {
             Prediction::NoData => None,
-            Prediction::Estimate(est) => Some(e.ratios.bound(est, Stratum::of(&query.load), now_s)),
+            Prediction::Estimate(est) => Some(Bound {
+                floor_ms: e.rates.floor.ms(),
+                ..e.ratios.bound(est, Stratum::of(&query.load), now_s)
+            }),
         }
     }
 

@@ -19,20 +19,31 @@ use crate::ttft::{self, Predicted, Predictor};
 use llamatap_telemetry::record::Outcome;
 
 /// 503 `ttft_slo_unattainable`: the fastest member's prediction and bound
-/// in the message, its prediction in the header, `Retry-After` the bound's
-/// excess in whole seconds (at least 1), and `x-should-retry: false`.
+/// in the message (and the lowest floor, when the objective is below
+/// every member's), its prediction in the header, `Retry-After` the
+/// bound's excess in whole seconds (at least 1), and `x-should-retry:
+/// false`.
 pub(super) async fn refuse(
     session: &mut Session,
     ctx: &mut RequestCtx,
     slo_ms: u32,
     (predicted_ms, bound_ms): (Option<f64>, f64),
+    floor_ms: Option<f64>,
 ) {
     let bound = ttft::round_ms(bound_ms);
     let best = predicted_ms.map_or(bound, ttft::round_ms);
-    let message = format!(
-        "no upstream is predicted to send the first token within {slo_ms} ms (x-slo-ttft-ms); \
-         the fastest is predicted at {best} ms, at most {bound} ms with its recent error"
-    );
+    let message = match floor_ms {
+        None => format!(
+            "no upstream is predicted to send the first token within {slo_ms} ms (x-slo-ttft-ms); \
+             the fastest is predicted at {best} ms, at most {bound} ms with its recent error"
+        ),
+        Some(floor) => format!(
+            "no upstream can send the first token within {slo_ms} ms (x-slo-ttft-ms): \
+             each takes at least {} ms (half its fastest decode step and overhead seen); \
+             the fastest is predicted at {best} ms",
+            floor_text(floor)
+        ),
+    };
     ctx.seen.ended = Some(std::time::Instant::now());
     ctx.seen.failure = Some((Outcome::Rejected, "ttft_slo_unattainable", message.clone()));
     let excess = bound.saturating_sub(u64::from(slo_ms));
@@ -53,6 +64,16 @@ pub(super) async fn refuse(
         message: &message,
     };
     write_error_with(session, ctx, reply, &extra).await;
+}
+
+/// `floor_ms` for the message, rounded down: to a hundredth of a
+/// millisecond under 10 ms (a floor is often a few), else whole.
+fn floor_text(floor_ms: f64) -> String {
+    if floor_ms < 10.0 {
+        format!("{:.2}", (floor_ms * 100.0).floor() / 100.0)
+    } else {
+        format!("{}", floor_ms.floor())
+    }
 }
 
 /// A request the admission queue refused (full, or its wait over): the

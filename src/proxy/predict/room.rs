@@ -6,10 +6,13 @@
 //!   alone puts it over, and it taught no ratio for a while (it was refused
 //!   or left out since), so one request measures whether it recovered.
 //!
+//! Neither admits to a member whose floor is over the objective.
+//!
 //! Deliberately not here: the verdict (`crate::ttft::slo`) and the refusal
 //! (the parent module).
 
 use super::{Bound, Confidence, Fleet, Moves, Predictor};
+use crate::ttft::slo::below_floor;
 
 /// What a request needs room for: its objective, class index, model and
 /// the queued requests ahead of it per member.
@@ -38,7 +41,8 @@ pub(super) fn make_room(
         .iter()
         .filter_map(|&(m, _)| {
             let b = predictor.bound(fleet, m, room.model, sizes(m), (room.queued, true))?;
-            (b.confidence == Confidence::High && b.ttft_ms <= slo).then_some((m, b.ttft_ms))
+            let within = b.ttft_ms <= slo && !below_floor(room.slo_ms, &b);
+            (b.confidence == Confidence::High && within).then_some((m, b.ttft_ms))
         })
         .collect();
     fits.sort_by(|a, b| a.1.total_cmp(&b.1));
@@ -62,7 +66,10 @@ pub(super) fn probe(
     let slo = f64::from(slo_ms);
     let mut within: Vec<(usize, f64)> = members
         .iter()
-        .filter_map(|&(m, b)| b.map(|b| (m, b.estimate.ttft_ms)))
+        .filter_map(|&(m, b)| {
+            b.filter(|b| !below_floor(slo_ms, b))
+                .map(|b| (m, b.estimate.ttft_ms))
+        })
         .filter(|&(_, ms)| ms <= slo)
         .collect();
     within.sort_by(|a, b| a.1.total_cmp(&b.1));

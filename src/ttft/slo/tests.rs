@@ -26,6 +26,15 @@ fn with_ratios(ms: f64, confidence: Confidence, ratios: usize) -> Option<Bound> 
             confidence,
         },
         confidence,
+        floor_ms: None,
+    })
+}
+
+/// `b` with a floor of `floor_ms`.
+fn floored(b: Option<Bound>, floor_ms: f64) -> Option<Bound> {
+    b.map(|b| Bound {
+        floor_ms: Some(floor_ms),
+        ..b
     })
 }
 
@@ -174,4 +183,49 @@ fn a_calibrated_member_refuses_even_on_a_load_it_never_measured() {
     // Within the objective, it meets it as any bound.
     let v = judge(500, &[(0, calibrated)]);
     assert_eq!(v, Some(Verdict::Meets { avoid: vec![] }));
+}
+
+#[test]
+fn an_objective_below_every_floor_is_refused_whatever_the_confidence() {
+    let unsure = est(200.0, Confidence::Low);
+    // Unsure bounds admit an objective over their floor...
+    let v = judge(5, &[(0, floored(unsure, 4.0)), (1, floored(unsure, 3.0))]);
+    assert!(matches!(v, Some(Verdict::Unsure { .. })), "{v:?}");
+    // ...and refuse one below every floor, naming the lowest floor.
+    let low = est(150.0, Confidence::Low);
+    let v = judge(2, &[(0, floored(unsure, 4.0)), (1, floored(low, 3.0))]);
+    assert_eq!(
+        v,
+        Some(Verdict::BelowFloor {
+            best: (1, 150.0),
+            floor_ms: 3.0
+        })
+    );
+    assert!(v.unwrap().avoid().is_empty());
+    // Even with a bare bound within it (a guess from one answer).
+    let guess = est(1.0, Confidence::Low);
+    let v = judge(2, &[(0, floored(guess, 3.0))]);
+    assert!(matches!(v, Some(Verdict::BelowFloor { .. })), "{v:?}");
+}
+
+#[test]
+fn a_member_without_a_floor_or_data_keeps_a_low_objective_admitted() {
+    let unsure = est(200.0, Confidence::Low);
+    // One member has no floor yet: admitted, leaving out the floored one
+    // (the other goes on learning).
+    let v = judge(2, &[(0, floored(unsure, 4.0)), (1, unsure)]);
+    assert_eq!(
+        v,
+        Some(Verdict::Unsure {
+            avoid: vec![0],
+            best_ms: 200.0
+        })
+    );
+    // One has no data: it may meet it.
+    let v = judge(2, &[(0, floored(unsure, 4.0)), (1, None)]);
+    assert_eq!(v, Some(Verdict::Meets { avoid: vec![0] }));
+    // Below one floor, surely over the other's bound: a plain refusal.
+    let sure = est(450.0, Confidence::High);
+    let v = judge(300, &[(0, floored(unsure, 400.0)), (1, sure)]);
+    assert_eq!(v, Some(Verdict::Unattainable { best: (0, 200.0) }));
 }

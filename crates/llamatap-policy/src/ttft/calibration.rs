@@ -68,6 +68,11 @@ pub struct Bound {
     pub estimate: Estimate,
     /// High only when the prediction is and [`MIN_RATIOS`] ratios are held.
     pub confidence: Confidence,
+    /// The least TTFT the member could take, whatever its confidence: half
+    /// its fastest decode step and least overhead seen
+    /// ([`FLOOR_SHARE`](super::FLOOR_SHARE)); `None` before either was
+    /// seen (and from [`Ratios::bound`], which knows no member).
+    pub floor_ms: Option<f64>,
 }
 
 impl Ratios {
@@ -145,6 +150,7 @@ impl Ratios {
             } else {
                 Confidence::Low
             },
+            floor_ms: None,
         }
     }
 }

@@ -41,8 +41,11 @@ use super::wait::{prefill_undone, slot_wait, Pace};
 use super::{Confidence, Estimate, Prediction};
 use mean::Mean;
 
+mod floor;
 mod mean;
 mod prior;
+use floor::Floor;
+pub use floor::SHARE as FLOOR_SHARE;
 pub use prior::PEER_ANSWERS;
 
 /// Decay of the prefill fit per observation (about twenty observations weigh).
@@ -100,6 +103,8 @@ pub(super) struct Rates {
     share: Mean,
     /// Decayed mean of |ln(measured / predicted)|: the usual scatter.
     noise: Mean,
+    /// The fastest step and least overhead seen (`member/floor.rs`).
+    pub(super) floor: Floor,
     /// ln of the member's speed now against the curve's: the decayed mean
     /// of the last prefills' offsets from it (0: as fitted).
     level: f64,
@@ -170,6 +175,7 @@ impl Rates {
         {
             self.lead.add_cost(lead, 20.0);
         }
+        self.floor.observe(obs);
         self.observations = self.observations.saturating_add(1);
     }
 

@@ -215,6 +215,7 @@ impl Calibration {
             } else {
                 Confidence::Low
             },
+            floor_ms: None,
         }
     }
 }

@@ -4,10 +4,12 @@
 //! are in `tests/proptests.rs`, the cached prefix's costs in
 //! `tests/cache.rs`, a prompt sized by its chat chain in `tests/frame.rs`,
 //! the wait beside decoding slots in `tests/step.rs`, a new member's start
-//! from a peer in `tests/prior.rs`.
+//! from a peer in `tests/prior.rs`, the floor under a TTFT in
+//! `tests/floor.rs`.
 
 mod cache;
 mod drain;
+mod floor;
 mod frame;
 mod prior;
 mod proptests;

@@ -19,7 +19,7 @@
 //!
 //! Deliberately not here: choosing the peer (the book, `ttft.rs`).
 
-use super::{Mean, Rates};
+use super::{Floor, Mean, Rates};
 
 /// Answers a peer must have learned from to be started from: a curve of
 /// fewer is little more than a guess itself.
@@ -54,6 +54,8 @@ impl Rates {
             head: m(self.head),
             share: m(self.share),
             noise: m(self.noise),
+            // A peer's floor may be above this member's: its own only.
+            floor: Floor::default(),
             level: self.level,
             observations: 0,
             borrowed: true,
