@@ -70,6 +70,8 @@ pub struct Member {
     pub(super) deferred: AtomicU32,
     /// Marks of its process's life, as last read.
     pub(super) marks: Mutex<Marks>,
+    /// Restarts its marks showed ([`Member::note_marks`]).
+    pub(super) restarts: AtomicU32,
     pub(super) models: RwLock<Vec<String>>,
 }
 
@@ -94,6 +96,7 @@ impl Member {
             total_slots: AtomicU32::new(u32::MAX),
             deferred: AtomicU32::new(u32::MAX),
             marks: Mutex::new(Marks::default()),
+            restarts: AtomicU32::new(0),
             models: RwLock::new(Vec::new()),
         }
     }
@@ -222,11 +225,22 @@ impl Member {
         let mut g = self.marks.lock().ok()?;
         let evidence = g.restart_evidence(newer);
         *g = if evidence.is_some() {
+            self.note_restart();
             *newer
         } else {
             g.merge(newer)
         };
         evidence
+    }
+
+    /// Counts a restart (a new process answers: nothing it held is left).
+    pub fn note_restart(&self) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Restarts seen since it joined.
+    pub fn restarts(&self) -> u32 {
+        self.restarts.load(Ordering::Relaxed)
     }
 
     /// Requests in flight to it now.

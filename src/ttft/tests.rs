@@ -396,9 +396,16 @@ fn the_slot_view_follows_each_members_slots_and_their_count() {
     assert_eq!(p.slots.reused(&f, 0, &b, b.total_bytes()), b.total_bytes());
     // Member 1 has its own view, with nothing in it: the book's figure.
     assert_eq!(p.slots.reused(&f, 1, &a, held), held);
+    // A restart empties the member's view: the book's figure (itself
+    // emptied by the restart) stands.
+    let m0 = f.member(0).unwrap();
+    m0.note_restart();
+    assert_eq!(p.slots.reused(&f, 0, &a, held), held);
+    let tc = p.slots.take(&f, 0, &c).unwrap();
+    p.slots.release(0, tc, (0, 8));
+    assert_eq!(p.slots.reused(&f, 0, &c, c.total_bytes()), c.total_bytes());
     // A member's slot count changing makes its view again; unknown, the
     // book's figure stands.
-    let m0 = f.member(0).unwrap();
     m0.set_total_slots(Some(4));
     assert_eq!(p.slots.reused(&f, 0, &a, held), held);
     m0.set_total_slots(None);
