@@ -292,7 +292,9 @@ impl Rates {
         let fixed = self.prefill.at(0.0, c);
         let variable = |n: f64| (self.prefill.at(n, c) - fixed).max(0.0);
         let ahead_ms = factor * variable(b);
-        let prefill_ms = factor * (fixed + (variable(b + own) - variable(b)).max(0.0));
+        // At least one forward pass: the fastest step seen.
+        let prefill_ms = (factor * (fixed + (variable(b + own) - variable(b)).max(0.0)))
+            .max(self.floor.step_ms());
         // A slot freeing and the prompts ahead overlap: the later one counts.
         let wait_ms = slot_ms.max(ahead_ms);
         let overhead_ms = self.overhead.get_cost().unwrap_or(0.0) + self.step_ms(load.busy);

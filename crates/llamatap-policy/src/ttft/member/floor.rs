@@ -20,6 +20,10 @@
 //! The margin of [`SHARE`] covers a step faster than the answers' mean.
 //! Fixed size, O(1).
 //!
+//! The prediction's prefill is never less than the fastest step
+//! (`member.rs`): a curve fitted on a few answers can put a prompt cached
+//! to its last token below one forward pass.
+//!
 //! Deliberately not here: the prediction (`member.rs`) and the refusal by
 //! the floor (the caller's).
 
@@ -51,6 +55,12 @@ impl Floor {
         }
     }
 
+    /// The fastest decode step seen, ms (0 before one): the least a
+    /// prefill of one token or more takes.
+    pub(in super::super) fn step_ms(&self) -> f64 {
+        self.step_ms.map_or(0.0, f64::from)
+    }
+
     /// The floor, ms: [`SHARE`] of the fastest step plus the least
     /// overhead (either 0 while unseen); `None` before either was seen.
     pub(in super::super) fn ms(&self) -> Option<f64> {
@@ -62,11 +72,12 @@ impl Floor {
     }
 }
 
-/// `held` lowered to `x` (kept when `x` is not lower).
+/// `held` lowered to `x` (kept when `x` is not lower, or too large for
+/// an `f32`: no time is).
 fn lower(held: &mut Option<f32>, x: f64) {
     #[allow(clippy::cast_possible_truncation)]
     let x = x as f32;
-    if held.is_none_or(|h| x < h) {
+    if x.is_finite() && held.is_none_or(|h| x < h) {
         *held = Some(x);
     }
 }

@@ -65,3 +65,20 @@ fn a_new_member_does_not_take_its_peers_floor() {
     book.observe_among(&1, &answer(8, 4.0, 10.0, None), |_| true);
     assert_eq!(floor(&book, 1), Some(FLOOR_SHARE * 0.5));
 }
+
+#[test]
+fn no_prefill_is_predicted_shorter_than_the_fastest_step() {
+    let mut book = TtftBook::new(8);
+    // A prefill of 0.1 ms a token; a decode step of 5 ms.
+    for new in [100, 400, 200, 800] {
+        let mut obs = answer(8, 40.0, f64::from(new) * 0.1, None);
+        obs.timings.prompt_n = new;
+        book.observe(&0, &obs);
+    }
+    // Cached to its last token: the curve says well under a step.
+    let e = estimate(book.predict(&0, &idle(801, 800)));
+    assert!((e.prefill_ms - 5.0).abs() < 1e-9, "{e:?}");
+    // Long prompts are the curve's.
+    let e = estimate(book.predict(&0, &idle(1000, 0)));
+    assert!(e.prefill_ms > 50.0, "{e:?}");
+}
