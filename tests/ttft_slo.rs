@@ -161,7 +161,17 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     let _one = serial();
     let servers = start_servers(2, "medium", &[]);
     let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
-    let proxy = Llamatap::start_fleet(&urls, &["--routing-policy", "least_busy"]);
+    let log = std::env::temp_dir().join(format!("llamatap-slo-{}.jsonl", servers[0].port));
+    let _ = std::fs::remove_file(&log);
+    let proxy = Llamatap::start_fleet(
+        &urls,
+        &[
+            "--routing-policy",
+            "least_busy",
+            "--access-log",
+            log.to_str().unwrap(),
+        ],
+    );
     let up = wait_for(Duration::from_secs(15), || {
         let m = proxy.metrics();
         servers.iter().all(|s| upstream_up(&m, s) == Some(1.0))
@@ -195,6 +205,25 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     assert!(admitted >= 2, "refused after {admitted} answers");
     let message = refusal_message(&floored);
     assert!(message.contains("each takes at least"), "{message}");
+    // Its access line names the floor (written a moment after the answer).
+    let floor_line = || {
+        access_lines(&log)
+            .into_iter()
+            .find(|l| l["status"] == 503 && l["ttft_slo_ms"] == 1)
+    };
+    wait_for(Duration::from_secs(10), || floor_line().is_some());
+    let line = floor_line().expect("the refusal's access line");
+    let floor = line["ttft_floor_ms"].as_f64().expect("ttft_floor_ms");
+    let said: f64 = message
+        .split("at least ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .expect("the floor in the message");
+    assert!(
+        floor > 1.0 && (floor - said).abs() < 0.011,
+        "{line} / {message}"
+    );
     eprintln!(
         "1 ms refused after {admitted} answers, {:.2} ms from send to head: {message}",
         floored.head.as_secs_f64() * 1000.0
@@ -301,6 +330,14 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     let metrics = proxy.metrics();
     assert!(metric_sum(&metrics, "llamatap_ttft_prediction_ratio_count", &[]) >= 12.0);
     assert!(metric_sum(&metrics, "llamatap_ttft_slo_refusals_total", &[]) >= 13.0);
+    let refused = |reason| {
+        let label = format!("reason=\"{reason}\"");
+        metric_sum(&metrics, "llamatap_ttft_slo_refusals_total", &[&label])
+    };
+    assert!(
+        refused("floor") >= 2.0 && refused("bound") >= 11.0,
+        "{metrics}"
+    );
     // While one member was surely over the objective and the other not yet,
     // requests went to the other with their own reason.
     let steered = metric_sum(

@@ -166,6 +166,7 @@ pub async fn admit(
             let sizes = (bytes, reused(predictor, fleet, member, chain));
             let predicted = predictor.predict(fleet, member, model, sizes, false);
             plan.predicted = Some(predicted);
+            plan.floor_ms = Some(floor_ms);
             let at = (predicted.prediction.ttft_ms(), ms);
             refuse(session, ctx, slo_ms, at, Some(floor_ms)).await;
             Ok(true)

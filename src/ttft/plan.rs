@@ -28,6 +28,9 @@ pub struct Plan {
     /// ([`Predictor::claim_probe`](super::Predictor::claim_probe)); cleared
     /// on an attempt after a failed one.
     pub probe: bool,
+    /// Refused below every member's floor: the lowest floor, ms
+    /// ([`Bound::floor_ms`](llamatap_policy::ttft::Bound::floor_ms)).
+    pub floor_ms: Option<f64>,
     /// Members left out of this attempt's routing without an objective:
     /// predicted much slower than the fastest ([`steer`]).
     pub steered: Vec<usize>,

@@ -54,6 +54,7 @@ struct Line<'a> {
     ttft_held_ms: Option<u64>,
     ttft_sequenced_ms: Option<u64>,
     ttft_probe: Option<bool>,
+    ttft_floor_ms: Option<f64>,
     ttft_prefill_beside_tokens: Option<u32>,
     ttft_predicted_wait_ms: Option<u64>,
     ttft_slot_started_ms: Option<u64>,
@@ -126,6 +127,7 @@ pub fn line(rec: &RequestRecord, model: &str, ids: Option<&SpanIds>) -> String {
         ttft_held_ms: rec.ttft.and_then(|t| t.held_ms),
         ttft_sequenced_ms: rec.ttft.and_then(|t| t.sequenced_ms),
         ttft_probe: rec.ttft.map(|t| t.probe),
+        ttft_floor_ms: rec.ttft.and_then(|t| t.floor_us).map(us_as_ms),
         ttft_prefill_beside_tokens: rec.ttft.and_then(|t| t.prefill_beside_tokens),
         ttft_predicted_wait_ms: rec.ttft.and_then(|t| t.predicted_wait_ms),
         ttft_slot_started_ms: rec.ttft.and_then(|t| t.slot_started_ms),
@@ -172,6 +174,11 @@ pub fn line(rec: &RequestRecord, model: &str, ids: Option<&SpanIds>) -> String {
 /// Milliseconds, rounded to the microsecond.
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+/// Whole microseconds as milliseconds.
+fn us_as_ms(us: u64) -> f64 {
+    us as f64 / 1000.0
 }
 
 /// `t` as RFC 3339 in UTC with milliseconds, e.g. `2026-12-01T03:52:56.123Z`.

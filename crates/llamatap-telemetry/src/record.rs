@@ -233,6 +233,10 @@ pub struct TtftFacts {
     /// its recent error alone, and the member chosen had taught no ratio
     /// for ten seconds.
     pub probe: bool,
+    /// Refused because its objective was below every member's floor (half
+    /// the fastest decode step and least overhead each was seen to take):
+    /// the lowest floor, whole microseconds. `None` for any other request.
+    pub floor_us: Option<u64>,
     /// How long the request waited before its dispatch so as not to push
     /// an earlier answer's first token past that answer's objective, whole
     /// milliseconds; `None` when it did not wait.

@@ -95,6 +95,10 @@ pub const LLAMATAP_TTFT_MADE_ROOM: &str = "llamatap.ttft.made_room";
 /// and the member had taught no error for ten seconds (bool; present only
 /// when so).
 pub const LLAMATAP_TTFT_PROBE: &str = "llamatap.ttft.probe";
+/// Refused because its TTFT objective was below every member's floor
+/// (half the fastest decode step and least overhead each was seen to
+/// take): the lowest floor, milliseconds (double; present only when so).
+pub const LLAMATAP_TTFT_FLOOR_MS: &str = "llamatap.ttft.floor_ms";
 /// How long the request waited before its dispatch so as not to push an
 /// earlier answer's first token past that answer's TTFT objective,
 /// milliseconds (int; present only when it waited).

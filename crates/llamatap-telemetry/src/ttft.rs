@@ -32,11 +32,14 @@ pub struct ModelUpstreamLabels {
     pub upstream: String,
 }
 
-/// `{model}`.
+/// `{model,reason}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RefusedLabels {
     /// The bounded model label.
     pub model: String,
+    /// `floor`: the objective was below every member's floor; `bound`:
+    /// every member's calibrated bound was surely over it.
+    pub reason: &'static str,
 }
 
 fn ratio_histogram() -> Histogram {
@@ -48,7 +51,7 @@ fn ratio_histogram() -> Histogram {
 pub struct TtftMetrics {
     /// `llamatap_ttft_prediction_ratio{model,upstream}`.
     pub ratio: Family<ModelUpstreamLabels, Histogram, fn() -> Histogram>,
-    /// `llamatap_ttft_slo_refusals_total{model}`.
+    /// `llamatap_ttft_slo_refusals_total{model,reason}`.
     pub refused: Family<RefusedLabels, Counter>,
     /// The ratio's label sets, so that a member that leaves takes its
     /// series with it (bounded as the labels are).
@@ -70,7 +73,7 @@ impl TtftMetrics {
         );
         r.register(
             "llamatap_ttft_slo_refusals",
-            "Requests refused at once (503 ttft_slo_unattainable): no upstream was predicted to meet their x-slo-ttft-ms",
+            "Requests refused at once (503 ttft_slo_unattainable): no upstream was predicted to meet their x-slo-ttft-ms (reason bound), or it was below every upstream's floor (reason floor)",
             m.refused.clone(),
         );
         m
@@ -85,6 +88,11 @@ impl TtftMetrics {
             self.refused
                 .get_or_create(&RefusedLabels {
                     model: model.to_string(),
+                    reason: if t.floor_us.is_some() {
+                        "floor"
+                    } else {
+                        "bound"
+                    },
                 })
                 .inc();
             return;
@@ -141,6 +149,7 @@ mod tests {
             progress_events: 0,
             made_room: false,
             probe: false,
+            floor_us: None,
             held_ms: None,
             sequenced_ms: None,
             prefill_beside_tokens: None,
@@ -167,5 +176,33 @@ mod tests {
         let after = text(&r);
         assert!(!after.contains("upstream=\"gpu-a\""), "{after}");
         assert!(after.contains("upstream=\"gpu-b\""), "{after}");
+    }
+
+    #[test]
+    fn refusals_are_counted_by_reason() {
+        let mut r = Registry::default();
+        let m = TtftMetrics::register(&mut r);
+        let refused = |floor_us| {
+            let mut rec = served_by("gpu-a");
+            rec.error_type = Some("ttft_slo_unattainable");
+            if let Some(t) = rec.ttft.as_mut() {
+                t.floor_us = floor_us;
+            }
+            rec
+        };
+        m.record(&refused(Some(4485)), "m");
+        m.record(&refused(None), "m");
+        m.record(&refused(None), "m");
+        let mut text = String::new();
+        encode(&mut text, &r).unwrap();
+        let count = |reason: &str| {
+            let series =
+                format!("llamatap_ttft_slo_refusals_total{{model=\"m\",reason=\"{reason}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))
+                .map(str::to_string)
+        };
+        assert_eq!(count("floor").as_deref(), Some("1"), "{text}");
+        assert_eq!(count("bound").as_deref(), Some("2"), "{text}");
     }
 }

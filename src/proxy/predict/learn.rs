@@ -61,6 +61,7 @@ pub fn finish(
         progress_events: plan.progress_events,
         made_room: plan.made_room,
         probe: plan.probe,
+        floor_us: plan.floor_ms.map(|f| ttft::round_ms(f * 1000.0)),
         held_ms: plan.held.map(whole_ms),
         sequenced_ms: plan.sequenced.map(whole_ms),
         prefill_beside_tokens: beside.map(|o| o.during),

@@ -76,6 +76,7 @@ fn a_line_has_every_field() {
         "ttft_held_ms": null,
         "ttft_sequenced_ms": null,
         "ttft_probe": null,
+        "ttft_floor_ms": null,
         "ttft_prefill_beside_tokens": null,
         "ttft_predicted_wait_ms": null,
         "ttft_slot_started_ms": null,
@@ -199,6 +200,7 @@ fn the_predicted_ttft_and_the_objective_are_fields() {
         progress_events: 2,
         made_room: false,
         probe: true,
+        floor_us: Some(4485),
         held_ms: Some(35),
         sequenced_ms: Some(6),
         prefill_beside_tokens: Some(210),
@@ -209,6 +211,7 @@ fn the_predicted_ttft_and_the_objective_are_fields() {
     assert_eq!(v["ttft_held_ms"], 35);
     assert_eq!(v["ttft_sequenced_ms"], 6);
     assert_eq!(v["ttft_probe"], true);
+    assert_eq!(v["ttft_floor_ms"], 4.485);
     assert_eq!(v["ttft_prefill_beside_tokens"], 210);
     assert_eq!(v["ttft_predicted_wait_ms"], 150);
     assert_eq!(v["ttft_slot_started_ms"], 171);

@@ -70,6 +70,7 @@ fn the_ttft_ratio_is_measured_from_dispatch() {
         progress_events: 0,
         made_room: false,
         probe: false,
+        floor_us: None,
         held_ms: None,
         sequenced_ms: None,
         prefill_beside_tokens: None,

@@ -75,6 +75,12 @@ impl Tracing {
             if t.probe {
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_PROBE, true));
             }
+            if let Some(us) = t.floor_us {
+                v.push(KeyValue::new(
+                    sc::LLAMATAP_TTFT_FLOOR_MS,
+                    us as f64 / 1000.0,
+                ));
+            }
             if let Some(ms) = t.held_ms {
                 let ms = i64::try_from(ms).unwrap_or(i64::MAX);
                 v.push(KeyValue::new(sc::LLAMATAP_TTFT_HELD_MS, ms));
