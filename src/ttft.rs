@@ -339,7 +339,8 @@ impl Predictor {
     /// `model` on `member` before routing (sizes as [`Predictor::predict`]),
     /// with `queued` requests of the admission queue to take a slot of the
     /// member before it, and one of its requests in flight left out when
-    /// `freed` (as if paused); `None`: no data.
+    /// `freed` (as if paused); `None`: no data. Its floor is of the
+    /// member's current process ([`crate::fleet::Member::restarts`]).
     pub fn bound(
         &self,
         fleet: &Fleet,
@@ -353,7 +354,10 @@ impl Predictor {
         let n = self.flights.of(member, &mut flights);
         let excluded = u32::from(freed);
         let (query, _) = query(fleet, member, sizes, (excluded, queued), &flights[..n]);
-        self.book.lock().ok()?.bound(&key, &query, self.now_s())
+        let mut book = self.book.lock().ok()?;
+        // A floor of the member's process before a restart is not its own.
+        book.renew_floor(&key, learn::restarts(fleet, member));
+        book.bound(&key, &query, self.now_s())
     }
 
     /// Whole seconds since the predictor was made (the book's clock).

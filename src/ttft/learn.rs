@@ -31,6 +31,7 @@ impl Predictor {
                 .ttft
                 .filter(|_| p.at_once)
                 .map(|d| d.as_secs_f64() * 1000.0),
+            process: restarts(fleet, p.key.0),
             ..Observation::default()
         };
         // The ratio that calibrates the bound: from sure predictions only
@@ -79,4 +80,10 @@ impl Predictor {
             .and_then(|r| r.factor(stratum, self.now_s()))
             .map_or(1.0, |(f, _)| f)
     }
+}
+
+/// `member`'s restarts: the process an answer came from, whose floor it
+/// teaches (0 for a member that left).
+pub(super) fn restarts(fleet: &Fleet, member: usize) -> u32 {
+    fleet.member(member).map_or(0, |m| m.restarts())
 }

@@ -412,3 +412,27 @@ fn the_slot_view_follows_each_members_slots_and_their_count() {
     assert_eq!(p.slots.take(&f, 0, &a), None);
     assert_eq!(p.slots.reused(&f, 0, &a, held), held);
 }
+
+#[test]
+fn a_restarted_member_has_no_floor_until_it_answers_again() {
+    let f = fleet(1);
+    let p = Predictor::default();
+    let floor = || {
+        p.bound(&f, 0, None, (1600, 0), (0, false))
+            .and_then(|b| b.floor_ms)
+    };
+    for prompt_n in [400, 410, 420] {
+        let at = p.predict(&f, 0, None, (u64::from(prompt_n) * 4, 0), false);
+        p.learn(&f, &at, &finished(prompt_n));
+    }
+    // 16 tokens in 160 ms, 5 ms outside the prefill: half of 10 + 5.
+    assert_eq!(floor(), Some(7.5));
+    // A new process may be faster: its floor is not the old one's.
+    let m = f.member(0).unwrap();
+    m.note_restart();
+    assert_eq!(floor(), None);
+    let at = p.predict(&f, 0, None, (1600, 0), false);
+    assert!(at.ms().is_some(), "its rates stand");
+    p.learn(&f, &at, &finished(400));
+    assert_eq!(floor(), Some(7.5));
+}

@@ -35,6 +35,7 @@ fn observation(i: u32) -> Observation {
         prompt_bytes: Some(u64::from(new + cached) * 4),
         ttft_ms: (busy == 0).then_some(prompt_ms + 10.0),
         started_ms: (busy == 0).then_some(7.0),
+        process: 0,
         predicted_uncached: false,
     }
 }

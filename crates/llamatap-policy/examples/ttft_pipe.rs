@@ -88,6 +88,7 @@ fn handle(book: &mut TtftBook<String>, v: &Value) -> Value {
                 prompt_bytes: v.get("prompt_bytes").and_then(Value::as_u64),
                 ttft_ms: f64_of(v, "ttft_ms"),
                 started_ms: f64_of(v, "started_ms"),
+                process: 0,
                 predicted_uncached: v.get("cached_bytes").and_then(Value::as_u64) == Some(0),
             };
             // One model on every member: each is the others' peer.

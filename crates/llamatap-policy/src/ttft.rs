@@ -284,6 +284,15 @@ impl<K: Eq + Hash + Clone> TtftBook<K> {
         oldest
     }
 
+    /// Keeps `key`'s floor ([`Bound::floor_ms`]) only if it was seen from
+    /// its member's process `epoch` (the caller's count of its restarts):
+    /// a new process may run on faster hardware, and a floor only falls.
+    pub fn renew_floor(&mut self, key: &K, epoch: u32) {
+        if let Some(e) = self.index.get(key).and_then(|&at| self.entries.get_mut(at)) {
+            e.rates.floor.renew(epoch);
+        }
+    }
+
     /// Forgets `key` (its member left, or was replaced by other hardware).
     pub fn forget(&mut self, key: &K) {
         if let Some(at) = self.index.remove(key) {

@@ -70,6 +70,10 @@ pub struct Observation {
     /// and started at once: the part of the overhead before the prefill.
     /// Not learned from when `prefill_before` is above 0, as `ttft_ms`.
     pub started_ms: Option<f64>,
+    /// The member's process the answer came from: the caller's count of
+    /// its restarts (0 when not counted). A floor is of one process
+    /// ([`TtftBook::renew_floor`](super::TtftBook::renew_floor)).
+    pub process: u32,
 }
 
 /// How big a prompt is.

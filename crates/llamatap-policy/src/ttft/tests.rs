@@ -76,6 +76,7 @@ impl Member {
             prompt_bytes: Some(u64::from(new + cached) * 3),
             ttft_ms: (busy == 0).then_some(prompt_ms + self.overhead),
             started_ms: (busy == 0).then_some(self.overhead * 0.75),
+            process: 0,
             predicted_uncached: cached == 0,
         }
     }

@@ -15,8 +15,12 @@
 //!
 //! Either counts 0 while unseen; with neither seen there is no floor.
 //!
-//! Both are minima and never rise: a member restarted on slower hardware
-//! keeps its old floor (a floor only ever refuses less than it should).
+//! Both are minima and never rise, but for a new process: the floor is of
+//! the member's process it was seen from (its epoch, the caller's count of
+//! the member's restarts, [`Observation::process`]), and a floor of another
+//! epoch is emptied ([`Floor::renew`], at an answer or at the caller's
+//! word): a process restarted on faster hardware could meet
+//! objectives its old floor refuses, and refused requests teach nothing.
 //! The margin of [`SHARE`] covers a step faster than the answers' mean.
 //! Fixed size, O(1).
 //!
@@ -40,11 +44,25 @@ pub(in super::super) struct Floor {
     /// The least `ttft − prompt_ms`, ms (`None` before a streamed answer
     /// that started at once).
     overhead_ms: Option<f32>,
+    /// The process both were seen from.
+    epoch: u32,
 }
 
 impl Floor {
-    /// Takes the answer's decode step and overhead in, where each is lower.
+    /// Empties the floor when `epoch` is not the one it was seen from.
+    pub(in super::super) fn renew(&mut self, epoch: u32) {
+        if self.epoch != epoch {
+            *self = Floor {
+                epoch,
+                ..Floor::default()
+            };
+        }
+    }
+
+    /// Takes the answer's decode step and overhead in, where each is lower
+    /// (after emptying a floor of another process).
     pub(in super::super) fn observe(&mut self, obs: &Observation) {
+        self.renew(obs.process);
         let t = &obs.timings;
         if t.predicted_n >= 2 && t.predicted_ms.is_finite() && t.predicted_ms > 0.0 {
             lower(&mut self.step_ms, t.predicted_ms / f64::from(t.predicted_n));

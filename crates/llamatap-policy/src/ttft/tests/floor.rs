@@ -82,3 +82,25 @@ fn no_prefill_is_predicted_shorter_than_the_fastest_step() {
     let e = estimate(book.predict(&0, &idle(1000, 0)));
     assert!(e.prefill_ms > 50.0, "{e:?}");
 }
+
+#[test]
+fn a_new_process_starts_a_new_floor() {
+    let mut book = TtftBook::new(8);
+    let of = |process, decode_ms| Observation {
+        process,
+        ..answer(8, decode_ms, 30.0, None)
+    };
+    book.observe(&0, &of(1, 16.0));
+    book.renew_floor(&0, 1);
+    assert_eq!(floor(&book, 0), Some(FLOOR_SHARE * 2.0));
+    // Restarted (on faster hardware, maybe): nothing known of its floor,
+    // while its rates stand.
+    book.renew_floor(&0, 2);
+    assert_eq!(floor(&book, 0), None);
+    assert!(book.bound(&0, &idle(10, 0), 0).is_some());
+    book.observe(&0, &of(2, 8.0));
+    assert_eq!(floor(&book, 0), Some(FLOOR_SHARE * 1.0));
+    // An answer of a process newer than the floor's empties it first.
+    book.observe(&0, &of(3, 40.0));
+    assert_eq!(floor(&book, 0), Some(FLOOR_SHARE * 5.0));
+}

@@ -46,6 +46,7 @@ fn any_observation() -> impl Strategy<Value = Observation> {
                     prompt_bytes: bytes,
                     ttft_ms: ttft,
                     started_ms: s,
+                    process: 0,
                     predicted_uncached: busy % 2 == 0,
                 }
             },
