@@ -40,7 +40,7 @@
 //! by the prediction ([`slo`], [`steer`]).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use llamatap_policy::router::Chain;
@@ -306,9 +306,9 @@ impl Predictor {
         let n = self.flights.of(member, &mut flights);
         let sizes = (prompt_bytes, cached_bytes);
         let (query, busy_others) = query(fleet, member, sizes, (excluded, queued), &flights[..n]);
-        let prediction = match self.book.lock() {
-            Ok(book) => book.predict(&key, &query),
-            Err(_) => Prediction::NoData,
+        let prediction = match self.book_for(fleet, &key) {
+            Some(book) => book.predict(&key, &query),
+            None => Prediction::NoData,
         };
         let load = query.load;
         let prefill_left = load
@@ -339,8 +339,9 @@ impl Predictor {
     /// `model` on `member` before routing (sizes as [`Predictor::predict`]),
     /// with `queued` requests of the admission queue to take a slot of the
     /// member before it, and one of its requests in flight left out when
-    /// `freed` (as if paused); `None`: no data. Its floor is of the
-    /// member's current process ([`crate::fleet::Member::restarts`]).
+    /// `freed` (as if paused); `None`: no data. Its floor (and the
+    /// prediction's) is of the member's current process
+    /// ([`crate::fleet::Member::restarts`]).
     pub fn bound(
         &self,
         fleet: &Fleet,
@@ -354,10 +355,16 @@ impl Predictor {
         let n = self.flights.of(member, &mut flights);
         let excluded = u32::from(freed);
         let (query, _) = query(fleet, member, sizes, (excluded, queued), &flights[..n]);
+        self.book_for(fleet, &key)?
+            .bound(&key, &query, self.now_s())
+    }
+
+    /// The book, locked, with `key`'s floor emptied if it is of the
+    /// member's process before a restart ([`TtftBook::renew_floor`]).
+    fn book_for(&self, fleet: &Fleet, key: &Key) -> Option<MutexGuard<'_, TtftBook<Key>>> {
         let mut book = self.book.lock().ok()?;
-        // A floor of the member's process before a restart is not its own.
-        book.renew_floor(&key, learn::restarts(fleet, member));
-        book.bound(&key, &query, self.now_s())
+        book.renew_floor(key, learn::restarts(fleet, key.0));
+        Some(book)
     }
 
     /// Whole seconds since the predictor was made (the book's clock).
