@@ -163,6 +163,7 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
     let urls: Vec<&str> = servers.iter().map(|s| s.base_url.as_str()).collect();
     let log = std::env::temp_dir().join(format!("llamatap-slo-{}.jsonl", servers[0].port));
     let _ = std::fs::remove_file(&log);
+    let (otlp_url, spans) = common::otlp::http_receiver();
     let proxy = Llamatap::start_fleet(
         &urls,
         &[
@@ -170,6 +171,10 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
             "least_busy",
             "--access-log",
             log.to_str().unwrap(),
+            "--otlp-endpoint",
+            &otlp_url,
+            "--otlp-protocol",
+            "http",
         ],
     );
     let up = wait_for(Duration::from_secs(15), || {
@@ -224,6 +229,16 @@ fn predictions_after_warm_up_and_objectives_refused_or_served() {
         floor > 1.0 && (floor - said).abs() < 0.011,
         "{line} / {message}"
     );
+    // And its span, as the access line.
+    let floor_span = || {
+        spans
+            .wait(0, Duration::ZERO)
+            .iter()
+            .find_map(|s| common::otlp::attr_double(s, "llamatap.ttft.floor_ms"))
+    };
+    wait_for(Duration::from_secs(30), || floor_span().is_some());
+    let on_span = floor_span().expect("a span with llamatap.ttft.floor_ms");
+    assert!((on_span - floor).abs() < 0.001, "{on_span} vs {floor}");
     eprintln!(
         "1 ms refused after {admitted} answers, {:.2} ms from send to head: {message}",
         floored.head.as_secs_f64() * 1000.0

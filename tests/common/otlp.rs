@@ -169,6 +169,16 @@ pub fn attr_int(s: &Span, key: &str) -> Option<i64> {
     })
 }
 
+/// A double attribute.
+pub fn attr_double(s: &Span, key: &str) -> Option<f64> {
+    s.attributes.iter().find(|a| a.key == key).and_then(|a| {
+        match a.value.as_ref()?.value.as_ref()? {
+            Value::DoubleValue(v) => Some(*v),
+            _ => None,
+        }
+    })
+}
+
 /// A collector that accepts connections and never answers (nor closes them);
 /// returns its URL and the number of connections it accepted so far.
 pub fn black_hole() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
