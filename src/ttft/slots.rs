@@ -5,9 +5,9 @@
 //! A member's view is made at its first prediction with its slot count
 //! known (`/slots`), made again when that count changes, and emptied when
 //! the member restarted ([`crate::fleet::Member::restarts`]: a new
-//! process holds nothing). The lock is
-//! held for one lookup or one change (a comparison of a chain's links with
-//! each slot's), never across an await; nothing here runs per chunk.
+//! process holds nothing). The lock is held for one lookup or one change
+//! (a comparison of a chain's links with each slot's), never across an
+//! await; nothing here runs per chunk.
 //!
 //! Deliberately not here: the affinity book ([`Fleet::cached_bytes`]),
 //! and the rule itself (the policy crate's `router::slots`).
